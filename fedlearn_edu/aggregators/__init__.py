@@ -1,0 +1,8 @@
+"""Aggregation math: pure functions of stacked client tensors.
+
+Inputs are ``Tensor[m, d]`` (one row per selected client) or a dict of per-layer
+``Tensor[m, ...]``; outputs are tensors. No models, no loops over clients, any device.
+"""
+from .fedavg import count_conflicts, fedavg
+
+__all__ = ["fedavg", "count_conflicts"]

@@ -1,0 +1,38 @@
+"""The data layer: datasets, partitions over clients, and the Federation they make.
+
+>>> from fedlearn_edu.data import federated_dataset, plot_partition
+>>> fed = federated_dataset("digits", "dirichlet", num_clients=10, alpha=0.1, seed=0)
+>>> fed.num_clients
+10
+"""
+from .datasets import (
+    DATASETS,
+    PARTITIONS,
+    DatasetInfo,
+    dataset_info,
+    federated_dataset,
+    load_dataset,
+    read_idx,
+)
+from .federation import ClientData, Federation, make_federation
+from .noise import add_label_noise, flip_labels
+from .partition import (
+    dirichlet_partition,
+    iid_partition,
+    partition_label_counts,
+    quantity_skew_partition,
+    shard_partition,
+)
+from .plotting import plot_partition
+from .synthetic import SYNTHETIC_CLASSES, SYNTHETIC_DIM, synthetic_federated
+
+__all__ = [
+    "ClientData", "Federation", "make_federation",
+    "DATASETS", "DatasetInfo", "dataset_info", "load_dataset", "read_idx",
+    "federated_dataset", "PARTITIONS",
+    "iid_partition", "dirichlet_partition", "shard_partition", "quantity_skew_partition",
+    "partition_label_counts",
+    "flip_labels", "add_label_noise",
+    "synthetic_federated", "SYNTHETIC_DIM", "SYNTHETIC_CLASSES",
+    "plot_partition",
+]

@@ -1,0 +1,342 @@
+"""Local training: what every selected client does with the global model.
+
+Each client starts from the global parameters theta_t and runs mini-batch SGD on
+its own training split for ``epochs`` epochs:
+
+    w <- w - lr * ( grad CE(w; batch) + mu (w - theta_t) + wd * w )   (+ heavy-ball momentum)
+
+where ``mu`` is FedProx's proximal coefficient (0 for FedAvg). The batch order
+of client ``i`` in round ``t`` comes from a generator seeded with
+``derive_seed(seed, t, i)`` (see :func:`client_batches`), so it does not depend
+on which other clients were selected, nor on the engine that trains them.
+
+:class:`LoopEngine` trains clients one after another and is the readable
+reference. Any engine (a vectorised one included) implements the same
+``train(model, global_params, datasets, config, seeds)`` call and must return
+the same numbers.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.func import functional_call, grad_and_value, vmap
+
+from .params import Params, stack_params
+
+__all__ = [
+    "LocalTraining", "LocalResult", "LoopEngine", "VmapEngine", "client_batches", "make_engine",
+    "ENGINES", "vmap_unsupported_reason",
+]
+
+
+@dataclass(frozen=True)
+class LocalTraining:
+    """Hyper-parameters of the clients' local SGD.
+
+    Attributes:
+        epochs: passes over the client's training split.
+        batch_size: mini-batch size (the last batch of an epoch may be smaller).
+        lr: client learning rate.
+        momentum: heavy-ball momentum (buffer starts at zero every round).
+        weight_decay: L2 coefficient added to the gradient.
+        prox_mu: FedProx proximal coefficient mu: adds (mu/2)||w - theta_t||^2 to the loss.
+    """
+
+    epochs: int = 1
+    batch_size: int = 10
+    lr: float = 0.05
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+    prox_mu: float = 0.0
+
+    def __post_init__(self) -> None:
+        if int(self.epochs) != self.epochs or self.epochs < 1:
+            raise ValueError(f"epochs must be a positive integer, got {self.epochs}.")
+        if int(self.batch_size) != self.batch_size or self.batch_size < 1:
+            raise ValueError(f"batch_size must be a positive integer, got {self.batch_size}.")
+        for name in ("lr", "momentum", "weight_decay", "prox_mu"):
+            v = getattr(self, name)
+            if not (v == v) or v < 0 or v == float("inf"):
+                raise ValueError(f"{name} must be a finite number >= 0, got {v}.")
+        if self.lr == 0:
+            raise ValueError("lr must be > 0.")
+        if self.momentum >= 1:
+            raise ValueError(f"momentum must be in [0, 1), got {self.momentum}.")
+
+    def replace(self, **changes) -> "LocalTraining":
+        """A copy with some fields changed."""
+        return replace(self, **changes)
+
+
+@dataclass
+class LocalResult:
+    """What local training returns for m clients.
+
+    Attributes:
+        params: stacked trained parameters ``{name: Tensor[m, ...]}``.
+        train_loss: ``Tensor[m]`` mean mini-batch loss (cross-entropy, without the
+            proximal term) over the client's local steps.
+        num_steps: ``Tensor[m]`` (int64) number of SGD steps each client took.
+    """
+
+    params: Params
+    train_loss: Tensor
+    num_steps: Tensor
+
+
+def client_batches(num_samples: int, epochs: int, batch_size: int, seed: int) -> list[Tensor]:
+    """The mini-batches (index tensors, on the CPU) a client visits, in order.
+
+    Every epoch is a fresh permutation drawn from ``torch.Generator().manual_seed(seed)``,
+    cut into consecutive batches of ``batch_size`` (the last one may be smaller).
+    """
+    if num_samples < 1:
+        raise ValueError("A client with no training samples cannot train.")
+    g = torch.Generator().manual_seed(int(seed))
+    batches = []
+    for _ in range(epochs):
+        perm = torch.randperm(num_samples, generator=g)
+        batches.extend(perm.split(batch_size))
+    return batches
+
+
+def batch_loss(params: Params, model: nn.Module, x: Tensor, y: Tensor, anchor: Params, prox_mu: float):
+    """Local objective on one batch; returns ``(objective, cross_entropy)``.
+
+    objective = CE(model(x; params), y) + (prox_mu / 2) * ||params - anchor||^2
+    """
+    ce = F.cross_entropy(functional_call(model, params, (x,)), y)
+    obj = ce
+    if prox_mu:
+        obj = obj + 0.5 * prox_mu * sum(((p - anchor[k]) ** 2).sum() for k, p in params.items())
+    return obj, ce
+
+
+def sgd_step(params: Params, grads: Params, buf: Params | None, config: LocalTraining) -> tuple[Params, Params | None]:
+    """One SGD step (with optional weight decay and heavy-ball momentum) on a parameter dict."""
+    if config.weight_decay:
+        grads = {k: g + config.weight_decay * params[k] for k, g in grads.items()}
+    if config.momentum:
+        buf = grads if buf is None else {k: config.momentum * buf[k] + g for k, g in grads.items()}
+        grads = buf
+    return {k: p - config.lr * grads[k] for k, p in params.items()}, buf
+
+
+class LoopEngine:
+    """Trains the selected clients one after another: the readable reference engine."""
+
+    name = "loop"
+
+    def train(
+        self,
+        model: nn.Module,
+        global_params: Params,
+        datasets: Sequence[tuple[Tensor, Tensor]],
+        config: LocalTraining,
+        seeds: Sequence[int],
+    ) -> LocalResult:
+        """Run local SGD for each client from ``global_params``.
+
+        Args:
+            model: module whose architecture is used through ``functional_call``.
+            global_params: theta_t, ``{name: Tensor}``.
+            datasets: per client ``(x: Tensor[n_i, ...], y: Tensor[n_i])`` on the model's device.
+            config: local hyper-parameters.
+            seeds: per-client batch-order seeds (see :func:`client_batches`).
+
+        Returns:
+            :class:`LocalResult` with ``params`` stacked over the m clients.
+        """
+        if len(datasets) != len(seeds):
+            raise ValueError(f"Got {len(datasets)} datasets but {len(seeds)} seeds.")
+        step_grad = grad_and_value(batch_loss, has_aux=True)
+        anchor = {k: v.detach() for k, v in global_params.items()}
+        trained, losses, steps = [], [], []
+        for (x, y), seed in zip(datasets, seeds):
+            params = {k: v.detach().clone() for k, v in global_params.items()}
+            buf, total, count = None, torch.zeros((), device=y.device), 0
+            for idx in client_batches(y.shape[0], config.epochs, config.batch_size, seed):
+                idx = idx.to(y.device)
+                grads, (_, ce) = step_grad(params, model, x[idx], y[idx], anchor, config.prox_mu)
+                params, buf = sgd_step(params, grads, buf, config)
+                total, count = total + ce.detach(), count + 1
+            trained.append(params)
+            losses.append(total / count)
+            steps.append(count)
+        return LocalResult(stack_params(trained), torch.stack(losses), torch.tensor(steps))
+
+
+def masked_batch_loss(params: Params, model: nn.Module, x: Tensor, y: Tensor, mask: Tensor,
+                      anchor: Params, prox_mu: float):
+    """:func:`batch_loss` for a padded batch: the cross-entropy is averaged over ``mask == 1`` only.
+
+    ``x: Tensor[b, ...]``, ``y: Tensor[b]``, ``mask: Tensor[b]`` (0 marks padding). A batch that
+    is all padding gives a zero loss and a zero cross-entropy gradient.
+    """
+    ce_each = F.cross_entropy(functional_call(model, params, (x,)), y, reduction="none")
+    ce = (ce_each * mask).sum() / mask.sum().clamp(min=1)
+    obj = ce
+    if prox_mu:
+        obj = obj + 0.5 * prox_mu * sum(((p - anchor[k]) ** 2).sum() for k, p in params.items())
+    return obj, ce
+
+
+def vmap_unsupported_reason(model: nn.Module) -> str | None:
+    """Why ``model`` cannot be trained by :class:`VmapEngine` (``None`` when it can)."""
+    for name, module in model.named_modules():
+        if isinstance(module, nn.modules.batchnorm._NormBase):
+            return f"module {name or type(module).__name__!r} is {type(module).__name__}, whose running statistics vmap cannot batch"
+    buffers = [n for n, _ in model.named_buffers()]
+    if buffers:
+        return f"the model has buffers ({', '.join(buffers[:3])}) that vmap training would not update"
+    return None
+
+
+class VmapEngine:
+    """Trains all selected clients at once: parameters stacked on a client axis,
+    ``torch.func.vmap`` over ``grad`` of the per-client loss.
+
+    Every client takes exactly the steps and sees exactly the batches it would in
+    :class:`LoopEngine` (same :func:`client_batches`): batches are padded to a common
+    size with a mask that keeps padding out of the loss, and a client whose schedule
+    has ended is frozen by a per-step ``active`` flag. Clients are processed in chunks
+    whose size comes from a memory budget.
+
+    Args:
+        memory_budget: bytes one chunk may use (default: 2 GiB on the CPU, half the free
+            memory on CUDA).
+        max_chunk: upper bound on the clients per chunk.
+    """
+
+    name = "vmap"
+
+    def __init__(self, memory_budget: int | None = None, max_chunk: int = 256):
+        if memory_budget is not None and memory_budget <= 0:
+            raise ValueError(f"memory_budget must be a positive number of bytes, got {memory_budget}.")
+        if max_chunk < 1:
+            raise ValueError(f"max_chunk must be >= 1, got {max_chunk}.")
+        self.memory_budget = memory_budget
+        self.max_chunk = int(max_chunk)
+
+    def chunk_size(self, model: nn.Module, sample: Tensor, batch_size: int) -> int:
+        """Clients per chunk: memory budget / estimated bytes per client.
+
+        Per client: 5 copies of the parameters (weights, gradient, momentum, anchor,
+        temporaries) plus three times the activations of one batch (forward + backward).
+        """
+        device = sample.device
+        budget = self.memory_budget
+        if budget is None:
+            if device.type == "cuda":
+                free, _ = torch.cuda.mem_get_info(device)
+                budget = free // 2
+            else:
+                budget = 2 * 1024 ** 3
+        activations = [0]
+        hooks = [mod.register_forward_hook(lambda _m, _i, out: activations.__setitem__(
+            0, activations[0] + (out.numel() if isinstance(out, Tensor) else 0)))
+            for mod in model.modules()]
+        try:
+            with torch.no_grad():
+                model(sample[:1])
+        finally:
+            for h in hooks:
+                h.remove()
+        n_params = sum(p.numel() for p in model.parameters())
+        per_client = 4 * (5 * n_params + 3 * activations[0] * batch_size)
+        return int(max(1, min(self.max_chunk, budget // max(per_client, 1))))
+
+    def train(
+        self,
+        model: nn.Module,
+        global_params: Params,
+        datasets: Sequence[tuple[Tensor, Tensor]],
+        config: LocalTraining,
+        seeds: Sequence[int],
+    ) -> LocalResult:
+        """Same contract as :meth:`LoopEngine.train`, all clients of a chunk in one batched pass."""
+        if len(datasets) != len(seeds):
+            raise ValueError(f"Got {len(datasets)} datasets but {len(seeds)} seeds.")
+        reason = vmap_unsupported_reason(model)
+        if reason:
+            raise ValueError(f"VmapEngine cannot train this model: {reason}. Use engine='loop'.")
+        chunk = self.chunk_size(model, datasets[0][0], config.batch_size)
+        parts = [self._train_chunk(model, global_params, datasets[i:i + chunk], config, seeds[i:i + chunk])
+                 for i in range(0, len(datasets), chunk)]
+        return LocalResult(
+            {k: torch.cat([p.params[k] for p in parts]) for k in global_params},
+            torch.cat([p.train_loss for p in parts]),
+            torch.cat([p.num_steps for p in parts]),
+        )
+
+    def _train_chunk(self, model, global_params, datasets, config, seeds) -> LocalResult:
+        device = datasets[0][1].device
+        m, bs = len(datasets), config.batch_size
+        # All clients' samples in one tensor; client j's sample r sits at offsets[j] + r.
+        x_all = torch.cat([x for x, _ in datasets])
+        y_all = torch.cat([y for _, y in datasets])
+        sizes = torch.tensor([y.shape[0] for _, y in datasets])
+        offsets = torch.cumsum(sizes, 0) - sizes
+        schedules = [client_batches(int(n), config.epochs, bs, s) for n, s in zip(sizes, seeds)]
+        steps = torch.tensor([len(b) for b in schedules])
+        max_steps = int(steps.max())
+        index = torch.zeros(m, max_steps, bs, dtype=torch.long)
+        mask = torch.zeros(m, max_steps, bs)
+        for j, batches in enumerate(schedules):
+            for s, idx in enumerate(batches):
+                index[j, s, :idx.numel()] = idx + offsets[j]
+                mask[j, s, :idx.numel()] = 1.0
+        index, mask = index.to(device), mask.to(device, x_all.dtype)
+        active = (torch.arange(max_steps).unsqueeze(0) < steps.unsqueeze(1)).to(device)  # [m, S]
+
+        anchor = {k: v.detach() for k, v in global_params.items()}
+        params = {k: v.detach().unsqueeze(0).repeat(m, *([1] * v.dim())) for k, v in anchor.items()}
+        buf = {k: torch.zeros_like(v) for k, v in params.items()} if config.momentum else None
+        step_grad = vmap(grad_and_value(masked_batch_loss, has_aux=True),
+                         in_dims=(0, None, 0, 0, 0, None, None))
+        total = torch.zeros(m, device=device)
+        for s in range(max_steps):
+            idx = index[:, s]
+            grads, (_, ce) = step_grad(params, model, x_all[idx], y_all[idx], mask[:, s], anchor, config.prox_mu)
+            on = active[:, s]
+            if config.weight_decay:
+                grads = {k: g + config.weight_decay * params[k] for k, g in grads.items()}
+            if buf is not None:
+                buf = {k: torch.where(_expand(on, b), config.momentum * b + grads[k], b) for k, b in buf.items()}
+                grads = buf
+            params = {k: torch.where(_expand(on, p), p - config.lr * grads[k], p) for k, p in params.items()}
+            total = total + torch.where(on, ce.detach(), torch.zeros_like(total))
+        return LocalResult(params, total / steps.to(device), steps)
+
+
+def _expand(flag: Tensor, like: Tensor) -> Tensor:
+    """Reshape a per-client flag ``Tensor[m]`` to broadcast against ``Tensor[m, ...]``."""
+    return flag.reshape(-1, *([1] * (like.dim() - 1)))
+
+
+ENGINES = {"loop": LoopEngine, "vmap": VmapEngine}
+
+
+def make_engine(engine, model: nn.Module | None = None):
+    """An engine instance from ``"auto"``, ``"loop"``, ``"vmap"`` or an object with ``.train``.
+
+    ``"auto"`` picks :class:`VmapEngine` when the model supports it and otherwise falls
+    back to :class:`LoopEngine`, printing a one-line reason.
+    """
+    if isinstance(engine, str):
+        if engine == "auto":
+            reason = vmap_unsupported_reason(model) if model is not None else None
+            if reason:
+                print(f"fedlearn_edu: using the loop engine because {reason}.")
+                return LoopEngine()
+            return VmapEngine()
+        if engine not in ENGINES:
+            raise ValueError(f"Unknown engine {engine!r}; choose 'auto' or one of {sorted(ENGINES)}.")
+        return ENGINES[engine]()
+    if not hasattr(engine, "train"):
+        raise TypeError(f"An engine needs a .train(...) method; got {type(engine).__name__}.")
+    return engine

@@ -1,0 +1,121 @@
+"""Local training: the loop engine against torch.optim.SGD, and the vmap engine against the loop."""
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from fedlearn_edu.engine import (LocalTraining, LoopEngine, VmapEngine, client_batches, make_engine,
+                                 vmap_unsupported_reason)
+from fedlearn_edu.models import MODELS, make_model
+from fedlearn_edu.params import get_params, unstack_params
+
+
+def _datasets(sizes, shape=(1, 8, 8), seed=0, dtype=torch.float64):
+    g = torch.Generator().manual_seed(seed)
+    return [(torch.rand(n, *shape, generator=g, dtype=dtype), torch.randint(0, 10, (n,), generator=g))
+            for n in sizes]
+
+
+def test_client_batches_cover_every_sample_once_per_epoch():
+    batches = client_batches(23, 3, 5, seed=7)
+    assert len(batches) == 3 * 5
+    for e in range(3):
+        epoch = torch.cat(batches[5 * e:5 * e + 5])
+        assert sorted(epoch.tolist()) == list(range(23))
+    assert [len(b) for b in batches[:5]] == [5, 5, 5, 5, 3]
+    assert all(torch.equal(a, b) for a, b in zip(batches, client_batches(23, 3, 5, seed=7)))
+    with pytest.raises(ValueError, match="no training samples"):
+        client_batches(0, 1, 5, seed=0)
+
+
+@pytest.mark.parametrize("cfg", [
+    LocalTraining(epochs=2, batch_size=4, lr=0.1),
+    LocalTraining(epochs=1, batch_size=3, lr=0.05, momentum=0.9, weight_decay=0.01, prox_mu=0.5),
+])
+def test_loop_engine_matches_torch_optim_sgd(cfg):
+    """An independent computation: nn.Module + torch.optim.SGD + the proximal term by hand."""
+    model = make_model("mlp", (1, 8, 8), 10, hidden=(16,)).double()
+    (x, y), = _datasets([11])
+    result = LoopEngine().train(model, get_params(model), [(x, y)], cfg, [5])
+
+    ref = make_model("mlp", (1, 8, 8), 10, hidden=(16,)).double()
+    ref.load_state_dict(model.state_dict())
+    anchor = [p.detach().clone() for p in ref.parameters()]
+    opt = torch.optim.SGD(ref.parameters(), lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+    losses = []
+    for idx in client_batches(11, cfg.epochs, cfg.batch_size, 5):
+        opt.zero_grad()
+        ce = F.cross_entropy(ref(x[idx]), y[idx])
+        prox = sum(((p - a) ** 2).sum() for p, a in zip(ref.parameters(), anchor))
+        (ce + 0.5 * cfg.prox_mu * prox).backward()
+        opt.step()
+        losses.append(ce.item())
+    trained = unstack_params(result.params)[0]
+    for name, p in ref.named_parameters():
+        torch.testing.assert_close(trained[name], p.detach(), rtol=1e-10, atol=1e-12)
+    assert result.num_steps.tolist() == [len(losses)]
+    assert abs(result.train_loss.item() - np.mean(losses)) < 1e-10
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+@pytest.mark.parametrize("prox_mu", [0.0, 0.3])
+def test_vmap_engine_equals_loop_engine(name, prox_mu):
+    model = make_model(name, (1, 8, 8), 10, seed=3).double()
+    params = get_params(model)
+    sizes = [1, 4, 9, 31, 13]            # very unequal: 1 to 4 steps per epoch, ragged last batches
+    data = _datasets(sizes)
+    cfg = LocalTraining(epochs=2, batch_size=8, lr=0.05, momentum=0.5, prox_mu=prox_mu)
+    seeds = [11, 12, 13, 14, 15]
+    a = LoopEngine().train(model, params, data, cfg, seeds)
+    b = VmapEngine().train(model, params, data, cfg, seeds)
+    for k in params:
+        torch.testing.assert_close(b.params[k], a.params[k], rtol=1e-9, atol=1e-11)
+    torch.testing.assert_close(b.train_loss, a.train_loss, rtol=1e-9, atol=1e-11)
+    assert b.num_steps.tolist() == a.num_steps.tolist() == [2, 2, 4, 8, 4]
+
+
+def test_vmap_engine_chunks_give_the_same_result():
+    model = make_model("mlp", (1, 8, 8), 10, hidden=(8,)).double()
+    params = get_params(model)
+    data = _datasets([5, 17, 3, 8, 12, 2, 9])
+    cfg = LocalTraining(batch_size=4)
+    whole = VmapEngine().train(model, params, data, cfg, list(range(7)))
+    tiny = VmapEngine(memory_budget=1)          # forces one client per chunk
+    assert tiny.chunk_size(model, data[0][0], 4) == 1
+    chunked = tiny.train(model, params, data, cfg, list(range(7)))
+    for k in params:
+        torch.testing.assert_close(chunked.params[k], whole.params[k], rtol=1e-12, atol=1e-12)
+
+
+def test_padding_does_not_dilute_a_small_clients_gradient():
+    """A client with 1 sample in a batch-10 world takes the full-size step on that sample."""
+    model = make_model("mlp", (1, 8, 8), 10, hidden=(8,)).double()
+    params = get_params(model)
+    data = _datasets([1, 10])
+    cfg = LocalTraining(batch_size=10, lr=0.5)
+    b = VmapEngine().train(model, params, data, cfg, [0, 1])
+    single = LoopEngine().train(model, params, data[:1], cfg, [0])
+    for k in params:
+        torch.testing.assert_close(b.params[k][0], single.params[k][0], rtol=1e-12, atol=1e-12)
+    assert not torch.allclose(b.params["out.bias"][0], params["out.bias"])
+
+
+def test_auto_engine_falls_back_for_batchnorm(capsys):
+    bn = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 10), torch.nn.BatchNorm1d(10))
+    assert "BatchNorm1d" in vmap_unsupported_reason(bn)
+    assert isinstance(make_engine("auto", bn), LoopEngine)
+    assert "loop engine because" in capsys.readouterr().out
+    assert isinstance(make_engine("auto", make_model("cnn", (1, 8, 8), 10)), VmapEngine)
+    with pytest.raises(ValueError, match="cannot train"):
+        VmapEngine().train(bn, get_params(bn), _datasets([3], dtype=torch.float32), LocalTraining(), [0])
+    with pytest.raises(ValueError, match="Unknown engine"):
+        make_engine("threads")
+
+
+@pytest.mark.parametrize("kwargs, msg", [
+    ({"epochs": 0}, "epochs"), ({"batch_size": 0}, "batch_size"), ({"lr": -1.0}, "lr"),
+    ({"lr": float("nan")}, "lr"), ({"momentum": 1.0}, "momentum"), ({"prox_mu": -0.1}, "prox_mu"),
+])
+def test_local_training_validation(kwargs, msg):
+    with pytest.raises(ValueError, match=msg):
+        LocalTraining(**kwargs)

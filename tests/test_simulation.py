@@ -1,0 +1,161 @@
+"""Strategies of the FedAvg family, the simulator, History, plots and the command line."""
+import subprocess
+import sys
+
+import matplotlib
+import numpy as np
+import pytest
+import torch
+
+matplotlib.use("Agg")
+
+from fedlearn_edu import (FedAvg, FedAvgM, FedProx, History, evaluate_clients, federated_dataset,
+                          make_model, make_strategy, simulate)
+from fedlearn_edu.engine import LocalTraining
+from fedlearn_edu.params import get_params
+from fedlearn_edu.plotting import plot_client_accuracy, plot_curves
+from fedlearn_edu.strategies import ClientUpdates
+
+
+@pytest.fixture(scope="module")
+def fed():
+    return federated_dataset("digits", partition="dirichlet", num_clients=12, alpha=0.3, min_size=10, seed=1)
+
+
+def _updates(deltas, n, model=None):
+    m = next(iter(deltas.values())).shape[0]
+    return ClientUpdates(1, torch.arange(m), deltas, torch.tensor(n), torch.zeros(m), model)
+
+
+def test_fedavg_fedavgm_fedprox_formulas():
+    params = {"w": torch.tensor([1.0, 2.0])}
+    deltas = {"w": torch.tensor([[1.0, 0.0], [0.0, 4.0]])}
+    n = [1, 3]
+    new, diag = FedAvg(server_lr=0.5).aggregate(params, _updates(deltas, n))
+    torch.testing.assert_close(new["w"], torch.tensor([1.0 + 0.5 * 0.25, 2.0 + 0.5 * 3.0]))
+    torch.testing.assert_close(diag["weights"], torch.tensor([0.25, 0.75]))
+
+    s = FedAvgM(server_lr=1.0, momentum=0.9)
+    s.init(params)
+    mean = torch.tensor([0.25, 3.0])
+    p1, _ = s.aggregate(params, _updates(deltas, n))          # v1 = -mean
+    torch.testing.assert_close(p1["w"], params["w"] + mean)
+    p2, _ = s.aggregate(p1, _updates(deltas, n))              # v2 = 0.9 v1 - mean
+    torch.testing.assert_close(p2["w"], p1["w"] + 1.9 * mean)
+    s.init(params)                                            # init resets the momentum
+    p1b, _ = s.aggregate(params, _updates(deltas, n))
+    torch.testing.assert_close(p1b["w"], p1["w"])
+
+    prox = FedProx(mu=0.3)
+    assert prox.configure_local(LocalTraining()).prox_mu == 0.3
+    assert FedAvg().configure_local(LocalTraining()).prox_mu == 0.0
+
+
+def test_strategy_argument_errors():
+    with pytest.raises(ValueError, match="server_lr"):
+        FedAvg(server_lr=0)
+    with pytest.raises(ValueError, match="momentum"):
+        FedAvgM(momentum=1.5)
+    with pytest.raises(ValueError, match="mu"):
+        FedProx(mu=-1)
+    with pytest.raises(ValueError, match="Unknown strategy"):
+        make_strategy("fedsgd")
+    assert isinstance(make_strategy("FedAvg-M"), FedAvgM)
+
+
+def test_evaluate_clients_matches_a_per_client_loop(fed):
+    model = make_model("mlp", fed.input_shape, fed.num_classes, seed=0)
+    acc, loss = evaluate_clients(model, get_params(model), fed, batch_size=17)
+    for i, c in enumerate(fed):
+        with torch.no_grad():
+            logits = model(c.test_x)
+        assert acc[i] == pytest.approx((logits.argmax(1) == c.test_y).double().mean().item())
+        assert loss[i] == pytest.approx(torch.nn.functional.cross_entropy(logits, c.test_y).item(), rel=1e-5)
+
+
+def test_simulate_history_and_determinism(fed):
+    model = make_model("mlp", fed.input_shape, fed.num_classes, seed=0)
+    before = [p.clone() for p in model.parameters()]
+    kw = dict(rounds=6, clients_per_round=5, eval_every=2, seed=3, progress=False, engine="loop")
+    h1 = simulate(fed, model, FedAvg(), **kw)
+    h2 = simulate(fed, model, FedAvg(), **kw)
+    h3 = simulate(fed, model, FedAvg(), **{**kw, "seed": 4})
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters())), "model must not be modified"
+    assert isinstance(h1, History)
+    assert h1.eval_rounds == [0, 2, 4, 6]
+    assert h1.client_accuracy.shape == h1.client_loss.shape == (4, fed.num_clients)
+    assert len(h1.selected) == len(h1.diagnostics) == len(h1.train_loss) == 6
+    assert all(len(set(s.tolist())) == 5 for s in h1.selected)
+    np.testing.assert_array_equal(h1.client_accuracy, h2.client_accuracy)
+    assert [s.tolist() for s in h1.selected] == [s.tolist() for s in h2.selected]
+    assert [s.tolist() for s in h1.selected] != [s.tolist() for s in h3.selected]
+    m = h1.metrics()
+    assert set(m) == {"round", "mean", "std", "worst10", "best10"} and m["round"] == 6
+    assert h1.curve("mean").shape == (4,)
+    assert h1.metrics()["mean"] > h1.metrics(0)["mean"], "training must help"
+    assert "worst10" in h1.summary()
+    assert h1.conflicts.shape == (6,)
+    assert set(h1.diagnostics[0]["conflicts_per_layer"]) == {"hidden.0", "hidden.1", "out"}
+
+
+@pytest.mark.parametrize("strategy", [FedAvg(), FedAvgM(server_lr=0.5), FedProx(mu=0.1)])
+def test_vmap_and_loop_simulations_agree(fed, strategy):
+    model = make_model("cnn", fed.input_shape, fed.num_classes, seed=0)
+    kw = dict(rounds=3, clients_per_round=6, seed=0, progress=False, batch_size=10)
+    h_loop = simulate(fed, model, strategy, engine="loop", **kw)
+    h_vmap = simulate(fed, model, strategy, engine="vmap", **kw)
+    assert h_vmap.config["engine"] == "vmap"
+    np.testing.assert_allclose(h_vmap.client_loss, h_loop.client_loss, rtol=1e-3, atol=1e-4)
+    for k in h_loop.final_params:
+        torch.testing.assert_close(h_vmap.final_params[k], h_loop.final_params[k], rtol=1e-3, atol=1e-4)
+
+
+def test_non_iid_creates_conflicts_and_spread():
+    """With label-skewed clients some updates point against the aggregate; IID ones rarely do."""
+    kw = dict(rounds=12, clients_per_round=10, local_epochs=2, progress=False, seed=0)
+    skew = federated_dataset("digits", partition="shards", num_clients=20, shards_per_client=1, seed=0)
+    iid = federated_dataset("digits", partition="iid", num_clients=20, seed=0)
+    model = make_model("mlp", skew.input_shape, skew.num_classes, seed=0)
+    h_skew = simulate(skew, model, FedAvg(), **kw)
+    h_iid = simulate(iid, model, FedAvg(), **kw)
+    assert h_skew.conflicts.sum() > h_iid.conflicts.sum()
+    assert h_skew.metrics()["std"] > h_iid.metrics()["std"]
+
+
+def test_simulate_argument_errors(fed):
+    model = make_model("mlp", fed.input_shape, fed.num_classes)
+    with pytest.raises(ValueError, match="rounds"):
+        simulate(fed, model, FedAvg(), rounds=0)
+    with pytest.raises(TypeError, match="Strategy"):
+        simulate(fed, model, "fedavg")
+    with pytest.raises(ValueError, match="lr_decay"):
+        simulate(fed, model, FedAvg(), lr_decay=0)
+    with pytest.raises(FloatingPointError, match="diverged"):
+        simulate(fed, model, FedAvg(), rounds=3, lr=1e6, local_epochs=3, progress=False)
+    with pytest.raises(FloatingPointError, match="global parameters"):
+        simulate(fed, model, FedAvg(server_lr=1e308), rounds=3, lr=1.0, progress=False)
+
+
+def test_plots_draw(fed):
+    model = make_model("mlp", fed.input_shape, fed.num_classes, seed=0)
+    h = simulate(fed, model, FedAvg(), rounds=2, clients_per_round=4, progress=False)
+    axes = plot_curves({"a": h, "b": h}, metrics=("mean", "worst10"))
+    assert len(axes) == 2 and len(axes[0].lines) == 2
+    ax = plot_client_accuracy([h])
+    assert ax.get_ylabel().startswith("accuracy")
+    with pytest.raises(ValueError, match="Unknown metric"):
+        plot_curves(h, metrics=("median",))
+
+
+def test_cli_prints_metrics_table_and_saves_plot(tmp_path):
+    png = tmp_path / "curves.png"
+    out = subprocess.run(
+        [sys.executable, "-m", "fedlearn_edu", "run", "--dataset", "digits", "--strategy", "fedavg",
+         "--clients", "20", "--alpha", "0.1", "--rounds", "4", "--no-progress", "--plot", str(png)],
+        capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "worst10" in out.stdout and "fedavg" in out.stdout
+    assert png.stat().st_size > 1000
+    bad = subprocess.run([sys.executable, "-m", "fedlearn_edu", "run", "--strategy", "nope"],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode != 0 and "invalid choice" in bad.stderr
