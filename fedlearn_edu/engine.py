@@ -221,6 +221,7 @@ class VmapEngine:
             raise ValueError(f"max_chunk must be >= 1, got {max_chunk}.")
         self.memory_budget = memory_budget
         self.max_chunk = int(max_chunk)
+        self._chunk_cache: dict = {}
 
     def chunk_size(self, model: nn.Module, sample: Tensor, batch_size: int) -> int:
         """Clients per chunk: memory budget / estimated bytes per client.
@@ -264,7 +265,11 @@ class VmapEngine:
         reason = vmap_unsupported_reason(model)
         if reason:
             raise ValueError(f"VmapEngine cannot train this model: {reason}. Use engine='loop'.")
-        chunk = self.chunk_size(model, datasets[0][0], config.batch_size)
+        sample = datasets[0][0]
+        key = (id(model), tuple(sample.shape[1:]), sample.device, config.batch_size)
+        if key not in self._chunk_cache:
+            self._chunk_cache[key] = self.chunk_size(model, sample, config.batch_size)
+        chunk = self._chunk_cache[key]
         parts = [self._train_chunk(model, global_params, datasets[i:i + chunk], config, seeds[i:i + chunk])
                  for i in range(0, len(datasets), chunk)]
         return LocalResult(
@@ -291,26 +296,29 @@ class VmapEngine:
                 index[j, s, :idx.numel()] = idx + offsets[j]
                 mask[j, s, :idx.numel()] = 1.0
         index, mask = index.to(device), mask.to(device, x_all.dtype)
-        active = (torch.arange(max_steps).unsqueeze(0) < steps.unsqueeze(1)).to(device)  # [m, S]
+        # A client's schedule is a prefix of the steps: once it has ended the client is frozen
+        # by a zero step size (its momentum buffer may keep moving; it is never used again).
+        active = (torch.arange(max_steps).unsqueeze(0) < steps.unsqueeze(1)).to(device, x_all.dtype)  # [m, S]
+        step_size = active * config.lr
 
         anchor = {k: v.detach() for k, v in global_params.items()}
         params = {k: v.detach().unsqueeze(0).repeat(m, *([1] * v.dim())) for k, v in anchor.items()}
         buf = {k: torch.zeros_like(v) for k, v in params.items()} if config.momentum else None
         step_grad = vmap(grad_and_value(masked_batch_loss, has_aux=True),
                          in_dims=(0, None, 0, 0, 0, None, None))
-        total = torch.zeros(m, device=device)
+        total = torch.zeros(m, device=device, dtype=x_all.dtype)
         for s in range(max_steps):
             idx = index[:, s]
             grads, (_, ce) = step_grad(params, model, x_all[idx], y_all[idx], mask[:, s], anchor, config.prox_mu)
-            on = active[:, s]
             if config.weight_decay:
                 grads = {k: g + config.weight_decay * params[k] for k, g in grads.items()}
             if buf is not None:
-                buf = {k: torch.where(_expand(on, b), config.momentum * b + grads[k], b) for k, b in buf.items()}
+                buf = {k: config.momentum * b + grads[k] for k, b in buf.items()}
                 grads = buf
-            params = {k: torch.where(_expand(on, p), p - config.lr * grads[k], p) for k, p in params.items()}
-            total = total + torch.where(on, ce.detach(), torch.zeros_like(total))
-        return LocalResult(params, total / steps.to(device), steps)
+            lr = step_size[:, s]
+            params = {k: torch.addcmul(p, _expand(lr, p), grads[k], value=-1.0) for k, p in params.items()}
+            total = total + active[:, s] * ce.detach()
+        return LocalResult(params, total / steps.to(device, total.dtype), steps)
 
 
 def _expand(flag: Tensor, like: Tensor) -> Tensor:

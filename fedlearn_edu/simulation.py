@@ -92,7 +92,8 @@ class History:
 
 def format_table(histories: dict[str, History], every: bool = False) -> str:
     """Text table of fairness metrics; one row per strategy (final), or per evaluation with ``every``."""
-    head = f"{'strategy':<12}{'round':>6}{'mean':>8}{'std':>8}{'worst10':>9}{'best10':>8}"
+    w = max([12, *(len(name) + 2 for name in histories)])
+    head = f"{'strategy':<{w}}{'round':>6}{'mean':>8}{'std':>8}{'worst10':>9}{'best10':>8}"
     lines = [head, "-" * len(head)]
     for name, h in histories.items():
         n = len(h.eval_rounds)
@@ -102,7 +103,7 @@ def format_table(histories: dict[str, History], every: bool = False) -> str:
             idx = sorted(set(range(0, n, stride)) | {n - 1})
         for i in idx:
             m = h.metrics(i)
-            lines.append(f"{name:<12}{m['round']:>6}{m['mean']:>8.3f}{m['std']:>8.3f}"
+            lines.append(f"{name:<{w}}{m['round']:>6}{m['mean']:>8.3f}{m['std']:>8.3f}"
                          f"{m['worst10']:>9.3f}{m['best10']:>8.3f}")
     return "\n".join(lines)
 

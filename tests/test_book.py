@@ -7,17 +7,14 @@
   committed without outputs, it is listed in ``_toc.yml``, and its first code
   cell installs ``fedlearn_edu`` where it is missing (Colab).
 
-The build runs once per test session (module-scoped fixture) into a temporary
-directory, so it never touches the working tree's ``_build/``. Its time limit
+The build runs once per test session (the ``built_book`` fixture of conftest.py) into a
+temporary directory, so it never touches the working tree's ``_build/``. Its time limit
 is ``FEDLEARN_BOOK_TIMEOUT`` seconds (default 3600).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -25,7 +22,6 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 BOOK = REPO / "book"
 TRACEBACK = "Traceback (most recent call last)"
-BUILD_TIMEOUT_S = int(os.environ.get("FEDLEARN_BOOK_TIMEOUT", "3600"))
 
 
 # --------------------------------------------------------------------------
@@ -64,58 +60,8 @@ def _chapter_docs() -> list[str]:
     return [f for f in _toc_files() if (REPO / f).with_suffix(".ipynb").exists()]
 
 
-def _tail(text: str, n: int = 6000) -> str:
-    return text if len(text) <= n else "...\n" + text[-n:]
-
-
 # --------------------------------------------------------------------------
 # the build
-
-
-@pytest.fixture(scope="module")
-def built_book(tmp_path_factory) -> Path:
-    """Build the book into a temporary folder; return its ``_build/html``."""
-    try:
-        import jupyter_book  # noqa: F401
-    except ImportError as err:  # pragma: no cover - environment problem
-        pytest.fail(
-            f"jupyter-book is not installed ({err}); install the book extras: "
-            'pip install -e ".[book,test]"'
-        )
-    out = tmp_path_factory.mktemp("book")
-    # `--path-output DIR` writes the HTML to DIR/_build/html.
-    cmd = [
-        sys.executable,
-        "-c",
-        "import sys; from jupyter_book.cli.main import main; sys.exit(main())",
-        "build",
-        str(REPO),
-        "--path-output",
-        str(out),
-        "-W",
-        "-n",
-        "--keep-going",
-    ]
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    try:
-        proc = subprocess.run(
-            cmd,
-            cwd=REPO,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            timeout=BUILD_TIMEOUT_S,
-        )
-    except subprocess.TimeoutExpired as err:
-        output = err.output.decode() if isinstance(err.output, bytes) else (err.output or "")
-        pytest.fail(f"book build exceeded {BUILD_TIMEOUT_S} s\n{_tail(output)}")
-    html = out / "_build" / "html"
-    assert proc.returncode == 0, (
-        f"`jupyter-book build . -W -n --keep-going` failed (exit {proc.returncode}):\n"
-        f"{_tail(proc.stdout)}"
-    )
-    return html
 
 
 def test_book_builds_with_warnings_as_errors(built_book: Path):

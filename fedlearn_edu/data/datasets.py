@@ -29,7 +29,6 @@ import os
 import pickle
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch

@@ -1,0 +1,68 @@
+"""Shared fixtures: the book, built once per test session."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+BUILD_TIMEOUT_S = int(os.environ.get("FEDLEARN_BOOK_TIMEOUT", "3600"))
+
+
+def _tail(text: str, n: int = 6000) -> str:
+    return text if len(text) <= n else "...\n" + text[-n:]
+
+
+@pytest.fixture(scope="session")
+def built_book(tmp_path_factory) -> Path:
+    """Build the book into a temporary folder; return its ``_build/html``.
+
+    For quick iterations on the book tests, ``FEDLEARN_BOOK_HTML=_build/html`` reuses an
+    existing build instead (CI never sets it).
+    """
+    if os.environ.get("FEDLEARN_BOOK_HTML"):
+        return Path(os.environ["FEDLEARN_BOOK_HTML"]).resolve()
+    try:
+        import jupyter_book  # noqa: F401
+    except ImportError as err:  # pragma: no cover - environment problem
+        pytest.fail(
+            f"jupyter-book is not installed ({err}); install the book extras: "
+            'pip install -e ".[book,test]"'
+        )
+    out = tmp_path_factory.mktemp("book")
+    # `--path-output DIR` writes the HTML to DIR/_build/html.
+    cmd = [
+        sys.executable,
+        "-c",
+        "import sys; from jupyter_book.cli.main import main; sys.exit(main())",
+        "build",
+        str(REPO),
+        "--path-output",
+        str(out),
+        "-W",
+        "-n",
+        "--keep-going",
+    ]
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    try:
+        proc = subprocess.run(
+            cmd,
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=BUILD_TIMEOUT_S,
+        )
+    except subprocess.TimeoutExpired as err:
+        output = err.output.decode() if isinstance(err.output, bytes) else (err.output or "")
+        pytest.fail(f"book build exceeded {BUILD_TIMEOUT_S} s\n{_tail(output)}")
+    html = out / "_build" / "html"
+    assert proc.returncode == 0, (
+        f"`jupyter-book build . -W -n --keep-going` failed (exit {proc.returncode}):\n"
+        f"{_tail(proc.stdout)}"
+    )
+    return html
