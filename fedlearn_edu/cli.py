@@ -32,6 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--lr", type=float, default=0.05, help="client learning rate")
     run.add_argument("--server-lr", type=float, default=1.0)
     run.add_argument("--mu", type=float, default=0.01, help="FedProx proximal coefficient")
+    run.add_argument("--val-fraction", type=float, default=0.1,
+                     help="fedvg: share of every client's training data pooled as the server's validation set")
     run.add_argument("--eval-every", type=int, default=1)
     run.add_argument("--engine", default="auto", choices=["auto", "loop", "vmap"])
     run.add_argument("--device", default="auto")
@@ -52,6 +54,9 @@ def main(argv=None) -> int:
     kwargs = {"server_lr": args.server_lr}
     if args.strategy == "fedprox":
         kwargs["mu"] = args.mu
+    if args.strategy == "fedvg":
+        from .data import server_validation_split
+        fed, kwargs["val_data"] = server_validation_split(fed, args.val_fraction, seed=args.seed)
     strategy = make_strategy(args.strategy, **kwargs)
     history = simulate(fed, model, strategy, rounds=args.rounds, clients_per_round=args.clients_per_round,
                        local_epochs=args.local_epochs, batch_size=args.batch_size, lr=args.lr,

@@ -4,5 +4,7 @@ Inputs are ``Tensor[m, d]`` (one row per selected client) or a dict of per-layer
 ``Tensor[m, ...]``; outputs are tensors. No models, no loops over clients, any device.
 """
 from .fedavg import count_conflicts, fedavg
+from .fedvg import fedvg_aggregate, fedvg_layerwise_weights, fedvg_mixed_weights, fedvg_weights
 
-__all__ = ["fedavg", "count_conflicts"]
+__all__ = ["fedavg", "count_conflicts", "fedvg_weights", "fedvg_layerwise_weights", "fedvg_mixed_weights",
+           "fedvg_aggregate"]

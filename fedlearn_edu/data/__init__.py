@@ -25,6 +25,7 @@ from .partition import (
 )
 from .plotting import plot_partition
 from .synthetic import SYNTHETIC_CLASSES, SYNTHETIC_DIM, synthetic_federated
+from .validation import external_validation_set, resize_images, server_validation_split
 
 __all__ = [
     "ClientData", "Federation", "make_federation",
@@ -35,4 +36,5 @@ __all__ = [
     "flip_labels", "add_label_noise",
     "synthetic_federated", "SYNTHETIC_DIM", "SYNTHETIC_CLASSES",
     "plot_partition",
+    "server_validation_split", "external_validation_set", "resize_images",
 ]
