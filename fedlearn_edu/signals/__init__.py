@@ -1,3 +1,8 @@
 """Client signals: quantities computed from a client's model or data that strategies weigh by."""
+from .oui import (activation_counts, client_oui, hamming_distances, oui, oui_pairwise,
+                  penultimate_preactivations, probe_batch, probe_indices)
 
-__all__: list[str] = []
+__all__ = [
+    "oui", "oui_pairwise", "activation_counts", "hamming_distances",
+    "penultimate_preactivations", "probe_indices", "probe_batch", "client_oui",
+]

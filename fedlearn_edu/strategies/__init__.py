@@ -1,8 +1,9 @@
 """Stateful server strategies that call the pure aggregation math."""
 from .base import ClientUpdates, Strategy
 from .fedavg import FedAvg, FedAvgM, FedProx
+from .fedoui import FedAlign, FedOUI
 
-STRATEGIES = {cls.name: cls for cls in (FedAvg, FedAvgM, FedProx)}
+STRATEGIES = {cls.name: cls for cls in (FedAvg, FedAvgM, FedProx, FedOUI, FedAlign)}
 
 
 def make_strategy(name: str, **kwargs) -> Strategy:
@@ -13,4 +14,5 @@ def make_strategy(name: str, **kwargs) -> Strategy:
     return STRATEGIES[key](**kwargs)
 
 
-__all__ = ["ClientUpdates", "Strategy", "FedAvg", "FedAvgM", "FedProx", "STRATEGIES", "make_strategy"]
+__all__ = ["ClientUpdates", "Strategy", "FedAvg", "FedAvgM", "FedProx", "FedOUI", "FedAlign",
+           "STRATEGIES", "make_strategy"]
