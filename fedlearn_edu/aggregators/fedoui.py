@@ -233,11 +233,11 @@ def fedoui_weights(oui_values, num_samples, eps: float = 1e-3, size_power: float
 
 def _weights_from_scores(scores: Tensor, num_samples, eps: float, size_power: float = 1.0,
                          score_power: float = 1.0) -> Tensor:
-    n = check_weights(num_samples, scores.shape[0], "num_samples").to(torch.float64).cpu()
+    n = check_weights(num_samples, scores.shape[0], "num_samples").cpu().to(torch.float64)
     if bool((n <= 0).any()):
         i = int((n <= 0).nonzero()[0])
         raise ValueError(f"num_samples[{i}] (client {i}) is {n[i].item():g}; every client needs n_k > 0.")
-    w = n ** size_power * (eps + scores.to(torch.float64).cpu()) ** score_power
+    w = n ** size_power * (eps + scores.cpu().to(torch.float64)) ** score_power
     return (w / w.sum()).to(dtype=scores.dtype, device=scores.device)
 
 
@@ -255,7 +255,7 @@ def fedalign_weights(deltas: Updates, num_samples, eps: float = 1e-3) -> Tensor:
         eps: floor added to the clipped cosine.
 
     Returns:
-        ``Tensor[m]``, positive, summing to 1 (float64).
+        ``Tensor[m]``, positive, summing to 1 (float64; float32 on MPS), on the deltas' device.
 
     Example:
         >>> d = torch.tensor([[1.0, 0.0], [1.0, 0.1], [-1.0, 0.0]])
@@ -266,15 +266,17 @@ def fedalign_weights(deltas: Updates, num_samples, eps: float = 1e-3) -> Tensor:
     if not (eps > 0 and math.isfinite(eps)):
         raise ValueError(f"eps must be a finite number > 0, got {eps}.")
     m = check_updates(deltas, "deltas")
-    n = check_weights(num_samples, m, "num_samples").to(torch.float64)
+    n = check_weights(num_samples, m, "num_samples").cpu().to(torch.float64)
     if bool((n <= 0).any()):
         i = int((n <= 0).nonzero()[0])
         raise ValueError(f"num_samples[{i}] (client {i}) is {n[i].item():g}; every client needs n_k > 0.")
+    first = deltas if isinstance(deltas, Tensor) else next(iter(deltas.values()))
+    dtype = torch.float32 if first.device.type == "mps" else torch.float64  # MPS has no float64
     if isinstance(deltas, Tensor):
-        flat = deltas.to(torch.float64)
+        flat = deltas.to(dtype)
     else:
-        flat = torch.cat([v.reshape(m, -1).to(torch.float64) for v in deltas.values()], dim=1)
-    n = n.to(flat.device)
+        flat = torch.cat([v.reshape(m, -1).to(dtype) for v in deltas.values()], dim=1)
+    n = n.to(device=flat.device, dtype=dtype)
     mean = (n / n.sum()) @ flat
     norms = flat.norm(dim=1) * mean.norm()
     cos = torch.where(norms > 0, (flat @ mean) / torch.where(norms > 0, norms, torch.ones_like(norms)),

@@ -77,7 +77,7 @@ def _check_preactivations(z, what: str = "preactivations") -> Tensor:
 def _oui_values(z: Tensor) -> Tensor:
     """OUI of ``z: Tensor[..., B, d]`` along the last two axes (no checks); ``Tensor[...]``."""
     b = z.shape[-2]
-    s = (z > 0).sum(dim=-2)
+    s = (z > 0).sum(dim=-2).cpu()  # integer counts; float64 on the CPU (MPS has no float64)
     u = torch.minimum(s, b - s).to(torch.float64)
     return (u / (b // 2)).mean(dim=-1).clamp(0.0, 1.0)
 
@@ -311,8 +311,8 @@ def client_oui(model: nn.Module, params: Mapping[str, Tensor], probes: Tensor | 
         layer: optional submodule name to hook instead of ``features=True``.
 
     Returns:
-        ``Tensor[m]`` (float64), one OUI per client. With ``layer=None`` all clients run in
-        one ``torch.func.vmap`` pass; with a hook they run one after another.
+        ``Tensor[m]`` (float64, on the CPU), one OUI per client. With ``layer=None`` all
+        clients run in one ``torch.func.vmap`` pass; with a hook they run one after another.
 
     Example:
         >>> from fedlearn_edu.models import MLP
