@@ -4,7 +4,13 @@ Inputs are ``Tensor[m, d]`` (one row per selected client) or a dict of per-layer
 ``Tensor[m, ...]``; outputs are tensors. No models, no loops over clients, any device.
 """
 from .fedavg import count_conflicts, fedavg
+from .fedoui import (beta_moments, empirical_rank_scores, fedalign_weights, fedoui_scores,
+                     fedoui_weights, fit_beta)
 from .fedvg import fedvg_aggregate, fedvg_layerwise_weights, fedvg_mixed_weights, fedvg_weights
 
-__all__ = ["fedavg", "count_conflicts", "fedvg_weights", "fedvg_layerwise_weights", "fedvg_mixed_weights",
-           "fedvg_aggregate"]
+__all__ = [
+    "fedavg", "count_conflicts",
+    "fedvg_weights", "fedvg_layerwise_weights", "fedvg_mixed_weights", "fedvg_aggregate",
+    "fit_beta", "beta_moments", "empirical_rank_scores", "fedoui_scores", "fedoui_weights",
+    "fedalign_weights",
+]

@@ -1,4 +1,10 @@
 """Client signals: quantities computed from a client's model or data that strategies weigh by."""
+from .oui import (activation_counts, client_oui, hamming_distances, oui, oui_pairwise,
+                  penultimate_preactivations, probe_batch, probe_indices)
 from .validation_gradients import as_validation_set, validation_gradient_norms, validation_gradients
 
-__all__: list[str] = ["validation_gradients", "validation_gradient_norms", "as_validation_set"]
+__all__ = [
+    "validation_gradients", "validation_gradient_norms", "as_validation_set",
+    "oui", "oui_pairwise", "activation_counts", "hamming_distances",
+    "penultimate_preactivations", "probe_indices", "probe_batch", "client_oui",
+]

@@ -1,9 +1,10 @@
 """Stateful server strategies that call the pure aggregation math."""
 from .base import ClientUpdates, Strategy
 from .fedavg import FedAvg, FedAvgM, FedProx
+from .fedoui import FedAlign, FedOUI
 from .fedvg import FedVG
 
-STRATEGIES = {cls.name: cls for cls in (FedAvg, FedAvgM, FedProx, FedVG)}
+STRATEGIES = {cls.name: cls for cls in (FedAvg, FedAvgM, FedProx, FedVG, FedOUI, FedAlign)}
 
 
 def make_strategy(name: str, **kwargs) -> Strategy:
@@ -14,4 +15,5 @@ def make_strategy(name: str, **kwargs) -> Strategy:
     return STRATEGIES[key](**kwargs)
 
 
-__all__ = ["ClientUpdates", "Strategy", "FedAvg", "FedAvgM", "FedProx", "FedVG", "STRATEGIES", "make_strategy"]
+__all__ = ["ClientUpdates", "Strategy", "FedAvg", "FedAvgM", "FedProx", "FedVG", "FedOUI", "FedAlign",
+           "STRATEGIES", "make_strategy"]

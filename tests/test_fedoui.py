@@ -1,0 +1,445 @@
+"""FedOUI: the OUI signal, the Beta fit and its fallbacks, the weights, FedAlign, the strategies."""
+import itertools
+import math
+
+import numpy as np
+import pytest
+import scipy.stats
+import torch
+from hypothesis import given, settings, strategies as st
+from hypothesis.extra.numpy import arrays
+
+from fedlearn_edu import FedAlign, FedAvg, FedOUI, make_strategy, simulate
+from fedlearn_edu.aggregators import (beta_moments, empirical_rank_scores, fedalign_weights, fedavg,
+                                      fedoui_scores, fedoui_weights, fit_beta)
+from fedlearn_edu.data import federated_dataset
+from fedlearn_edu.engine import LocalResult
+from fedlearn_edu.models import make_model
+from fedlearn_edu.params import get_params, stack_params
+from fedlearn_edu.signals import (activation_counts, client_oui, hamming_distances, oui, oui_pairwise,
+                                  penultimate_preactivations, probe_batch, probe_indices)
+from fedlearn_edu.strategies import ClientUpdates
+
+FAST = settings(max_examples=40, deadline=None)
+# Pre-activations: a mix of signs and exact zeros (zero counts as "off": Z > 0 is the test).
+preact = st.sampled_from([-2.0, -0.5, 0.0, 0.3, 1.5])
+
+# The authors' representative round (their report, Table 2): OUI, n_k, score, weight.
+PAPER_OUI = [0.1265, 0.2573, 0.3101, 0.3179, 0.3716]
+PAPER_N = [210, 226, 66, 40, 17]
+PAPER_SCORE = [0.0743, 0.8950, 0.6821, 0.6264, 0.3165]
+PAPER_WEIGHT = [0.0538, 0.6890, 0.1534, 0.0854, 0.0184]
+
+
+def np_oui(z: np.ndarray) -> float:
+    """Independent NumPy OUI: loop over units."""
+    b, d = z.shape
+    vals = []
+    for j in range(d):
+        s = int(np.count_nonzero(z[:, j] > 0))
+        vals.append(min(s, b - s) / (b // 2))
+    return float(np.clip(np.mean(vals), 0, 1))
+
+
+def np_pair_distances(z: np.ndarray) -> list[int]:
+    a = z > 0
+    return [int(np.count_nonzero(a[i] != a[k])) for i, k in itertools.combinations(range(len(a)), 2)]
+
+
+# ====================================================================== OUI
+@pytest.mark.parametrize("b", [2, 3, 8, 31, 32])
+def test_oui_is_one_when_every_unit_splits_the_batch_in_half(b):
+    d = 6
+    z = torch.full((b, d), -1.0)
+    for j in range(d):  # a different half for every unit
+        on = torch.randperm(b, generator=torch.Generator().manual_seed(j))[: b // 2 + (j % 2) * (b % 2)]
+        z[on, j] = 1.0
+    assert oui(z) == 1.0
+
+
+def test_oui_is_zero_for_constant_patterns():
+    b, d = 10, 5
+    assert oui(torch.ones(b, d)) == 0.0                      # always on
+    assert oui(-torch.ones(b, d)) == 0.0                     # always off
+    assert oui(torch.zeros(b, d)) == 0.0                     # 0 is "off"
+    mixed = torch.cat([torch.ones(b, 2), -torch.ones(b, 3)], dim=1)
+    assert oui(mixed) == 0.0
+    assert oui_pairwise(mixed) == 0.0
+
+
+@FAST
+@given(b=st.integers(2, 12), d=st.integers(1, 8), data=st.data())
+def test_oui_equals_numpy_and_is_invariant(b, d, data):
+    z = data.draw(arrays(np.float64, (b, d), elements=preact))
+    t = torch.tensor(z)
+    assert oui(t) == pytest.approx(np_oui(z), abs=1e-12)
+    assert 0.0 <= oui(t) <= 1.0
+    # permuting samples or units, or flipping a unit's on/off (negating a column with no zeros)
+    perm_b, perm_d = np.random.default_rng(b * 31 + d).permutation(b), np.random.default_rng(d).permutation(d)
+    assert oui(t[perm_b][:, perm_d]) == pytest.approx(oui(t), abs=1e-12)
+    nz = np.where(z == 0, 1.0, z)
+    flipped = nz.copy()
+    flipped[:, 0] *= -1
+    assert oui(torch.tensor(flipped)) == pytest.approx(np_oui(nz), abs=1e-12)
+
+
+@FAST
+@given(b=st.integers(2, 12), d=st.integers(2, 8), data=st.data())
+def test_pair_identity_and_pairwise_form(b, d, data):
+    """sum over pairs of Hamming distances = sum_j s_j (B - s_j); oui_pairwise matches NumPy."""
+    z = data.draw(arrays(np.float64, (b, d), elements=preact))
+    t = torch.tensor(z)
+    dist = np_pair_distances(z)
+    s = activation_counts(t)
+    assert torch.equal(s, torch.tensor((z > 0).sum(axis=0)))
+    h = hamming_distances(t)
+    assert torch.equal(h, h.T) and bool((h.diagonal() == 0).all())
+    iu = np.triu_indices(b, 1)
+    assert h.numpy()[iu].tolist() == dist
+    assert sum(dist) == int((s * (b - s)).sum())                     # the identity
+    half = d // 2
+    assert oui_pairwise(t) == pytest.approx(np.mean(np.minimum(dist, half)) / half, abs=1e-12)
+    assert oui_pairwise(t, clamp=False) * half * math.comb(b, 2) == pytest.approx(sum(dist), abs=1e-9)
+
+
+@FAST
+@given(b=st.integers(2, 12), d=st.integers(1, 8), data=st.data())
+def test_normalised_pair_distance_is_bracketed_by_oui(b, d, data):
+    """P = sum_pairs H / (d floor(B/2) ceil(B/2)) satisfies OUI <= P <= OUI + c_B OUI (1 - OUI)."""
+    z = torch.tensor(data.draw(arrays(np.float64, (b, d), elements=preact)))
+    o = oui(z)
+    p = float(torch.triu(hamming_distances(z), 1).sum()) / (d * (b // 2) * ((b + 1) // 2))
+    c = 1.0 if b % 2 == 0 else (b - 1) / (b + 1)
+    assert o - 1e-12 <= p <= o + c * o * (1 - o) + 1e-12
+
+
+def test_oui_bad_input_raises_clear_errors():
+    with pytest.raises(ValueError, match=r"Tensor\[B, d\]"):
+        oui(torch.ones(5))
+    with pytest.raises(ValueError, match=r"Tensor\[B, d\]"):
+        oui(torch.ones(2, 3, 4))
+    with pytest.raises(ValueError, match="at least B = 2"):
+        oui(torch.ones(1, 4))
+    z = torch.randn(4, 3)
+    z[2, 1] = float("nan")
+    with pytest.raises(ValueError, match="NaN or Inf.*sample 2"):
+        oui(z)
+    with pytest.raises(TypeError, match="torch.Tensor"):
+        oui(np.ones((4, 3)))
+    with pytest.raises(ValueError, match="d >= 2"):
+        oui_pairwise(torch.randn(4, 1))
+    with pytest.raises(ValueError, match="at least B = 2"):
+        hamming_distances(torch.randn(1, 3))
+
+
+# ====================================================================== capturing the layer
+@pytest.mark.parametrize("name", ["mlp", "cnn", "smallcnn", "resnet20"])
+def test_penultimate_preactivations_per_model(name):
+    torch.manual_seed(0)
+    model = make_model(name, (1, 8, 8), 10, **({"hidden": (12, 9)} if name == "mlp" else {}))
+    model.train()
+    x = torch.randn(6, 1, 8, 8)
+    z = penultimate_preactivations(model, x)
+    assert model.training  # mode restored
+    with torch.no_grad():
+        if name == "mlp":
+            expected = model.hidden[1](torch.relu(model.hidden[0](x.flatten(1))))
+        elif name == "cnn":
+            h = torch.nn.functional.max_pool2d(torch.relu(model.conv1(x)), 2)
+            h = torch.nn.functional.max_pool2d(torch.relu(model.conv2(h)), 2)
+            expected = model.fc2(torch.relu(model.fc1(h.flatten(1))))
+        elif name == "smallcnn":
+            h = torch.nn.functional.max_pool2d(torch.relu(model.conv1(x)), 2)
+            h = torch.nn.functional.max_pool2d(torch.relu(model.conv2(h)), 2)
+            expected = model.fc1(h.flatten(1))
+        else:
+            expected = None
+    if expected is not None:
+        torch.testing.assert_close(z, expected)
+        # the logits are the last Linear of the ReLU of these pre-activations
+        torch.testing.assert_close(model.out(torch.relu(z)), model(x).detach())
+    else:  # ResNet20: pooled post-ReLU features
+        assert z.shape == (6, 64) and bool((z >= 0).all())
+        torch.testing.assert_close(model.out(z), model(x).detach())
+
+
+def test_hook_capture_equals_feature_method_and_functional_params():
+    model = make_model("smallcnn", (1, 8, 8), 10, seed=1)
+    x = torch.randn(5, 1, 8, 8)
+    torch.testing.assert_close(penultimate_preactivations(model, x, layer="fc1"),
+                               penultimate_preactivations(model, x))
+    other = {k: v + 0.1 for k, v in get_params(model).items()}
+    z_fc = penultimate_preactivations(model, x, params=other)
+    z_hook = penultimate_preactivations(model, x, params=other, layer="fc1")
+    torch.testing.assert_close(z_fc, z_hook)
+    assert not torch.allclose(z_fc, penultimate_preactivations(model, x))
+    with pytest.raises(ValueError, match="No submodule"):
+        penultimate_preactivations(model, x, layer="nope")
+
+
+def test_model_without_features_argument_gets_a_clear_error():
+    plain = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 7), torch.nn.ReLU(), torch.nn.Linear(7, 3))
+    x = torch.randn(4, 1, 8, 8)
+    with pytest.raises(TypeError, match="layer="):
+        penultimate_preactivations(plain, x)
+    z = penultimate_preactivations(plain, x, layer="1")
+    torch.testing.assert_close(z, plain[1](x.flatten(1)))
+    stacked = stack_params([get_params(plain)] * 2)
+    o = client_oui(plain, stacked, torch.stack([x, x]), layer="1")
+    assert o.tolist() == pytest.approx([oui(z)] * 2)
+
+
+def test_client_oui_vmap_equals_one_client_at_a_time():
+    model = make_model("mlp", (1, 8, 8), 10, seed=0, hidden=(20, 16))
+    g = torch.Generator().manual_seed(0)
+    clients = [{k: v + 0.3 * torch.randn(v.shape, generator=g) for k, v in get_params(model).items()} for _ in range(4)]
+    probes = torch.randn(4, 32, 1, 8, 8, generator=g)
+    got = client_oui(model, stack_params(clients), probes)
+    expected = [oui(penultimate_preactivations(model, probes[i], clients[i])) for i in range(4)]
+    assert got.dtype == torch.float64
+    assert got.tolist() == pytest.approx(expected, abs=1e-12)
+    with pytest.raises(ValueError, match="3 probes"):
+        client_oui(model, stack_params(clients), probes[:3])
+
+
+def test_probe_is_fixed_own_data_and_full_size():
+    a, b = probe_indices(100, 32, seed=0), probe_indices(100, 32, seed=0)
+    assert torch.equal(a, b) and a.unique().numel() == 32 and int(a.max()) < 100
+    assert not torch.equal(a, probe_indices(100, 32, seed=1))
+    small = probe_indices(10, 32, seed=0)        # fewer samples than B: drawn with replacement
+    assert small.numel() == 32 and int(small.max()) < 10
+    x = torch.arange(50.0).reshape(50, 1)
+    assert torch.equal(probe_batch(x, 8, 3), x[probe_indices(50, 8, 3)])
+    with pytest.raises(ValueError, match="probe_size"):
+        probe_indices(10, 1)
+
+
+# ====================================================================== Beta fit
+@FAST
+@given(arrays(np.float64, st.integers(3, 30), elements=st.floats(0.02, 0.98)))
+def test_fit_beta_moments_match_the_sample_moments(x):
+    """The fitted Beta's mean and variance (from SciPy) equal the sample's (ddof = 1)."""
+    alpha, beta, method = fit_beta(x)
+    v = x.var(ddof=1)
+    if v == 0 or x.mean() * (1 - x.mean()) / v - 1 <= 0:
+        assert method != "moments"
+        return
+    assert method == "moments"
+    dist = scipy.stats.beta(alpha, beta)
+    assert dist.mean() == pytest.approx(np.mean(x), rel=1e-9)
+    assert dist.var() == pytest.approx(np.sum((x - x.mean()) ** 2) / (len(x) - 1), rel=1e-7)
+
+
+def test_beta_moments_closed_form():
+    a, b = beta_moments(2.5 / 10, 2.5 * 7.5 / (10 ** 2 * 11))
+    assert (a, b) == pytest.approx((2.5, 7.5))
+    assert all(math.isnan(v) for v in beta_moments(0.5, 0.0))
+    assert all(math.isnan(v) for v in beta_moments(0.5, 0.3))     # v >= m(1-m): c <= 0
+
+
+@pytest.mark.parametrize("a, b", [(2.0, 5.0), (6.1, 15.94), (0.7, 0.9)])
+def test_fit_beta_recovers_known_parameters_from_large_samples(a, b):
+    x = np.random.default_rng(0).beta(a, b, size=40_000)
+    alpha, beta, method = fit_beta(torch.tensor(x))
+    assert method == "moments"
+    assert alpha == pytest.approx(a, rel=0.05) and beta == pytest.approx(b, rel=0.05)
+
+
+def test_zero_variance_falls_back_to_empirical_and_equal_scores():
+    for o in ([0.3] * 5, [0.0, 0.0]):
+        alpha, beta, method = fit_beta(o)
+        assert method == "empirical" and math.isnan(alpha) and math.isnan(beta)
+        assert fedoui_scores(torch.tensor(o)).tolist() == pytest.approx([1.0] * len(o))
+    # constant only after clipping to [1e-3, 1 - 1e-3]: no fit, and the ranks of the raw values
+    assert fit_beta([0.0, 0.0005, 0.0])[2] == "empirical"
+    assert fedoui_scores([0.0, 0.0005, 0.0]).tolist() == pytest.approx([0.75, 0.5, 0.75])
+    w = fedoui_weights(torch.tensor([0.3] * 3), torch.tensor([1, 2, 7]))
+    assert w.tolist() == pytest.approx([0.1, 0.2, 0.7])       # all equally typical: FedAvg's weights
+
+
+def test_single_client_takes_the_empirical_path_and_all_the_weight():
+    assert fit_beta([0.4])[2] == "empirical"
+    assert fedoui_weights(torch.tensor([0.4]), torch.tensor([5])).tolist() == [1.0]
+
+
+def test_overdispersed_values_fall_back_to_maximum_likelihood():
+    o = [0.0, 1.0, 0.0, 1.0, 0.2]                              # v > m(1-m): no moments fit
+    alpha, beta, method = fit_beta(o)
+    assert method == "mle"
+    ref = scipy.stats.beta.fit(np.clip(o, 1e-3, 1 - 1e-3), floc=0, fscale=1)
+    assert (alpha, beta) == pytest.approx(ref[:2], rel=1e-6)
+    cdf = scipy.stats.beta.cdf(np.clip(o, 1e-4, 1 - 1e-4), alpha, beta)
+    assert fedoui_scores(o).tolist() == pytest.approx(list(2 * np.minimum(cdf, 1 - cdf)), rel=1e-5)
+
+
+def test_failed_maximum_likelihood_falls_back_to_rank_scores(monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("solver failed")
+
+    monkeypatch.setattr(scipy.stats.beta, "fit", broken)
+    o = torch.tensor([0.0, 1.0, 0.0, 1.0, 0.2], dtype=torch.float64)
+    assert fit_beta(o)[2] == "empirical"
+    ranks = np.array([1.5, 4.5, 1.5, 4.5, 3.0]) / 6
+    assert fedoui_scores(o).tolist() == pytest.approx(list(2 * np.minimum(ranks, 1 - ranks)))
+    assert empirical_rank_scores(o).tolist() == pytest.approx(list(2 * np.minimum(ranks, 1 - ranks)))
+
+
+# ====================================================================== scores and weights
+def test_the_authors_worked_example():
+    o = torch.tensor(PAPER_OUI, dtype=torch.float64)
+    alpha, beta, method = fit_beta(o)
+    assert method == "moments" and round(alpha, 2) == 6.10 and round(beta, 2) == 15.94
+    assert float(o.mean()) == pytest.approx(0.2767, abs=1e-4)
+    # the report prints OUI to 4 decimals; scores and weights agree to that rounding
+    assert fedoui_scores(o).tolist() == pytest.approx(PAPER_SCORE, abs=5e-4)
+    assert float(fedoui_scores(o)[1]) == pytest.approx(0.895, abs=5e-4)
+    assert fedoui_weights(o, torch.tensor(PAPER_N)).tolist() == pytest.approx(PAPER_WEIGHT, abs=1e-4)
+
+
+@FAST
+@given(m=st.integers(1, 12), data=st.data())
+def test_weights_positive_sum_to_one_and_follow_the_formula(m, data):
+    o = data.draw(arrays(np.float64, (m,), elements=st.floats(0, 1)))
+    n = data.draw(arrays(np.int64, (m,), elements=st.integers(1, 500)))
+    s = fedoui_scores(torch.tensor(o))
+    assert bool(((s >= 0) & (s <= 1)).all())
+    w = fedoui_weights(torch.tensor(o), torch.tensor(n), eps=1e-3)
+    assert bool((w > 0).all()) and float(w.sum()) == pytest.approx(1.0, abs=1e-12)
+    expected = n * (1e-3 + s.numpy())
+    np.testing.assert_allclose(w.numpy(), expected / expected.sum(), rtol=1e-10)
+    fedavg_w = fedoui_weights(torch.tensor(o), torch.tensor(n), score_power=0.0)
+    np.testing.assert_allclose(fedavg_w.numpy(), n / n.sum(), rtol=1e-12)
+
+
+def test_central_client_scores_highest_and_tails_lowest():
+    o = torch.tensor([0.10, 0.30, 0.32, 0.34, 0.36, 0.60], dtype=torch.float64)
+    s = fedoui_scores(o)
+    assert int(s.argmax()) in (2, 3) and set(s.argsort()[:2].tolist()) == {0, 5}
+
+
+def test_weights_and_fit_reject_bad_input():
+    with pytest.raises(ValueError, match=r"client 1\) = 1.2.*outside \[0, 1\]"):
+        fedoui_weights(torch.tensor([0.2, 1.2]), torch.tensor([1, 1]))
+    with pytest.raises(ValueError, match="outside"):
+        fit_beta([-0.1, 0.5])
+    with pytest.raises(ValueError, match=r"client 2.*finite"):
+        fedoui_scores(torch.tensor([0.2, 0.3, float("nan")]))
+    with pytest.raises(ValueError, match="1-D"):
+        fit_beta(torch.rand(2, 3))
+    with pytest.raises(ValueError, match="m = 0"):
+        fit_beta([])
+    with pytest.raises(ValueError, match="m = 3"):
+        fedoui_weights(torch.tensor([0.2, 0.3, 0.4]), torch.tensor([1, 2]))
+    with pytest.raises(ValueError, match="n_k > 0"):
+        fedoui_weights(torch.tensor([0.2, 0.3]), torch.tensor([0, 2]))
+    with pytest.raises(ValueError, match="eps"):
+        fedoui_weights(torch.tensor([0.2, 0.3]), torch.tensor([1, 2]), eps=0.0)
+
+
+# ====================================================================== FedAlign
+@FAST
+@given(m=st.integers(1, 6), d=st.integers(1, 7), data=st.data())
+def test_fedalign_weights_equal_numpy(m, d, data):
+    # zeros, or magnitudes far from underflow (a subnormal norm product is 0 in one library, not the other)
+    entries = st.one_of(st.just(0.0), st.floats(1e-3, 10), st.floats(-10, -1e-3))
+    deltas = data.draw(arrays(np.float64, (m, d), elements=entries))
+    n = data.draw(arrays(np.int64, (m,), elements=st.integers(1, 100)))
+    mean = (n / n.sum()) @ deltas
+    cos = np.array([row @ mean / (np.linalg.norm(row) * np.linalg.norm(mean))
+                    if np.linalg.norm(row) * np.linalg.norm(mean) > 0 else 0.0 for row in deltas])
+    expected = n * (np.maximum(np.clip(cos, -1, 1), 0) + 1e-3)
+    got = fedalign_weights(torch.tensor(deltas), torch.tensor(n))
+    np.testing.assert_allclose(got.numpy(), expected / expected.sum(), rtol=1e-8, atol=1e-14)
+
+
+def test_fedalign_dict_equals_flat_and_downweights_opposite_client():
+    g = torch.Generator().manual_seed(0)
+    deltas = {"a.weight": torch.randn(3, 2, 2, generator=g), "a.bias": torch.randn(3, 2, generator=g)}
+    flat = torch.cat([deltas["a.weight"].reshape(3, -1), deltas["a.bias"]], dim=1)
+    n = torch.tensor([3, 1, 2])
+    torch.testing.assert_close(fedalign_weights(deltas, n), fedalign_weights(flat, n))
+    d = torch.tensor([[1.0, 0.0], [0.9, 0.1], [-1.0, 0.0]])
+    w = fedalign_weights(d, torch.tensor([1, 1, 1]))
+    assert float(w[2] / w[0]) < 0.0011           # eps / (cos + eps) with cos close to 1
+
+
+# ====================================================================== strategies
+def _updates(model, m=4, seed=0, oui_values=None):
+    g = torch.Generator().manual_seed(seed)
+    params = get_params(model)
+    deltas = {k: 0.1 * torch.randn((m, *v.shape), generator=g) for k, v in params.items()}
+    signals = {} if oui_values is None else {"oui": torch.tensor(oui_values, dtype=torch.float64)}
+    return params, ClientUpdates(1, torch.arange(m), deltas, torch.tensor([10, 20, 30, 40][:m]),
+                                 torch.zeros(m), model, signals)
+
+
+def test_fedoui_aggregate_applies_the_weighted_mean_of_deltas():
+    model = make_model("mlp", (1, 8, 8), 10, hidden=(8,))
+    o = [0.2, 0.35, 0.3, 0.6]
+    params, updates = _updates(model, oui_values=o)
+    new, diag = FedOUI().aggregate(params, updates)
+    w = fedoui_weights(torch.tensor(o, dtype=torch.float64), updates.num_samples)
+    step = fedavg(updates.deltas, w)
+    for k in params:
+        torch.testing.assert_close(new[k], params[k] + step[k])
+    torch.testing.assert_close(diag["weights"], w)
+    alpha, beta, method = fit_beta(o)
+    assert diag["fit_method"] == method and diag["beta_alpha"] == pytest.approx(alpha)
+    new2, _ = FedOUI(server_lr=0.5).aggregate(params, updates)
+    for k in params:
+        torch.testing.assert_close(new2[k], params[k] + 0.5 * step[k])
+    with pytest.raises(ValueError, match="signals\\['oui'\\]"):
+        FedOUI().aggregate(*_updates(model))
+
+
+def test_fedalign_aggregate_and_registry():
+    model = make_model("mlp", (1, 8, 8), 10, hidden=(8,))
+    params, updates = _updates(model)
+    new, diag = FedAlign().aggregate(params, updates)
+    w = fedalign_weights(updates.deltas, updates.num_samples)
+    step = fedavg(updates.deltas, w)
+    for k in params:
+        torch.testing.assert_close(new[k], params[k] + step[k])
+    assert isinstance(make_strategy("fedoui", probe_size=16), FedOUI)
+    assert isinstance(make_strategy("FedAlign"), FedAlign)
+    with pytest.raises(ValueError, match="probe_size"):
+        FedOUI(probe_size=1)
+    with pytest.raises(ValueError, match="eps"):
+        FedAlign(eps=-1)
+
+
+def test_client_signals_use_each_clients_own_fixed_probe():
+    model = make_model("smallcnn", (1, 8, 8), 10, seed=0)
+    g = torch.Generator().manual_seed(1)
+    datasets = [(torch.rand(n, 1, 8, 8, generator=g), torch.zeros(n, dtype=torch.long)) for n in (50, 12, 40)]
+    clients = [{k: v + 0.05 * torch.randn(v.shape, generator=g) for k, v in get_params(model).items()} for _ in range(3)]
+    local = LocalResult(stack_params(clients), torch.zeros(3), torch.ones(3, dtype=torch.long))
+    strategy = FedOUI(probe_size=16, probe_seed=7)
+    got = strategy.client_signals(model, get_params(model), local, datasets)["oui"]
+    expected = [oui(penultimate_preactivations(model, probe_batch(x, 16, 7), p)) for (x, _), p in zip(datasets, clients)]
+    assert got.tolist() == pytest.approx(expected, abs=1e-12)
+    again = strategy.client_signals(model, get_params(model), local, datasets)["oui"]
+    assert torch.equal(got, again)
+
+
+@pytest.fixture(scope="module")
+def small_federation():
+    return federated_dataset("digits", "dirichlet", num_clients=6, alpha=0.3, seed=0, num_samples=300)
+
+
+def test_fedoui_in_the_simulator_and_large_eps_is_fedavg(small_federation):
+    model = make_model("mlp", small_federation.input_shape, 10, seed=0, hidden=(32,))
+    kw = dict(rounds=2, clients_per_round=4, batch_size=16, lr=0.05, seed=0, progress=False)
+    h = simulate(small_federation, model, FedOUI(), **kw)
+    for d in h.diagnostics:
+        assert d["oui"].shape == (4,) and bool(((d["oui"] >= 0) & (d["oui"] <= 1)).all())
+        assert float(d["weights"].sum()) == pytest.approx(1.0, abs=1e-9)
+        assert d["fit_method"] in {"moments", "mle", "empirical"}
+    # eps >> 1 makes (eps + s_k) nearly constant: FedOUI's weights become FedAvg's
+    a = simulate(small_federation, model, FedOUI(eps=1e9), **kw).final_params
+    b = simulate(small_federation, model, FedAvg(), **kw).final_params
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=1e-5, atol=1e-6)
+    loop = simulate(small_federation, model, FedOUI(), engine="loop", **kw)
+    for d1, d2 in zip(h.diagnostics, loop.diagnostics):
+        torch.testing.assert_close(d1["oui"], d2["oui"], rtol=0, atol=1e-12)
