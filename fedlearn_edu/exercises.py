@@ -21,7 +21,7 @@ from typing import Callable, Sequence
 
 import torch
 
-__all__ = ["Case", "run_cases", "check_fedavg"]
+__all__ = ["Case", "run_cases", "check_fedavg", "check_fedvg_weights", "check_oui", "check_beta_moments"]
 
 
 @dataclass
@@ -74,6 +74,11 @@ def run_cases(title: str, your_function: Callable, cases: Sequence[Case], rtol: 
             elif isinstance(expected, float):
                 if abs(float(got) - expected) > atol + rtol * abs(expected):
                     raise AssertionError("values differ")
+            elif isinstance(expected, tuple):
+                got = tuple(float(v) for v in got)
+                if len(got) != len(expected) or any(
+                        abs(g - e) > atol + rtol * abs(e) for g, e in zip(got, expected)):
+                    raise AssertionError("values differ")
             elif got != expected:
                 raise AssertionError("values differ")
         except (AssertionError, TypeError, ValueError) as err:
@@ -103,3 +108,60 @@ def check_fedavg(your_function: Callable, seed: int = 0) -> bool:
     ]
     cases = [Case(name, (d, w), fedavg(d, w)) for name, d, w in inputs]
     return run_cases("check_fedavg", your_function, cases)
+
+
+def check_fedvg_weights(your_function: Callable, seed: int = 0) -> bool:
+    """Check ``your_function(grad_norms: Tensor[m, L]) -> Tensor[m]``: FedVG's client weights
+    ``s_k = (1 / (G_k + eps)) / sum_j 1 / (G_j + eps)`` with ``G_k = sum_l grad_norms[k, l]``
+    and ``eps = 1e-8``."""
+    from .aggregators import fedvg_weights
+
+    g = torch.Generator().manual_seed(seed)
+    inputs = [
+        ("random, 6 clients x 4 tensors", torch.rand(6, 4, generator=g) * 3),
+        ("one client", torch.rand(1, 5, generator=g) + 0.1),
+        ("equal norms give uniform weights", torch.full((5, 3), 0.7)),
+        ("one client with a tiny gradient", torch.tensor([[1e-9, 0.0], [1.0, 2.0], [0.5, 0.5]])),
+        ("double precision", torch.rand(7, 9, generator=g, dtype=torch.float64)),
+    ]
+    cases = [Case(name, (x,), fedvg_weights(x)) for name, x in inputs]
+    return run_cases("check_fedvg_weights", your_function, cases)
+
+
+def check_oui(your_function: Callable, seed: int = 0) -> bool:
+    """Check ``your_function(preactivations: Tensor[B, d]) -> float``: the OUI,
+    ``mean_j min(s_j, B - s_j) / floor(B / 2)`` with ``s_j`` the number of samples whose
+    pre-activation of unit j is > 0, clipped to [0, 1]."""
+    from .signals import oui
+
+    g = torch.Generator().manual_seed(seed)
+    half = torch.cat([torch.ones(16, 8), -torch.ones(16, 8)])
+    inputs = [
+        ("random Gaussian, B=32, d=64", torch.randn(32, 64, generator=g)),
+        ("every unit splits the batch in half (OUI = 1)", half),
+        ("every unit always on (OUI = 0)", torch.rand(32, 10, generator=g) + 0.1),
+        ("every unit always off, zeros count as off", torch.zeros(8, 5)),
+        ("odd batch size B=7", torch.randn(7, 12, generator=g)),
+        ("a single unit", torch.randn(10, 1, generator=g)),
+    ]
+    cases = [Case(name, (z,), float(oui(z))) for name, z in inputs]
+    return run_cases("check_oui", your_function, cases)
+
+
+def check_beta_moments(your_function: Callable, seed: int = 0) -> bool:
+    """Check ``your_function(mean: float, var: float) -> (alpha, beta)``: the Beta
+    distribution with that mean and variance (method of moments)."""
+    import numpy as np
+
+    from .aggregators import beta_moments
+
+    rng = np.random.default_rng(seed)
+    sample = rng.beta(6.10, 15.94, size=20)
+    inputs = [
+        ("Beta(2.5, 7.5)'s moments", 0.25, 0.25 * 0.75 / 11),
+        ("Beta(6.10, 15.94)'s moments", 6.10 / 22.04, (6.10 * 15.94) / (22.04 ** 2 * 23.04)),
+        ("sample moments of 20 OUI values (ddof = 1)", float(sample.mean()), float(sample.var(ddof=1))),
+        ("a symmetric Beta(3, 3)", 0.5, 0.25 / 7),
+    ]
+    cases = [Case(name, (m, v), tuple(float(x) for x in beta_moments(m, v))) for name, m, v in inputs]
+    return run_cases("check_beta_moments", your_function, cases, rtol=1e-6, atol=1e-8)

@@ -1,6 +1,8 @@
 """The exercise checkers pass correct solutions and catch wrong ones with a useful message."""
 
-from fedlearn_edu.exercises import check_fedavg
+import torch
+
+from fedlearn_edu.exercises import check_beta_moments, check_fedavg, check_fedvg_weights, check_oui
 
 
 def test_check_fedavg_passes_a_correct_solution(capsys):
@@ -33,3 +35,47 @@ def test_check_fedavg_reports_exceptions_and_wrong_shapes(capsys):
 
     assert check_fedavg(wrong_shape) is False
     assert "shape" in capsys.readouterr().out
+
+
+def test_check_fedvg_weights(capsys):
+    def right(norms):
+        inv = 1.0 / (norms.sum(1) + 1e-8)
+        return inv / inv.sum()
+
+    def size_free_but_wrong(norms):             # proportional to G instead of 1/G
+        g = norms.sum(1)
+        return g / g.sum()
+
+    assert check_fedvg_weights(right) is True
+    assert check_fedvg_weights(size_free_but_wrong) is False
+    assert "failed" in capsys.readouterr().out
+
+
+def test_check_oui(capsys):
+    def right(z):
+        b = z.shape[0]
+        s = (z > 0).sum(0).double()
+        return float(torch.minimum(s, b - s).mean() / (b // 2))
+
+    def uses_b_over_two(z):                     # forgets the floor for odd B
+        b = z.shape[0]
+        s = (z > 0).sum(0).double()
+        return float(torch.minimum(s, b - s).mean() / (b / 2))
+
+    assert check_oui(right) is True
+    assert check_oui(uses_b_over_two) is False
+    assert "odd batch size" in capsys.readouterr().out
+
+
+def test_check_beta_moments(capsys):
+    def right(m, v):
+        c = m * (1 - m) / v - 1
+        return m * c, (1 - m) * c
+
+    def swapped(m, v):
+        c = m * (1 - m) / v - 1
+        return (1 - m) * c, m * c
+
+    assert check_beta_moments(right) is True
+    assert check_beta_moments(swapped) is False
+    assert "expected" in capsys.readouterr().out
