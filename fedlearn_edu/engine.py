@@ -185,6 +185,28 @@ def masked_batch_loss(params: Params, model: nn.Module, x: Tensor, y: Tensor, ma
     return obj, ce
 
 
+def default_memory_budget(device: torch.device) -> int:
+    """Bytes a vectorised pass may use by default: half the free memory on CUDA, 2 GiB otherwise."""
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return int(free // 2)
+    return 2 * 1024 ** 3
+
+
+def activation_numel(model: nn.Module, sample: Tensor) -> int:
+    """How many activation entries one sample produces in a forward pass (outputs of all modules)."""
+    count = [0]
+    hooks = [mod.register_forward_hook(lambda _m, _i, out: count.__setitem__(
+        0, count[0] + (out.numel() if isinstance(out, Tensor) else 0))) for mod in model.modules()]
+    try:
+        with torch.no_grad():
+            model(sample[:1])
+    finally:
+        for h in hooks:
+            h.remove()
+    return max(count[0], 1)
+
+
 def vmap_unsupported_reason(model: nn.Module) -> str | None:
     """Why ``model`` cannot be trained by :class:`VmapEngine` (``None`` when it can)."""
     for name, module in model.named_modules():
@@ -229,26 +251,10 @@ class VmapEngine:
         Per client: 5 copies of the parameters (weights, gradient, momentum, anchor,
         temporaries) plus three times the activations of one batch (forward + backward).
         """
-        device = sample.device
-        budget = self.memory_budget
-        if budget is None:
-            if device.type == "cuda":
-                free, _ = torch.cuda.mem_get_info(device)
-                budget = free // 2
-            else:
-                budget = 2 * 1024 ** 3
-        activations = [0]
-        hooks = [mod.register_forward_hook(lambda _m, _i, out: activations.__setitem__(
-            0, activations[0] + (out.numel() if isinstance(out, Tensor) else 0)))
-            for mod in model.modules()]
-        try:
-            with torch.no_grad():
-                model(sample[:1])
-        finally:
-            for h in hooks:
-                h.remove()
+        budget = self.memory_budget or default_memory_budget(sample.device)
+        activations = activation_numel(model, sample)
         n_params = sum(p.numel() for p in model.parameters())
-        per_client = 4 * (5 * n_params + 3 * activations[0] * batch_size)
+        per_client = 4 * (5 * n_params + 3 * activations * batch_size)
         return int(max(1, min(self.max_chunk, budget // max(per_client, 1))))
 
     def train(

@@ -40,6 +40,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.func import functional_call, grad, vmap
 
+from ..engine import activation_numel, default_memory_budget
 from ..params import Params, num_stacked
 
 __all__ = ["validation_gradients", "validation_gradient_norms", "as_validation_set"]
@@ -91,20 +92,6 @@ def _check_params(params: Mapping[str, Tensor]) -> int:
     return m
 
 
-def _activation_numel(model: nn.Module, sample: Tensor) -> int:
-    """Numbers of activation entries one sample produces in a forward pass (all modules)."""
-    count = [0]
-    hooks = [mod.register_forward_hook(lambda _m, _i, out: count.__setitem__(
-        0, count[0] + (out.numel() if isinstance(out, Tensor) else 0))) for mod in model.modules()]
-    try:
-        with torch.no_grad():
-            model(sample[:1])
-    finally:
-        for h in hooks:
-            h.remove()
-    return max(count[0], 1)
-
-
 def _chunks(model: nn.Module, params: Params, x: Tensor, memory_budget: int | None,
             sample_chunk: int | None) -> tuple[int, int]:
     """(clients per chunk, samples per chunk) so that one vmapped pass fits the memory budget.
@@ -114,15 +101,9 @@ def _chunks(model: nn.Module, params: Params, x: Tensor, memory_budget: int | No
     (weights, gradient, accumulator).
     """
     n = x.shape[0]
-    budget = memory_budget
-    if budget is None:
-        if x.device.type == "cuda":
-            free, _ = torch.cuda.mem_get_info(x.device)
-            budget = free // 2
-        else:
-            budget = 2 * 1024 ** 3
+    budget = memory_budget or default_memory_budget(x.device)
     itemsize = x.element_size()
-    acts = _activation_numel(model, x)
+    acts = activation_numel(model, x)
     n_params = sum(v[0].numel() for v in params.values())
     samples = min(n, int(sample_chunk) if sample_chunk else 2048)
     per_client = itemsize * (3 * n_params + 3 * acts * samples)
