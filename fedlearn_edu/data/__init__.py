@@ -24,6 +24,16 @@ from .partition import (
     shard_partition,
 )
 from .plotting import plot_partition
+from .shifts import (
+    SHIFTS,
+    cluster_ids,
+    concept_permutations,
+    label_shift_classes,
+    parse_shift,
+    permute_labels,
+    rotate_images,
+    shifted_federation,
+)
 from .synthetic import SYNTHETIC_CLASSES, SYNTHETIC_DIM, synthetic_federated
 
 __all__ = [
@@ -35,4 +45,6 @@ __all__ = [
     "flip_labels", "add_label_noise",
     "synthetic_federated", "SYNTHETIC_DIM", "SYNTHETIC_CLASSES",
     "plot_partition",
+    "SHIFTS", "shifted_federation", "cluster_ids", "parse_shift", "rotate_images", "permute_labels",
+    "label_shift_classes", "concept_permutations",
 ]
