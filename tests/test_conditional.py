@@ -24,6 +24,15 @@ from fedlearn_edu.signals import (RandomProjection, client_fingerprints, label_e
                                   reference_fingerprint)
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """These tests use tiny models: one intra-op thread is faster than two on a busy small CPU."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def _data(n, d, c, seed):
     g = torch.Generator().manual_seed(seed)
     x = torch.rand(n, d, generator=g, dtype=torch.float64)
@@ -34,7 +43,7 @@ def _data(n, d, c, seed):
 # --------------------------------------------------------------------------- #
 # fingerprints
 # --------------------------------------------------------------------------- #
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=15, deadline=None)
 @given(n=st.integers(2, 40), d=st.integers(1, 30), c=st.integers(2, 6), seed=st.integers(0, 10_000))
 def test_fingerprint_equals_sklearn_explained_variance(n, d, c, seed):
     x, y = _data(n, d, c, seed)
@@ -58,7 +67,7 @@ def test_fingerprint_both_gram_paths_match_numpy():
         np.testing.assert_allclose(got, np.clip(ev[:10], 0, None), rtol=1e-8, atol=1e-10)
 
 
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=12, deadline=None)
 @given(n=st.integers(3, 30), d=st.integers(2, 12), seed=st.integers(0, 10_000))
 def test_fingerprint_invariant_to_orthogonal_map_and_sample_order(n, d, seed):
     x, y = _data(n, d, 4, seed)
@@ -300,7 +309,7 @@ def _separated_clusters(seed=0):
     return Federation(clients, 4, "two separated clusters")
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("seed", [0, 1])
 def test_ifca_recovers_well_separated_clusters(seed):
     # one warm-up round of random balanced assignment keeps IFCA from collapsing onto a
     # single random initial model (plain IFCA does so for seed 0)

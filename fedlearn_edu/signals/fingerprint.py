@@ -207,6 +207,8 @@ def pca_fingerprint(
         bad = (~torch.isfinite(features.reshape(n, -1))).any(1).nonzero()[0].item()
         raise ValueError(f"features contain NaN or Inf (first at sample {bad}); clean the data first.")
 
+    if features.device.type == "mps":  # MPS has no float64: the fingerprint is computed once, on the CPU
+        features, labels = features.cpu(), labels.cpu()
     phi = _feature_matrix(features, feature_map).to(torch.float64)
     if not bool(torch.isfinite(phi).all()):
         raise ValueError("feature_map produced NaN or Inf values.")
