@@ -5,7 +5,7 @@ The layers, in the order data flows::
     data -> federation -> engine -> signals -> aggregators -> strategies -> simulation -> plotting
 """
 from . import aggregators, signals
-from .data import federated_dataset, load_dataset, make_federation, Federation, ClientData
+from .data import federated_dataset, load_dataset, make_federation, shifted_federation, Federation, ClientData
 from .engine import LocalTraining, LoopEngine, VmapEngine
 from .metrics import fairness_metrics
 from .models import make_model, MLP, CNN, SmallCNN, ResNet20
@@ -14,6 +14,9 @@ from .simulation import History, evaluate_clients, simulate
 from .strategies import (ClientUpdates, FedAlign, FedAvg, FedAvgM, FedOUI, FedProx, FedVG, Strategy,
                          make_strategy)
 from .utils import resolve_device
+from . import conditional, personalization
+from .conditional import ConditionalModel, compare_methods, make_conditional_model
+from .personalization import simulate_ditto, simulate_ifca, simulate_local
 
 __version__ = "0.1.0"
 
@@ -23,4 +26,6 @@ __all__ = [
     "CNN", "SmallCNN", "ResNet20", "flatten_params", "get_params", "stack_params", "unstack_params",
     "History", "evaluate_clients", "simulate", "FedAvg", "FedAvgM", "FedProx", "FedVG", "FedOUI",
     "FedAlign", "Strategy", "ClientUpdates", "make_strategy", "resolve_device",
+    "shifted_federation", "conditional", "personalization", "ConditionalModel", "make_conditional_model",
+    "compare_methods", "simulate_local", "simulate_ifca", "simulate_ditto",
 ]

@@ -24,6 +24,16 @@ from .partition import (
     shard_partition,
 )
 from .plotting import plot_partition
+from .shifts import (
+    SHIFTS,
+    cluster_ids,
+    concept_permutations,
+    label_shift_classes,
+    parse_shift,
+    permute_labels,
+    rotate_images,
+    shifted_federation,
+)
 from .synthetic import SYNTHETIC_CLASSES, SYNTHETIC_DIM, synthetic_federated
 from .validation import external_validation_set, resize_images, server_validation_split
 
@@ -37,4 +47,6 @@ __all__ = [
     "synthetic_federated", "SYNTHETIC_DIM", "SYNTHETIC_CLASSES",
     "plot_partition",
     "server_validation_split", "external_validation_set", "resize_images",
+    "SHIFTS", "shifted_federation", "cluster_ids", "parse_shift", "rotate_images", "permute_labels",
+    "label_shift_classes", "concept_permutations",
 ]

@@ -1,0 +1,375 @@
+"""Client-conditional FL: PCA fingerprints, shift generators, the conditional model, and the
+baselines that keep several models (local-only, IFCA, Ditto)."""
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sklearn.decomposition import PCA
+from sklearn.metrics import adjusted_rand_score
+
+from fedlearn_edu import FedAvg, Strategy, make_model, simulate
+from fedlearn_edu.conditional import (ConditionalModel, compare_methods, condition_federation,
+                                      fingerprint_federation, make_conditional_model, oracle_federation,
+                                      pack_condition, parameter_overhead, split_condition)
+from fedlearn_edu.data import (ClientData, Federation, cluster_ids, concept_permutations, label_shift_classes,
+                               permute_labels, rotate_images, shifted_federation)
+from fedlearn_edu.engine import LocalTraining, LoopEngine, VmapEngine
+from fedlearn_edu.params import get_params, stack_params
+from fedlearn_edu.personalization import (ditto_personal_update, simulate_ditto, simulate_ifca, simulate_local,
+                                          train_clients)
+from fedlearn_edu.signals import (RandomProjection, client_fingerprints, label_encoding_matrix, pca_fingerprint,
+                                  reference_fingerprint)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """These tests use tiny models: one intra-op thread is faster than two on a busy small CPU."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _data(n, d, c, seed):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.rand(n, d, generator=g, dtype=torch.float64)
+    y = torch.randint(0, c, (n,), generator=g)
+    return x, y
+
+
+# --------------------------------------------------------------------------- #
+# fingerprints
+# --------------------------------------------------------------------------- #
+@settings(max_examples=15, deadline=None)
+@given(n=st.integers(2, 40), d=st.integers(1, 30), c=st.integers(2, 6), seed=st.integers(0, 10_000))
+def test_fingerprint_equals_sklearn_explained_variance(n, d, c, seed):
+    x, y = _data(n, d, c, seed)
+    a = torch.cat([x, torch.eye(c, dtype=torch.float64)[y]], 1).numpy()
+    k = min(n, d + c)
+    pca = PCA(n_components=k, svd_solver="full").fit(a)
+    raw = pca_fingerprint(x, y, c, num_eigenvalues=k, normalize=None)
+    np.testing.assert_allclose(raw.numpy(), pca.explained_variance_, rtol=1e-7, atol=1e-9)
+    ratio = pca_fingerprint(x, y, c, num_eigenvalues=k, normalize="trace")
+    if pca.explained_variance_.sum() > 1e-9:
+        np.testing.assert_allclose(ratio.numpy(), pca.explained_variance_ratio_, rtol=1e-6, atol=1e-9)
+
+
+def test_fingerprint_both_gram_paths_match_numpy():
+    # n > p uses the p x p Gram matrix, n < p the n x n one: both equal eigvalsh of the covariance
+    for n, d in ((200, 12), (15, 300)):
+        x, y = _data(n, d, 5, 1)
+        a = np.concatenate([x.numpy(), np.eye(5)[y.numpy()]], 1)
+        ev = np.sort(np.linalg.eigvalsh(np.cov(a, rowvar=False)))[::-1]
+        got = pca_fingerprint(x, y, 5, num_eigenvalues=10, normalize=None).numpy()
+        np.testing.assert_allclose(got, np.clip(ev[:10], 0, None), rtol=1e-8, atol=1e-10)
+
+
+@settings(max_examples=12, deadline=None)
+@given(n=st.integers(3, 30), d=st.integers(2, 12), seed=st.integers(0, 10_000))
+def test_fingerprint_invariant_to_orthogonal_map_and_sample_order(n, d, seed):
+    x, y = _data(n, d, 4, seed)
+    q, _ = torch.linalg.qr(torch.randn(d, d, generator=torch.Generator().manual_seed(seed), dtype=torch.float64))
+    s = pca_fingerprint(x, y, 4, num_eigenvalues=8)
+    rotated = pca_fingerprint(x, y, 4, num_eigenvalues=8, feature_map=lambda f: f.reshape(len(f), -1) @ q.T)
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed + 1))
+    shuffled = pca_fingerprint(x[perm], y[perm], 4, num_eigenvalues=8)
+    torch.testing.assert_close(rotated, s, rtol=1e-9, atol=1e-12)
+    torch.testing.assert_close(shuffled, s, rtol=1e-9, atol=1e-12)
+    # a non-orthogonal map (a scaling) does change it
+    scaled = pca_fingerprint(x, y, 4, num_eigenvalues=8, normalize=None,
+                             feature_map=lambda f: f.reshape(len(f), -1) * torch.linspace(0.1, 3, d, dtype=f.dtype))
+    assert not torch.allclose(scaled, pca_fingerprint(x, y, 4, num_eigenvalues=8, normalize=None))
+
+
+def test_rotations_and_relabellings_are_invisible_with_onehot_but_not_with_graded_codes():
+    x = torch.rand(60, 1, 6, 6, generator=torch.Generator().manual_seed(0))
+    y = torch.arange(60) % 5
+    s = pca_fingerprint(x, y, 5)
+    for angle in (90, 180, 270):  # a quarter turn permutes the pixels: an orthogonal map
+        torch.testing.assert_close(pca_fingerprint(rotate_images(x, angle), y, 5), s)
+    perm = [3, 0, 4, 1, 2]
+    y_perm = permute_labels(y, perm)
+    torch.testing.assert_close(pca_fingerprint(x, y_perm, 5), s)
+    g = pca_fingerprint(x, y, 5, label_encoding="graded", label_scale=3.0)
+    g_perm = pca_fingerprint(x, y_perm, 5, label_encoding="graded", label_scale=3.0)
+    assert (g - g_perm).abs().max() > 1e-4
+
+
+def test_fingerprint_padding_order_and_normalisation():
+    x, y = _data(3, 2, 2, 0)  # p = 4 columns, rank <= n - 1 = 2
+    s = pca_fingerprint(x, y, 2, num_eigenvalues=32, normalize=None)
+    assert s.shape == (32,) and s.dtype == torch.float64
+    assert bool((s[2:] == 0).all()) and bool((s[:2] > 0).all())
+    assert bool((s[:-1] >= s[1:]).all())
+    t = pca_fingerprint(x, y, 2, num_eigenvalues=32)
+    torch.testing.assert_close(t.sum(), torch.tensor(1.0, dtype=torch.float64))
+    torch.testing.assert_close(t, s / s.sum())
+    # constant data: zero variance, zero fingerprint (no division by zero)
+    z = pca_fingerprint(torch.ones(5, 3), torch.zeros(5, dtype=torch.long), 3, num_eigenvalues=4)
+    assert bool((z == 0).all())
+
+
+def test_fingerprint_bad_inputs_raise_clear_errors():
+    x, y = _data(10, 4, 3, 0)
+    with pytest.raises(ValueError, match="at least 2 samples"):
+        pca_fingerprint(x[:1], y[:1], 3)
+    with pytest.raises(ValueError, match=r"\[0, 2\]"):
+        pca_fingerprint(x, torch.full((10,), 3), 3)
+    with pytest.raises(ValueError, match=r"\[0, 2\]"):
+        pca_fingerprint(x, torch.full((10,), -1), 3)
+    bad = x.clone()
+    bad[4, 1] = float("nan")
+    with pytest.raises(ValueError, match="NaN or Inf .*sample 4"):
+        pca_fingerprint(bad, y, 3)
+    with pytest.raises(ValueError, match="one per sample"):
+        pca_fingerprint(x, y[:5], 3)
+    with pytest.raises(ValueError, match="num_eigenvalues"):
+        pca_fingerprint(x, y, 3, num_eigenvalues=0)
+    with pytest.raises(ValueError, match="normalize"):
+        pca_fingerprint(x, y, 3, normalize="max")
+    with pytest.raises(ValueError, match="label_encoding"):
+        pca_fingerprint(x, y, 3, label_encoding="binary")
+    with pytest.raises(ValueError, match="non-integer"):
+        pca_fingerprint(x, y.double() + 0.5, 3)
+
+
+def test_random_projection_and_reference_fingerprint():
+    phi = RandomProjection(48, 8, seed=3)
+    x = torch.rand(20, 3, 4, 4)
+    out = phi(x)
+    assert out.shape == (20, 8)
+    torch.testing.assert_close(RandomProjection(48, 8, seed=3)(x), out)
+    assert not torch.allclose(RandomProjection(48, 8, seed=4)(x), out)
+    with pytest.raises(ValueError, match="48"):
+        phi(torch.rand(2, 10))
+    y = torch.arange(20) % 4
+    s = pca_fingerprint(x, y, 4, num_eigenvalues=6, feature_map=phi)
+    assert s.shape == (6,)
+    ref = reference_fingerprint(x, y, 4, sample_size=10, num_draws=3, seed=0, num_eigenvalues=6)
+    g = torch.Generator().manual_seed(0)
+    draws = [torch.randperm(20, generator=g)[:10] for _ in range(3)]
+    expected = torch.stack([pca_fingerprint(x[i], y[i], 4, num_eigenvalues=6) for i in draws]).mean(0)
+    torch.testing.assert_close(ref, expected)
+    assert label_encoding_matrix(4, "ordinal").shape == (4, 1)
+
+
+# --------------------------------------------------------------------------- #
+# heterogeneity generators
+# --------------------------------------------------------------------------- #
+def test_shift_generators():
+    lab = shifted_federation("digits", "label", num_clusters=4, clients_per_cluster=2, seed=0)
+    subsets = label_shift_classes(10, 4, seed=0)
+    assert sorted(sum(subsets, [])) == list(range(10))
+    for c in lab:
+        seen = set(torch.cat([c.train_y, c.test_y]).tolist())
+        assert seen <= set(subsets[c.info["cluster"]])
+    assert cluster_ids(lab).tolist() == [0, 0, 1, 1, 2, 2, 3, 3]
+
+    cov = shifted_federation("digits", "covariate", num_clusters=4, clients_per_cluster=1,
+                             samples_per_client=30, seed=0)
+    assert [c.info["angle"] for c in cov] == [0.0, 90.0, 180.0, 270.0]
+    # a client's images are quarter turns of digits: turning them back gives an original image
+    from fedlearn_edu import load_dataset
+    tr, te = load_dataset("digits")
+    pool = torch.cat([tr.tensors[0], te.tensors[0]]).reshape(-1, 64)
+    back = rotate_images(cov[1].train_x[:3], -90).reshape(3, 64)
+    assert all(bool((pool == row).all(1).any()) for row in back)
+
+    con = shifted_federation("digits", "concept", num_clusters=3, clients_per_cluster=2,
+                             samples_per_client=40, seed=1)
+    perms = concept_permutations(10, 3, seed=2)
+    assert [c.info["permutation"] for c in con][::2] == perms
+    assert perms[0] == list(range(10)) and all(p[i] != i for p in perms[1:] for i in range(10))
+    assert all(c.num_train + c.num_test == 40 for c in con)
+
+    both = shifted_federation("digits", "label+concept", num_clusters=2, clients_per_cluster=2, seed=0)
+    assert both[0].info["shift"] == "label+concept"
+    for c in both:
+        assert set(c.train_y.tolist()) <= set(c.info["classes"])
+
+    with pytest.raises(ValueError, match="Unknown shift"):
+        shifted_federation("digits", "style")
+    with pytest.raises(ValueError, match="Not enough data"):
+        shifted_federation("digits", "label", 4, 4, samples_per_client=500)
+
+
+def test_rotate_images_general_angle_keeps_shape():
+    x = torch.rand(2, 1, 9, 9)
+    out = rotate_images(x, 45)
+    assert out.shape == x.shape and not torch.allclose(out, x)
+    torch.testing.assert_close(rotate_images(x, 360), x)
+
+
+# --------------------------------------------------------------------------- #
+# the conditional model
+# --------------------------------------------------------------------------- #
+def test_parameter_overhead_below_one_percent_for_cnns():
+    cnn = make_conditional_model("cnn", (1, 28, 28), 10, cond_dim=32)
+    assert parameter_overhead(cnn) < 0.01
+    small = make_conditional_model("smallcnn", (3, 32, 32), 10, cond_dim=32)
+    assert parameter_overhead(small) < 0.01
+    extra = sum(p.numel() for p in cnn.parameters()) - cnn.backbone_parameters
+    assert extra == 32 * 384  # only fc1 grew, by cond_dim input columns
+
+
+@pytest.mark.parametrize("name,shape", [("mlp", (1, 8, 8)), ("cnn", (1, 8, 8)), ("smallcnn", (1, 8, 8)),
+                                        ("resnet20", (3, 8, 8))])
+def test_conditional_model_starts_as_its_backbone_and_unpacks(name, shape):
+    backbone = make_model(name, shape, 10, seed=0, **({"hidden": (16, 16)} if name == "mlp" else {}))
+    model = ConditionalModel(backbone, shape, cond_dim=5, cond_scale=2.0)
+    x = torch.rand(4, *shape)
+    cond = torch.rand(4, 5)
+    torch.testing.assert_close(model(x, cond), backbone(x))            # zero-initialised columns
+    torch.testing.assert_close(model(pack_condition(x, cond[0])), model(x, cond[0].expand(4, 5)))
+    torch.testing.assert_close(model(x, cond, features=True), backbone(x, features=True))
+    model(x, cond).sum().backward()
+    grown = dict(model.named_parameters())[f"backbone.{model.cond_layer}.weight"]
+    assert grown.grad[:, -5:].abs().sum() > 0                           # the condition is learned
+    with pytest.raises(ValueError, match="packed inputs"):
+        model(torch.rand(4, 7))
+    with pytest.raises(TypeError, match="package backbones"):
+        ConditionalModel(torch.nn.Linear(3, 2), (3,), 4)
+
+
+def test_condition_federation_and_engines_agree_on_conditional_model():
+    fed = shifted_federation("digits", "label", 2, 2, samples_per_client=30, seed=0)
+    ff = fingerprint_federation(fed, num_eigenvalues=6)
+    s = client_fingerprints(fed, 6).float()
+    for i, c in enumerate(ff):
+        assert c.train_x.shape[1] == 64 + 6 and c.info["input_shape"] == (1, 8, 8)
+        x, cond = split_condition(c.test_x, (1, 8, 8), 6)
+        torch.testing.assert_close(x, fed[i].test_x)
+        torch.testing.assert_close(cond, s[i].expand_as(cond))          # each client: its own s_i
+    orc = oracle_federation(fed)
+    assert orc[3].train_x[0, -2:].tolist() == [0.0, 1.0]
+    model = make_conditional_model("mlp", (1, 8, 8), 10, 6, hidden=(8,), cond_scale=3.0, zero_init=False)
+    params = get_params(model)
+    ds = [(c.train_x, c.train_y) for c in ff]
+    cfg = LocalTraining(epochs=2, batch_size=8, lr=0.1, momentum=0.5)
+    a = LoopEngine().train(model, params, ds, cfg, [1, 2, 3, 4])
+    b = VmapEngine().train(model, params, ds, cfg, [1, 2, 3, 4])
+    for k in params:
+        torch.testing.assert_close(a.params[k], b.params[k], rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="Tensor\\[N, c\\]"):
+        condition_federation(fed, torch.zeros(3, 2))
+
+
+# --------------------------------------------------------------------------- #
+# local-only, IFCA, Ditto
+# --------------------------------------------------------------------------- #
+def test_train_clients_from_equal_starts_equals_the_engines():
+    fed = shifted_federation("digits", "none", 1, 3, samples_per_client=25, seed=0)
+    model = make_model("mlp", (1, 8, 8), 10, hidden=(16,))
+    p = get_params(model)
+    ds = [(c.train_x, c.train_y) for c in fed]
+    cfg = LocalTraining(epochs=2, batch_size=7, lr=0.1, momentum=0.9, prox_mu=0.2)
+    for engine in (LoopEngine(), VmapEngine()):
+        ref = engine.train(model, p, ds, cfg, [5, 6, 7])
+        got = train_clients(model, stack_params([p] * 3), ds, cfg, [5, 6, 7], anchor=p, engine=engine)
+        for k in p:
+            torch.testing.assert_close(got.params[k], ref.params[k])
+        torch.testing.assert_close(got.train_loss, ref.train_loss)
+    with pytest.raises(ValueError, match="anchor"):
+        train_clients(model, stack_params([p] * 3), ds, cfg, [5, 6, 7])
+
+
+@pytest.mark.parametrize("engine", ["loop", "vmap"])
+def test_ditto_personal_update_matches_its_formula(engine):
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 3)
+    theta = {k: v.detach().clone() for k, v in model.named_parameters()}
+    v0 = {k: t + 0.3 * torch.randn_like(t) for k, t in theta.items()}
+    x, y = torch.randn(6, 4), torch.tensor([0, 1, 2, 0, 1, 2])
+    lr, lam = 0.2, 0.7
+    cfg = LocalTraining(epochs=1, batch_size=6, lr=lr)  # one full-batch step
+    out = ditto_personal_update(model, stack_params([v0]), theta, [(x, y)], cfg, lam, [0], engine=engine)
+    w = {k: t.clone().requires_grad_(True) for k, t in v0.items()}
+    loss = torch.nn.functional.cross_entropy(x @ w["weight"].T + w["bias"], y)
+    grads = dict(zip(w, torch.autograd.grad(loss, list(w.values()))))
+    for k in theta:
+        expected = v0[k] - lr * (grads[k] + lam * (v0[k] - theta[k]))
+        torch.testing.assert_close(out.params[k][0], expected)
+    with pytest.raises(ValueError, match="lam"):
+        ditto_personal_update(model, stack_params([v0]), theta, [(x, y)], cfg, -1.0, [0])
+
+
+def _separated_clusters(seed=0):
+    """Two clusters far apart: cluster 0 holds classes 0/1 split by x_0, cluster 1 classes 2/3 split by x_1."""
+    g = torch.Generator().manual_seed(seed)
+    clients = []
+    for k in range(2):
+        for _ in range(3):
+            x = torch.randn(60, 6, generator=g)
+            x[:, 2 + k] += 4.0
+            y = (x[:, k] > 0).long() + 2 * k
+            clients.append(ClientData(x[:48], y[:48], x[48:], y[48:], {"cluster": k}))
+    return Federation(clients, 4, "two separated clusters")
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_ifca_recovers_well_separated_clusters(seed):
+    # one warm-up round of random balanced assignment keeps IFCA from collapsing onto a
+    # single random initial model (plain IFCA does so for seed 0)
+    fed = _separated_clusters(seed)
+    model = make_model("mlp", (6,), 4, hidden=(16,), seed=seed)
+    h = simulate_ifca(fed, model, 2, rounds=6, clients_per_round=6, lr=0.1, batch_size=16, local_epochs=2,
+                      progress=False, seed=seed, warmup_rounds=1)
+    assert adjusted_rand_score(cluster_ids(fed), h.assignments[-1]) == 1.0
+    assert h.client_accuracy.shape == (7, 6) and h.metrics()["mean"] > 0.8
+    assert h.cluster_params["hidden.0.weight"].shape == (2, 16, 6)
+    assert [int(d["cluster_sizes"].sum()) for d in h.diagnostics] == [6] * 6
+
+
+def test_local_only_with_one_client_is_fedavg_and_ditto_global_is_fedavg():
+    fed = shifted_federation("digits", "label", 2, 2, samples_per_client=30, seed=0)
+    kw = dict(rounds=2, clients_per_round=4, lr=0.1, batch_size=8, progress=False, seed=3)
+    model = make_model("mlp", (1, 8, 8), 10, hidden=(16,))
+    ref = simulate(fed, model, FedAvg(), **kw)
+    ditto = simulate_ditto(fed, model, lam=0.5, **kw)
+    for k in ref.final_params:
+        torch.testing.assert_close(ditto.final_params[k], ref.final_params[k])
+    np.testing.assert_allclose(ditto.global_client_accuracy, ref.client_accuracy)
+    assert ditto.personal_params["out.weight"].shape == (4, 10, 16)
+
+    one = Federation([fed[0]], 10)
+    alone = simulate_local(one, model, **kw)
+    fedavg_one = simulate(one, model, FedAvg(), **kw)
+    for k in fedavg_one.final_params:
+        torch.testing.assert_close(alone.personal_params[k][0], fedavg_one.final_params[k])
+    np.testing.assert_allclose(alone.client_accuracy, fedavg_one.client_accuracy)
+
+
+def test_ditto_global_strategy_hook_is_used():
+    calls = []
+
+    class Spy(FedAvg):
+        name = "spy"
+
+        def aggregate(self, params, updates):
+            calls.append(updates.num_clients)
+            return super().aggregate(params, updates)
+
+    fed = shifted_federation("digits", "label", 2, 2, samples_per_client=20, seed=0)
+    h = simulate_ditto(fed, make_model("mlp", (1, 8, 8), 10, hidden=(8,)), 0.1, Spy(), rounds=3,
+                       clients_per_round=3, progress=False)
+    assert calls == [3, 3, 3] and h.strategy == "ditto+spy"
+    with pytest.raises(TypeError, match="Strategy"):
+        simulate_ditto(fed, make_model("mlp", (1, 8, 8), 10), 0.1, "craft")
+
+
+def test_compare_methods_runs_every_method_on_the_same_footing():
+    fed = shifted_federation("digits", "label", 2, 2, samples_per_client=24, seed=0)
+    hs = compare_methods(fed, model_kwargs={"hidden": (8,)}, num_eigenvalues=4, rounds=2, lr=0.1,
+                         batch_size=8, eval_every=2)
+    assert list(hs) == ["fedavg", "local", "ifca", "ditto", "oracle", "conditional"]
+    for name, h in hs.items():
+        assert h.strategy == name and h.client_accuracy.shape == (2, 4)
+        assert h.eval_rounds == [0, 2]
+    # at round 0 the conditional model and the oracle compute what the FedAvg model computes
+    np.testing.assert_allclose(hs["conditional"].client_accuracy[0], hs["fedavg"].client_accuracy[0])
+    np.testing.assert_allclose(hs["oracle"].client_accuracy[0], hs["fedavg"].client_accuracy[0])
+    with pytest.raises(ValueError, match="Unknown method"):
+        compare_methods(fed, ["fedprox"])
