@@ -4,7 +4,7 @@ The layers, in the order data flows::
 
     data -> federation -> engine -> signals -> aggregators -> strategies -> simulation -> plotting
 """
-from . import aggregators, signals
+from . import aggregators, conditional, personalization, signals
 from .data import federated_dataset, load_dataset, make_federation, shifted_federation, Federation, ClientData
 from .engine import LocalTraining, LoopEngine, VmapEngine
 from .metrics import fairness_metrics
@@ -14,7 +14,6 @@ from .simulation import History, evaluate_clients, simulate
 from .strategies import (ClientUpdates, FedAlign, FedAvg, FedAvgM, FedOUI, FedProx, FedVG, Strategy,
                          make_strategy)
 from .utils import resolve_device
-from . import conditional, personalization
 from .conditional import ConditionalModel, compare_methods, make_conditional_model
 from .personalization import simulate_ditto, simulate_ifca, simulate_local
 
