@@ -21,7 +21,8 @@ from typing import Callable, Sequence
 
 import torch
 
-__all__ = ["Case", "run_cases", "check_fedavg", "check_fedvg_weights", "check_oui", "check_beta_moments"]
+__all__ = ["Case", "run_cases", "check_fedavg", "check_fedvg_weights", "check_oui", "check_beta_moments",
+           "check_pca_fingerprint"]
 
 
 @dataclass
@@ -165,3 +166,24 @@ def check_beta_moments(your_function: Callable, seed: int = 0) -> bool:
     ]
     cases = [Case(name, (m, v), tuple(float(x) for x in beta_moments(m, v))) for name, m, v in inputs]
     return run_cases("check_beta_moments", your_function, cases, rtol=1e-6, atol=1e-8)
+
+
+def check_pca_fingerprint(your_function: Callable, seed: int = 0) -> bool:
+    """Check ``your_function(features: Tensor[n, p], labels: Tensor[n], num_classes: int,
+    num_eigenvalues: int) -> Tensor[num_eigenvalues]``: the largest eigenvalues of the sample
+    covariance (ddof = 1) of ``[features, onehot(labels)]``, descending, divided by their
+    total (the trace), zero-padded to ``num_eigenvalues``."""
+    from .signals import pca_fingerprint
+
+    g = torch.Generator().manual_seed(seed)
+    inputs = [
+        ("random, n=40, p=6, 3 classes, l=5", torch.rand(40, 6, generator=g, dtype=torch.float64),
+         torch.randint(0, 3, (40,), generator=g), 3, 5),
+        ("more eigenvalues asked than exist: zero padding", torch.rand(30, 2, generator=g, dtype=torch.float64),
+         torch.randint(0, 2, (30,), generator=g), 2, 8),
+        ("fewer samples than dimensions (n=5, p=20)", torch.rand(5, 20, generator=g, dtype=torch.float64),
+         torch.tensor([0, 1, 2, 1, 0]), 3, 6),
+        ("one class only", torch.rand(25, 4, generator=g, dtype=torch.float64), torch.zeros(25, dtype=torch.long), 2, 4),
+    ]
+    cases = [Case(name, (x, y, c, l), pca_fingerprint(x, y, c, l)) for name, x, y, c, l in inputs]
+    return run_cases("check_pca_fingerprint", your_function, cases, rtol=1e-6, atol=1e-9)

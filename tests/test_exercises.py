@@ -2,7 +2,8 @@
 
 import torch
 
-from fedlearn_edu.exercises import check_beta_moments, check_fedavg, check_fedvg_weights, check_oui
+from fedlearn_edu.exercises import (check_beta_moments, check_fedavg, check_fedvg_weights, check_oui,
+                                    check_pca_fingerprint)
 
 
 def test_check_fedavg_passes_a_correct_solution(capsys):
@@ -79,3 +80,26 @@ def test_check_beta_moments(capsys):
     assert check_beta_moments(right) is True
     assert check_beta_moments(swapped) is False
     assert "expected" in capsys.readouterr().out
+
+
+def test_check_pca_fingerprint(capsys):
+    import numpy as np
+
+    def right(x, y, c, l):
+        a = np.hstack([x.numpy(), np.eye(c)[y.numpy()]])
+        ev = np.sort(np.linalg.eigvalsh(np.cov(a, rowvar=False)))[::-1].clip(min=0)
+        ev = ev / ev.sum()
+        out = np.zeros(l)
+        out[:min(l, ev.size)] = ev[:l]
+        return torch.tensor(out)
+
+    def population_covariance_unnormalised(x, y, c, l):   # ddof = 0 and no trace division
+        a = np.hstack([x.numpy(), np.eye(c)[y.numpy()]])
+        ev = np.sort(np.linalg.eigvalsh(np.cov(a, rowvar=False, ddof=0)))[::-1]
+        out = np.zeros(l)
+        out[:min(l, ev.size)] = ev[:l]
+        return torch.tensor(out)
+
+    assert check_pca_fingerprint(right) is True
+    assert check_pca_fingerprint(population_covariance_unnormalised) is False
+    assert "failed" in capsys.readouterr().out
