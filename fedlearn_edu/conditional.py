@@ -238,14 +238,14 @@ class ConditionalModel(nn.Module):
     Where the condition enters (the first fully connected layer after the feature
     extractor gains ``cond_dim`` input columns, nothing else changes):
 
-    ===========  =======================================================================
-    backbone     the layer that receives ``[features, condition]``
-    ===========  =======================================================================
-    ``CNN``      ``fc1`` (after the two conv/pool stages), as in the paper
-    ``SmallCNN`` ``fc1``
-    ``MLP``      the last hidden layer (the earlier hidden layers are the "features")
-    ``ResNet20`` ``out``, the only FC layer: the condition then only shifts the logits
-    ===========  =======================================================================
+    ============  =======================================================================
+    backbone      the layer that receives ``[features, condition]``
+    ============  =======================================================================
+    ``CNN``       ``fc1`` (after the two conv/pool stages), as in the paper
+    ``SmallCNN``  ``fc1``
+    ``MLP``       the last hidden layer (the earlier hidden layers are the "features")
+    ``ResNet20``  ``out``, the only FC layer: the condition then only shifts the logits
+    ============  =======================================================================
 
     The new columns start at zero (``zero_init=True``), so at initialisation the model
     computes exactly what the backbone computes, whatever the condition.
@@ -356,18 +356,18 @@ def compare_methods(
     :func:`~fedlearn_edu.simulate`), and is scored the same way: per-client accuracy, on
     the client's own test split, of the model that client would use.
 
-    ============== ===================================================================
-    ``fedavg``     :func:`~fedlearn_edu.simulate` with :class:`~fedlearn_edu.FedAvg`
-    ``local``      :func:`~fedlearn_edu.personalization.simulate_local`
-    ``ifca``       :func:`~fedlearn_edu.personalization.simulate_ifca` with K = ``num_clusters``
-                   (default: the true number of clusters)
-    ``ditto``      :func:`~fedlearn_edu.personalization.simulate_ditto` (``ditto_lam``,
-                   ``ditto_strategy``: the global aggregator, FedAvg by default)
-    ``oracle``     the conditional model fed the one-hot true cluster (x ``oracle_scale``)
-    ``conditional`` the conditional model fed each client's fingerprint (minus ``reference``
-                   when given) x ``cond_scale``; ``cond_scale=None`` picks 20 with a
-                   reference and 2.5 without (so the condition has a norm of order 1).
-    ============== ===================================================================
+    ================ ===================================================================
+    ``fedavg``       :func:`~fedlearn_edu.simulate` with :class:`~fedlearn_edu.FedAvg`
+    ``local``        :func:`~fedlearn_edu.personalization.simulate_local`
+    ``ifca``         :func:`~fedlearn_edu.personalization.simulate_ifca` with K = ``num_clusters``
+                     (default: the true number of clusters)
+    ``ditto``        :func:`~fedlearn_edu.personalization.simulate_ditto` (``ditto_lam``,
+                     ``ditto_strategy``: the global aggregator, FedAvg by default)
+    ``oracle``       the conditional model fed the one-hot true cluster (x ``oracle_scale``)
+    ``conditional``  the conditional model fed each client's fingerprint (minus ``reference``
+                     when given) x ``cond_scale``; ``cond_scale=None`` picks 20 with a
+                     reference and 2.5 without (so the condition has a norm of order 1).
+    ================ ===================================================================
 
     Returns:
         ``{method: History}`` in the order of ``methods``.

@@ -10,7 +10,7 @@ per-client batch orders (:func:`~fedlearn_edu.engine.client_batches` seeded by
 (its own, its cluster's, or its personal model) on client i's local test
 split, so the numbers sit in one table with FedAvg's.
 
-=====================  ==========================================================
+======================  ==========================================================
 :func:`simulate_local`  every client trains its own model; nothing is shared
 :func:`simulate_ifca`   K cluster models; each client trains the one with the
                         lowest loss on its data; the server averages per cluster
@@ -19,7 +19,7 @@ split, so the numbers sit in one table with FedAvg's.
                         default) plus a personal model per client pulled towards
                         it: ``v <- v - lr (grad F_i(v) + lam (v - theta_t))``
                         (Li et al., 2021)
-=====================  ==========================================================
+======================  ==========================================================
 
 :func:`train_clients` is the engine call these need and the engines lack:
 local SGD for m clients from *m different* starting points (the engines start
@@ -62,7 +62,7 @@ class PersonalizedHistory(History):
     (local: its own; IFCA: the cluster model with the lowest training loss on its data;
     Ditto: its personal model) on client i's local test split.
 
-    Extra attributes:
+    Attributes:
         personal_params: ``{name: Tensor[N, ...]}`` the final model of every client
             (local-only and Ditto; for IFCA the cluster model each client picked).
         cluster_params: IFCA only: ``{name: Tensor[K, ...]}`` the final cluster models.
@@ -408,7 +408,7 @@ def simulate_ifca(
     Args:
         num_clusters: K.
         warmup_rounds: rounds of random balanced assignment before the argmin takes over.
-        (the rest as in :func:`~fedlearn_edu.simulate`)
+        **kwargs: the other arguments are those of :func:`~fedlearn_edu.simulate`.
 
     Returns:
         :class:`PersonalizedHistory` with ``assignments`` (``ndarray[E, N]``) and
@@ -490,7 +490,7 @@ def ditto_personal_update(
         personal: stacked ``{name: Tensor[m, ...]}``, the selected clients' personal models v_i.
         global_params: theta_t.
         lam: Ditto's lambda >= 0 (``lam = 0``: local training; large: the global model).
-        (the rest as in :func:`train_clients`)
+        model, datasets, config, seeds, engine: as in :func:`train_clients`.
     """
     if not (lam >= 0 and lam < float("inf")):
         raise ValueError(f"Ditto's lam must be a finite number >= 0, got {lam}.")
@@ -522,7 +522,7 @@ def simulate_ditto(
         lam: Ditto's lambda (0.1 by default; the paper tunes it in {0.05, ..., 2}).
         global_strategy: the server strategy of the global model (default ``FedAvg()``).
         personal_epochs: epochs of the personal update (default: ``local_epochs``).
-        (the rest as in :func:`~fedlearn_edu.simulate`)
+        **kwargs: the other arguments are those of :func:`~fedlearn_edu.simulate`.
 
     Returns:
         :class:`PersonalizedHistory`: ``client_accuracy`` of the personal models,
