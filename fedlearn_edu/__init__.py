@@ -11,7 +11,8 @@ from .metrics import fairness_metrics
 from .models import make_model, MLP, CNN, SmallCNN, ResNet20
 from .params import flatten_params, get_params, stack_params, unstack_params
 from .simulation import History, evaluate_clients, simulate
-from .strategies import FedAvg, FedAvgM, FedProx, Strategy, ClientUpdates, make_strategy
+from .strategies import (CRAFT, ConFIG, FedAvg, FedAvgM, FedFV, FedProx, QFedAvg, Strategy, ClientUpdates,
+                         make_strategy)
 from .utils import resolve_device
 
 __version__ = "0.1.0"
@@ -20,6 +21,7 @@ __all__ = [
     "aggregators", "signals", "federated_dataset", "load_dataset", "make_federation", "Federation",
     "ClientData", "LocalTraining", "LoopEngine", "fairness_metrics", "make_model", "MLP", "CNN",
     "SmallCNN", "ResNet20", "flatten_params", "get_params", "stack_params", "unstack_params",
-    "History", "evaluate_clients", "simulate", "FedAvg", "FedAvgM", "FedProx", "Strategy",
+    "History", "evaluate_clients", "simulate", "FedAvg", "FedAvgM", "FedProx", "CRAFT", "ConFIG", "FedFV",
+    "QFedAvg", "Strategy",
     "ClientUpdates", "make_strategy", "resolve_device",
 ]

@@ -3,6 +3,11 @@
 Inputs are ``Tensor[m, d]`` (one row per selected client) or a dict of per-layer
 ``Tensor[m, ...]``; outputs are tensors. No models, no loops over clients, any device.
 """
+from .conflict import config_direction, fedfv_direction, fedfv_kept, qfedavg_step
+from .craft import craft_direction, gram_pinv_apply, pinv_solve
 from .fedavg import count_conflicts, fedavg
 
-__all__ = ["fedavg", "count_conflicts"]
+__all__ = [
+    "fedavg", "count_conflicts", "craft_direction", "pinv_solve", "gram_pinv_apply",
+    "config_direction", "fedfv_direction", "fedfv_kept", "qfedavg_step",
+]
