@@ -350,6 +350,24 @@ def test_craft_layer_groups_merge_groupnorm_into_its_convolution():
     assert craft_layer_groups(mlp) == layer_groups([n for n, _ in mlp.named_parameters()])
 
 
+def test_craft_strategy_solves_per_merged_group_on_resnet20():
+    model = make_model("resnet20", (3, 8, 8), 10)
+    params = get_params(model)
+    gen = torch.Generator().manual_seed(1)
+    deltas = {k: torch.randn(3, *v.shape, generator=gen) for k, v in params.items()}
+    s = CRAFT(server_lr=1.0)
+    s.init(params)
+    groups = s.groups(params, model)
+    assert groups == craft_layer_groups(model) and "norm" not in groups
+    new, _ = s.aggregate(params, _updates(deltas, [1, 1, 2], model))
+    rho = torch.tensor([0.25, 0.25, 0.5])
+    for names in groups.values():
+        G = -torch.cat([deltas[n].reshape(3, -1) for n in names], dim=1)
+        g = torch.cat([(params[n] - new[n]).reshape(-1) for n in names])       # server_lr = 1
+        torch.testing.assert_close((G / G.norm(dim=1, keepdim=True)) @ g, rho, atol=1e-4, rtol=0)
+    assert CRAFT(layerwise=False).groups(params, model) == {"model": list(params)}
+
+
 def test_craft_strategy_keeps_the_unscaled_reference_between_rounds():
     model = make_model("mlp", (4,), 3, hidden=(5,))
     params = get_params(model)

@@ -82,6 +82,9 @@ class CRAFT(Strategy):
             convolution before it (the authors' code; see :func:`craft_layer_groups`).
 
     Diagnostics: ``weights`` (rho) and ``direction_norm`` (``||g||``, whole model).
+    Note that the simulator's ``conflicts_per_layer`` counts per module, without the
+    GroupNorm merge: a merged norm layer's own parameters can show conflicts although
+    its group (convolution + norm) has none.
 
     Example:
         >>> strategy = CRAFT(server_lr=0.1, layerwise=True)
