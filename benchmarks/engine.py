@@ -29,8 +29,11 @@ def _rss_mib() -> float:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
-def worker(model_name: str, m: int, engine_name: str, repeats: int, device_name: str) -> dict:
+def worker(model_name: str, m: int, engine_name: str, repeats: int, device_name: str, threads: int) -> dict:
     import torch
+
+    if threads:
+        torch.set_num_threads(threads)
 
     import fedlearn_edu as fl
     from fedlearn_edu.engine import LocalTraining, LoopEngine, VmapEngine
@@ -72,16 +75,17 @@ def main() -> None:
     ap.add_argument("--clients", nargs="+", type=int, default=[10, 50, 100])
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--device", default="auto")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
     ap.add_argument("--worker", nargs=3, metavar=("MODEL", "M", "ENGINE"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
         name, m, engine = args.worker
-        print(json.dumps(worker(name, int(m), engine, args.repeats, args.device)))
+        print(json.dumps(worker(name, int(m), engine, args.repeats, args.device, args.threads)))
         return
 
     def run(name, m, engine):
         cmd = [sys.executable, __file__, "--worker", name, str(m), engine, "--repeats", str(args.repeats),
-               "--device", args.device]
+               "--device", args.device, "--threads", str(args.threads)]
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(HERE), os.environ.get("PYTHONPATH", "")]))
         out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True)
         return json.loads(out.stdout.strip().splitlines()[-1])

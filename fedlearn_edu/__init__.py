@@ -11,7 +11,8 @@ from .metrics import fairness_metrics
 from .models import make_model, MLP, CNN, SmallCNN, ResNet20
 from .params import flatten_params, get_params, stack_params, unstack_params
 from .simulation import History, evaluate_clients, simulate
-from .strategies import (ClientUpdates, FedAlign, FedAvg, FedAvgM, FedOUI, FedProx, FedVG, Strategy,
+from .strategies import (CRAFT, ClientUpdates, ConFIG, FedAlign, FedAvg, FedAvgM, FedFV, FedOUI, FedProx,
+                         FedVG, QFedAvg, Strategy,
                          make_strategy)
 from .utils import resolve_device
 from .conditional import ConditionalModel, compare_methods, make_conditional_model
@@ -23,8 +24,8 @@ __all__ = [
     "aggregators", "signals", "federated_dataset", "load_dataset", "make_federation", "Federation",
     "ClientData", "LocalTraining", "LoopEngine", "VmapEngine", "fairness_metrics", "make_model", "MLP",
     "CNN", "SmallCNN", "ResNet20", "flatten_params", "get_params", "stack_params", "unstack_params",
-    "History", "evaluate_clients", "simulate", "FedAvg", "FedAvgM", "FedProx", "FedVG", "FedOUI",
-    "FedAlign", "Strategy", "ClientUpdates", "make_strategy", "resolve_device",
+    "History", "evaluate_clients", "simulate", "FedAvg", "FedAvgM", "FedProx", "CRAFT", "ConFIG", "FedFV",
+    "QFedAvg", "FedVG", "FedOUI", "FedAlign", "Strategy", "ClientUpdates", "make_strategy", "resolve_device",
     "shifted_federation", "conditional", "personalization", "ConditionalModel", "make_conditional_model",
     "compare_methods", "simulate_local", "simulate_ifca", "simulate_ditto",
 ]

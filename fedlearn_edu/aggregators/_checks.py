@@ -9,10 +9,12 @@ from torch import Tensor
 Updates = Union[Tensor, Mapping[str, Tensor]]
 
 
-def check_updates(updates: Updates, what: str = "deltas") -> int:
+def check_updates(updates: Updates, what: str = "deltas", finite: bool = True) -> int:
     """Check a ``Tensor[m, d]`` or dict of ``Tensor[m, ...]``: one client axis, finite values.
 
-    Returns m. Raises ``ValueError`` naming the first client with NaN/Inf.
+    Returns m. Raises ``ValueError`` naming the first client with NaN/Inf. With
+    ``finite=False`` only the structure is checked (for callers that detect NaN/Inf
+    more cheaply themselves and call this again to name the client).
     """
     items = {"": updates}.items() if isinstance(updates, Tensor) else updates.items()
     m = None
@@ -28,7 +30,7 @@ def check_updates(updates: Updates, what: str = "deltas") -> int:
             m = t.shape[0]
         elif t.shape[0] != m:
             raise ValueError(f"{label} has {t.shape[0]} clients on its leading axis, others have {m}.")
-        if m == 0:
+        if m == 0 or not finite:
             continue
         bad = ~torch.isfinite(t.reshape(t.shape[0], -1)).all(dim=1)
         if bool(bad.any()):

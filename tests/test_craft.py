@@ -1,0 +1,449 @@
+"""CRAFT's minimum-norm correction, the conflict-aware baselines (ConFIG, FedFV, q-FedAvg)
+and their strategies: defining properties on random inputs and independent NumPy references."""
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import assume, given, settings, strategies as st
+
+from fedlearn_edu import CRAFT, ConFIG, FedAvg, FedFV, QFedAvg, federated_dataset, make_model, make_strategy, simulate
+from fedlearn_edu.aggregators import (config_direction, craft_direction, fedfv_direction, fedfv_kept, pinv_solve,
+                                      qfedavg_step)
+from fedlearn_edu.engine import LocalTraining
+from fedlearn_edu.params import get_params, layer_groups
+from fedlearn_edu.signals import global_model_loss
+from fedlearn_edu.strategies import ClientUpdates, craft_layer_groups
+
+SETTINGS = settings(max_examples=40, deadline=None)
+
+
+# ------------------------------------------------------------------ helpers
+def np_unit_rows(G):
+    return G / np.linalg.norm(G, axis=1, keepdims=True)
+
+
+def np_craft(G, rho, ghat, rtol=None):
+    """The closed form with NumPy's SVD pseudo-inverse (the authors' formula)."""
+    U = np_unit_rows(G)
+    rho = rho / rho.sum()
+    return ghat + np.linalg.pinv(U, rtol=rtol) @ (rho - U @ ghat)
+
+
+@st.composite
+def full_rank_problem(draw, max_m=6, max_d=12):
+    """Random pseudo-gradients with a well-conditioned U (full row rank), rho > 0, unit reference."""
+    m = draw(st.integers(2, max_m))
+    d = draw(st.integers(m, max_d))
+    seed = draw(st.integers(0, 2 ** 32 - 1))
+    scale = draw(st.floats(1e-3, 1e3))
+    rng = np.random.default_rng(seed)
+    G = rng.standard_normal((m, d)) * scale * rng.uniform(0.1, 10, (m, 1))
+    assume(np.linalg.cond(np_unit_rows(G)) < 1e4)
+    rho = rng.uniform(0.05, 1.0, m)
+    ghat = rng.standard_normal(d)
+    return G, rho / rho.sum(), ghat / np.linalg.norm(ghat)
+
+
+@st.composite
+def rank_deficient_problem(draw):
+    """U with duplicate, parallel (same or opposite direction) or linearly dependent rows."""
+    m = draw(st.integers(2, 7))
+    d = draw(st.integers(2, 14))
+    kind = draw(st.sampled_from(["duplicate", "parallel", "low_rank"]))
+    rng = np.random.default_rng(draw(st.integers(0, 2 ** 32 - 1)))
+    if kind == "low_rank":
+        r = draw(st.integers(1, min(m, d) - 1 if min(m, d) > 1 else 1))
+        G = rng.standard_normal((m, r)) @ rng.standard_normal((r, d))
+    else:
+        G = rng.standard_normal((m, d))
+        i, j = rng.choice(m, 2, replace=False)
+        G[j] = G[i] if kind == "duplicate" else G[i] * rng.uniform(0.1, 10) * rng.choice([-1.0, 1.0])
+    rho = rng.uniform(0.05, 1.0, m)
+    ghat = rng.standard_normal(d)
+    # keep clear of the cut-off: non-zero singular values of U well above it
+    s = np.linalg.svd(np_unit_rows(G), compute_uv=False)
+    assume(((s > 1e-3 * s[0]) | (s < 1e-12 * s[0])).all())
+    return G, rho / rho.sum(), ghat / np.linalg.norm(ghat)
+
+
+def t(x):
+    return torch.tensor(x, dtype=torch.float64)
+
+
+# ------------------------------------------------------------------ CRAFT: defining properties
+@SETTINGS
+@given(full_rank_problem())
+def test_constraint_holds_for_full_rank_U(problem):
+    G, rho, ghat = problem
+    g = craft_direction(t(G), t(rho), t(ghat)).numpy()
+    np.testing.assert_allclose(np_unit_rows(G) @ g, rho, atol=1e-9)
+    assert (G @ g > 0).all()          # no selected client conflicts with g
+
+
+@SETTINGS
+@given(full_rank_problem(), st.integers(0, 2 ** 32 - 1))
+def test_any_other_feasible_point_is_at_least_as_far(problem, seed):
+    G, rho, ghat = problem
+    U = np_unit_rows(G)
+    g = craft_direction(t(G), t(rho), t(ghat)).numpy()
+    z = np.random.default_rng(seed).standard_normal(G.shape[1])
+    other = g + z - np.linalg.pinv(U) @ (U @ z)        # g plus a null-space direction: still feasible
+    np.testing.assert_allclose(U @ other, rho, atol=1e-8)
+    # Pythagoras: ||other - ghat||^2 = ||g - ghat||^2 + ||other - g||^2 >= ||g - ghat||^2
+    lhs = np.sum((other - ghat) ** 2)
+    np.testing.assert_allclose(lhs, np.sum((g - ghat) ** 2) + np.sum((other - g) ** 2), rtol=1e-8, atol=1e-10)
+    assert lhs >= np.sum((g - ghat) ** 2) - 1e-10
+
+
+@SETTINGS
+@given(full_rank_problem())
+def test_no_correction_when_the_reference_is_already_feasible(problem):
+    G, _, ghat = problem
+    U = np_unit_rows(G)
+    G = G * np.sign(U @ ghat)[:, None]            # flip clients so that every u_i . ghat > 0
+    U = np_unit_rows(G)
+    assume((np.abs(U @ ghat) > 1e-3).all())
+    s = (U @ ghat).sum()
+    ghat = ghat / s                               # now rho := U ghat is a feasible, normalised target
+    rho = U @ ghat
+    g = craft_direction(t(G), t(rho), t(ghat), normalize_reference=False)
+    torch.testing.assert_close(g, t(ghat), rtol=1e-9, atol=1e-12)
+
+
+@SETTINGS
+@given(full_rank_problem())
+def test_equals_numpy_pinv_full_rank(problem):
+    G, rho, ghat = problem
+    g = craft_direction(t(G), t(rho), t(ghat)).numpy()
+    np.testing.assert_allclose(g, np_craft(G, rho, ghat), rtol=1e-8, atol=1e-9)
+    g0 = craft_direction(t(G), t(rho)).numpy()    # no reference: g = U^+ rho
+    np.testing.assert_allclose(g0, np_craft(G, rho, np.zeros_like(ghat)), rtol=1e-8, atol=1e-9)
+
+
+@SETTINGS
+@given(rank_deficient_problem())
+def test_equals_numpy_pinv_rank_deficient(problem):
+    G, rho, ghat = problem
+    ref = np_craft(G, rho, ghat, rtol=None)       # NumPy's SVD pinv, cut-off eps * max(m, d)
+    g = craft_direction(t(G), t(rho), t(ghat)).numpy()
+    np.testing.assert_allclose(g, ref, rtol=1e-7, atol=1e-8)
+    x = pinv_solve(t(np_unit_rows(G)), t(rho)).numpy()
+    np.testing.assert_allclose(x, np.linalg.pinv(np_unit_rows(G), rtol=None) @ rho, rtol=1e-7, atol=1e-8)
+
+
+def test_float32_input_uses_float32_cutoff_and_returns_float32():
+    rng = np.random.default_rng(3)
+    G = rng.standard_normal((5, 300)).astype(np.float32)
+    G[4] = -2.5 * G[1]                            # parallel (opposite) rows: rank 4
+    rho, ghat = np.full(5, 0.2), rng.standard_normal(300)
+    g = craft_direction(torch.tensor(G), torch.tensor(rho, dtype=torch.float32),
+                        torch.tensor(ghat, dtype=torch.float32))
+    assert g.dtype == torch.float32
+    U64 = np_unit_rows(G.astype(np.float64))
+    ref = np_craft(G.astype(np.float64), rho, ghat / np.linalg.norm(ghat),
+                   rtol=np.finfo(np.float32).eps * 300)
+    np.testing.assert_allclose(g.numpy(), ref, rtol=1e-5, atol=1e-6)
+    # torch's own SVD pinv on float32 U (what the authors' code calls) agrees too
+    U32 = torch.tensor(U64, dtype=torch.float32)
+    gh = torch.tensor(ghat / np.linalg.norm(ghat), dtype=torch.float32)
+    r = torch.tensor(rho, dtype=torch.float32)
+    torch.testing.assert_close(g, gh + torch.linalg.pinv(U32) @ (r - U32 @ gh), rtol=1e-4, atol=1e-5)
+
+
+def test_huge_but_finite_updates_do_not_overflow():
+    rng = np.random.default_rng(5)
+    G, rho, ghat = rng.standard_normal((3, 5)), np.array([0.2, 0.3, 0.5]), rng.standard_normal(5)
+    big = G * np.array([[1e200], [1.0], [1e-200]])          # squares overflow / underflow in float64
+    torch.testing.assert_close(craft_direction(t(big), t(rho), t(ghat)), craft_direction(t(G), t(rho), t(ghat)))
+    tiny = G * np.array([[1.0], [1.0], [1e-200]])           # non-zero, only its squares underflow
+    torch.testing.assert_close(craft_direction(t(tiny), t(rho), t(ghat)), craft_direction(t(G), t(rho), t(ghat)))
+
+
+def test_never_calls_an_svd_or_explicit_pseudo_inverse(monkeypatch):
+    def forbidden(*args, **kwargs):
+        raise AssertionError("craft_direction must work through the m x m Gram matrix")
+    for name in ("pinv", "svd", "lstsq", "qr"):
+        monkeypatch.setattr(torch.linalg, name, forbidden)
+    monkeypatch.setattr(torch, "pinverse", forbidden)
+    G = torch.randn(4, 50_000, generator=torch.Generator().manual_seed(0))
+    g = craft_direction(G, torch.full((4,), 0.25), torch.randn(50_000))
+    torch.testing.assert_close((G / G.norm(dim=1, keepdim=True)) @ g, torch.full((4,), 0.25), atol=1e-4, rtol=0)
+
+
+# ------------------------------------------------------------------ CRAFT: per-group rules
+@SETTINGS
+@given(full_rank_problem(max_m=5, max_d=8), st.integers(0, 2 ** 32 - 1))
+def test_layerwise_equals_per_group_calls(problem, seed):
+    G, rho, ghat = problem
+    m, d = G.shape
+    rng = np.random.default_rng(seed)
+    G2, ref2 = rng.standard_normal((m, 3, 2)), rng.standard_normal((3, 2))
+    grads = {"a.weight": t(G), "b.weight": t(G2), "b.bias": t(G2[:, 0, :] * 0.5)}
+    refs = {"a.weight": t(ghat * 3.0), "b.weight": t(ref2), "b.bias": t(np.ones(2))}
+    # per key (each tensor its own group)
+    per_key = craft_direction(grads, t(rho), refs)
+    for k in grads:
+        single = craft_direction(grads[k].reshape(m, -1), t(rho), refs[k].reshape(-1))
+        torch.testing.assert_close(per_key[k], single.reshape(grads[k].shape[1:]))
+    # with layer groups: "b" concatenates weight and bias into one problem
+    groups = layer_groups(list(grads))
+    assert groups == {"a": ["a.weight"], "b": ["b.weight", "b.bias"]}
+    by_group = craft_direction(grads, t(rho), refs, groups=groups)
+    Gb = torch.cat([grads["b.weight"].reshape(m, -1), grads["b.bias"]], dim=1)
+    gb = craft_direction(Gb, t(rho), torch.cat([refs["b.weight"].reshape(-1), refs["b.bias"]]))
+    torch.testing.assert_close(torch.cat([by_group["b.weight"].reshape(-1), by_group["b.bias"]]), gb)
+    torch.testing.assert_close(by_group["a.weight"], per_key["a.weight"])
+
+
+def test_zero_clients_dropped_rho_renormalised_and_single_client_raw():
+    rng = np.random.default_rng(1)
+    G = rng.standard_normal((4, 6))
+    rho = np.array([0.1, 0.2, 0.3, 0.4])
+    ghat = rng.standard_normal(6)
+    Gz = G.copy()
+    Gz[2] = 0.0                                   # client 2 sent nothing for this group
+    got = craft_direction(t(Gz), t(rho), t(ghat))
+    want = craft_direction(t(G[[0, 1, 3]]), t(rho[[0, 1, 3]]), t(ghat))
+    torch.testing.assert_close(got, want)
+    np.testing.assert_allclose(np_unit_rows(G[[0, 1, 3]]) @ got.numpy(), rho[[0, 1, 3]] / 0.7, atol=1e-10)
+    only = np.zeros_like(G)
+    only[1] = G[1]
+    torch.testing.assert_close(craft_direction(t(only), t(rho), t(ghat)), t(G[1]))   # raw, not normalised
+    torch.testing.assert_close(craft_direction(t(np.zeros_like(G)), t(rho)), t(np.zeros(6)))
+    # the reference is normalised (any positive scale gives the same g), a zero reference means none
+    torch.testing.assert_close(craft_direction(t(G), t(rho), t(7.0 * ghat)), craft_direction(t(G), t(rho), t(ghat)))
+    torch.testing.assert_close(craft_direction(t(G), t(rho), t(np.zeros(6))), craft_direction(t(G), t(rho)))
+    # rho is normalised: any positive scale gives the same g
+    torch.testing.assert_close(craft_direction(t(G), t(10 * rho), t(ghat)), craft_direction(t(G), t(rho), t(ghat)))
+
+
+@SETTINGS
+@given(full_rank_problem())
+def test_config_equivalence_and_formula(problem):
+    G, _, _ = problem
+    m = G.shape[0]
+    craft = craft_direction(t(G), t(np.ones(m)))             # g_hat = 0, uniform rho
+    cfg = config_direction(t(G))
+    torch.testing.assert_close(craft / craft.norm(), cfg / cfg.norm())
+    # ConFIG's own formula with NumPy: g_u = normalise(U^+ 1), g = (sum_i g_i . g_u) g_u
+    gu = np.linalg.pinv(np_unit_rows(G)) @ np.ones(m)
+    gu /= np.linalg.norm(gu)
+    np.testing.assert_allclose(cfg.numpy(), (G @ gu).sum() * gu, rtol=1e-8, atol=1e-9)
+    assert (G @ cfg.numpy() > 0).all()
+
+
+# ------------------------------------------------------------------ bad input
+def test_bad_inputs_give_clear_errors():
+    G = torch.randn(3, 4, dtype=torch.float64)
+    rho = torch.full((3,), 1 / 3, dtype=torch.float64)
+    bad = G.clone()
+    bad[1, 2] = float("nan")
+    with pytest.raises(ValueError, match="client 1"):
+        craft_direction(bad, rho)
+    bad[1, 2] = float("inf")
+    with pytest.raises(ValueError, match="client 1"):
+        craft_direction({"w": bad.reshape(3, 2, 2)}, rho)
+    with pytest.raises(ValueError, match="client 1"):
+        craft_direction({"a.weight": G, "a.bias": bad}, rho, groups={"a": ["a.weight", "a.bias"]})
+    with pytest.raises(ValueError, match="m = 0"):
+        craft_direction(torch.zeros(0, 4), torch.zeros(0))
+    with pytest.raises(ValueError, match=">= 0"):
+        craft_direction(G, torch.tensor([0.5, 0.7, -0.2]))
+    with pytest.raises(ValueError, match="rho must be Tensor\\[m\\]"):
+        craft_direction(G, torch.ones(2))
+    with pytest.raises(ValueError, match="sum to zero"):
+        craft_direction(G, torch.zeros(3))
+    with pytest.raises(ValueError, match="reference must have shape"):
+        craft_direction(G, rho, torch.zeros(5))
+    with pytest.raises(ValueError, match="NaN"):
+        craft_direction(G, rho, torch.full((4,), float("nan")))
+    with pytest.raises(ValueError, match="Tensor\\[m, d\\]"):
+        craft_direction(torch.zeros(4), rho)
+    with pytest.raises(ValueError, match="leading axis"):
+        craft_direction({"a": torch.zeros(3, 2), "b": torch.zeros(2, 2)}, rho)
+    with pytest.raises(ValueError, match="same keys"):
+        craft_direction({"a": G}, rho, {"b": torch.zeros(4)})
+    with pytest.raises(ValueError, match="belong to no layer group"):
+        craft_direction({"a": G, "b": G}, rho, groups={"g": ["a"]})
+    with pytest.raises(ValueError, match="client 2"):
+        config_direction(torch.cat([G[:2], torch.full((1, 4), float("nan"))]))
+    with pytest.raises(ValueError, match="losses"):
+        fedfv_direction(G, torch.ones(2))
+    with pytest.raises(ValueError, match=">= 0"):
+        qfedavg_step(G, torch.tensor([1.0, -1.0, 1.0]), lr=0.1)
+    with pytest.raises(ValueError, match="lr"):
+        qfedavg_step(G, torch.ones(3), lr=0.0)
+
+
+# ------------------------------------------------------------------ FedFV and q-FedAvg
+def np_fedfv(G, losses, alpha):
+    """FedFV's internal-conflict step as in the authors' code (loops over clients)."""
+    m = len(G)
+    order = list(np.argsort(losses, kind="stable"))
+    keep = order[math.ceil((m - 1) * (1 - alpha)):] if alpha > 0 else []
+    out = [g.copy() for g in G]
+    for i in range(m):
+        if i in keep:
+            continue
+        for j in order:
+            if j != i:
+                dot = G[j] @ out[i]
+                if dot < 0:
+                    out[i] = out[i] - dot / (G[j] @ G[j]) * G[j]
+    gt = np.mean(out, axis=0)
+    assume(np.linalg.norm(gt) > 1e-6 * np.abs(G).max())      # rescaling a ~0 vector is ill-posed
+    return gt / np.linalg.norm(gt) * np.linalg.norm(G.mean(0))
+
+
+@SETTINGS
+@given(st.integers(1, 7), st.integers(1, 9), st.sampled_from([0.0, 0.1, 0.3]), st.integers(0, 2 ** 32 - 1))
+def test_fedfv_matches_the_reference_loop(m, d, alpha, seed):
+    rng = np.random.default_rng(seed)
+    G = rng.standard_normal((m, d))
+    losses = rng.uniform(0, 3, m)
+    got = fedfv_direction(t(G), t(losses), alpha).numpy()
+    np.testing.assert_allclose(got, np_fedfv(G, losses, alpha), rtol=1e-8, atol=1e-10)
+    # a dict input is the same whole-model computation
+    got_dict = fedfv_direction({"x": t(G[:, :1]), "y": t(G[:, 1:])}, t(losses), alpha)
+    np.testing.assert_allclose(torch.cat([got_dict["x"], got_dict["y"]]).numpy(), got, rtol=1e-10, atol=1e-12)
+
+
+def test_fedfv_keeps_ceil_alpha_m_highest_loss_clients():
+    for m in range(1, 101):
+        kept = fedfv_kept(torch.arange(m, dtype=torch.float64), 0.1)
+        assert int(kept.sum()) == max(1, math.ceil(round(0.1 * m, 9)))
+        assert bool(kept[m - int(kept.sum()):].all())            # the highest losses
+    assert int(fedfv_kept(torch.ones(5), 0.0).sum()) == 0
+
+
+@SETTINGS
+@given(st.integers(1, 6), st.integers(1, 8), st.sampled_from([0.0, 0.5, 1.0, 2.0]), st.integers(0, 2 ** 32 - 1))
+def test_qfedavg_matches_its_formula(m, d, q, seed):
+    rng = np.random.default_rng(seed)
+    G, F, lr = rng.standard_normal((m, d)), rng.uniform(0.1, 3, m), rng.uniform(0.01, 0.5)
+    dW = G / lr
+    h = q * F ** (q - 1) * (dW ** 2).sum(1) + F ** q / lr
+    want = (F[:, None] ** q * dW).sum(0) / h.sum()
+    np.testing.assert_allclose(qfedavg_step(t(G), t(F), lr, q).numpy(), want, rtol=1e-10, atol=1e-12)
+    if q == 0:
+        np.testing.assert_allclose(want, G.mean(0), rtol=1e-10, atol=1e-12)
+
+
+# ------------------------------------------------------------------ strategies
+def _updates(deltas, n, model=None, signals=None, train_loss=None):
+    m = next(iter(deltas.values())).shape[0]
+    return ClientUpdates(1, torch.arange(m), deltas, torch.tensor(n),
+                         torch.zeros(m) if train_loss is None else train_loss, model, signals or {})
+
+
+def test_craft_layer_groups_merge_groupnorm_into_its_convolution():
+    model = make_model("resnet20", (3, 32, 32), 10)
+    groups = craft_layer_groups(model)
+    names = [n for n, _ in model.named_parameters()]
+    assert sorted(sum(groups.values(), [])) == sorted(names)
+    assert groups["blocks.0.conv1"] == ["blocks.0.conv1.weight", "blocks.0.norm1.weight", "blocks.0.norm1.bias"]
+    assert groups["blocks.3.shortcut.0"] == ["blocks.3.shortcut.0.weight", "blocks.3.shortcut.1.weight",
+                                             "blocks.3.shortcut.1.bias"]
+    assert len(groups) == 22 and len(craft_layer_groups(model, merge_norm=False)) == 43
+    mlp = make_model("mlp", (1, 8, 8), 10)
+    assert craft_layer_groups(mlp) == layer_groups([n for n, _ in mlp.named_parameters()])
+
+
+def test_craft_strategy_solves_per_merged_group_on_resnet20():
+    model = make_model("resnet20", (3, 8, 8), 10)
+    params = get_params(model)
+    gen = torch.Generator().manual_seed(1)
+    deltas = {k: torch.randn(3, *v.shape, generator=gen) for k, v in params.items()}
+    s = CRAFT(server_lr=1.0)
+    s.init(params)
+    groups = s.groups(params, model)
+    assert groups == craft_layer_groups(model) and "norm" not in groups
+    new, _ = s.aggregate(params, _updates(deltas, [1, 1, 2], model))
+    rho = torch.tensor([0.25, 0.25, 0.5])
+    for names in groups.values():
+        G = -torch.cat([deltas[n].reshape(3, -1) for n in names], dim=1)
+        g = torch.cat([(params[n] - new[n]).reshape(-1) for n in names])       # server_lr = 1
+        torch.testing.assert_close((G / G.norm(dim=1, keepdim=True)) @ g, rho, atol=1e-4, rtol=0)
+    assert CRAFT(layerwise=False).groups(params, model) == {"model": list(params)}
+
+
+def test_craft_strategy_keeps_the_unscaled_reference_between_rounds():
+    model = make_model("mlp", (4,), 3, hidden=(5,))
+    params = get_params(model)
+    gen = torch.Generator().manual_seed(0)
+    rounds = [{k: 0.1 * torch.randn(3, *v.shape, generator=gen) for k, v in params.items()} for _ in range(2)]
+    n = [10, 20, 30]
+    s = CRAFT(server_lr=0.5)
+    s.init(params)
+    groups = layer_groups(list(params))
+    rho = torch.tensor([1 / 6, 2 / 6, 3 / 6])
+    p1, diag = s.aggregate(params, _updates(rounds[0], n, model))
+    g1 = craft_direction({k: -v for k, v in rounds[0].items()}, rho, None, groups=groups)
+    for k in params:
+        torch.testing.assert_close(p1[k], params[k] - 0.5 * g1[k])
+    torch.testing.assert_close(diag["weights"], rho)
+    p2, _ = s.aggregate(p1, _updates(rounds[1], n, model))
+    g2 = craft_direction({k: -v for k, v in rounds[1].items()}, rho, g1, groups=groups)
+    for k in params:
+        torch.testing.assert_close(p2[k], p1[k] - 0.5 * g2[k])
+    s.init(params)                                               # init forgets the reference
+    p1b, _ = s.aggregate(params, _updates(rounds[0], n, model))
+    for k in params:
+        torch.testing.assert_close(p1b[k], p1[k])
+    glob = CRAFT(server_lr=1.0, layerwise=False)
+    pg, _ = glob.aggregate(params, _updates(rounds[0], n, model))
+    gg = craft_direction({k: -v for k, v in rounds[0].items()}, rho, groups={"model": list(params)})
+    for k in params:
+        torch.testing.assert_close(pg[k], params[k] - gg[k])
+
+
+def test_baseline_strategies_apply_their_formulas():
+    params = {"w": torch.tensor([1.0, 2.0], dtype=torch.float64)}
+    deltas = {"w": torch.tensor([[-1.0, 0.0], [0.5, -1.0]], dtype=torch.float64)}
+    pseudo = -deltas["w"]
+    new, _ = ConFIG(server_lr=0.5).aggregate(params, _updates(deltas, [1, 1]))
+    torch.testing.assert_close(new["w"], params["w"] - 0.5 * config_direction(pseudo))
+    losses = torch.tensor([0.3, 0.1])
+    new, _ = FedFV(alpha=0.0).aggregate(params, _updates(deltas, [1, 1], signals={"global_loss": losses}))
+    torch.testing.assert_close(new["w"], params["w"] - fedfv_direction(pseudo, losses, 0.0))
+    new, _ = FedFV(alpha=0.0, loss="local").aggregate(params, _updates(deltas, [1, 1], train_loss=losses))
+    torch.testing.assert_close(new["w"], params["w"] - fedfv_direction(pseudo, losses, 0.0))
+    q = QFedAvg(q=2.0)
+    q.init(params)
+    with pytest.raises(RuntimeError, match="configure_local"):
+        q.aggregate(params, _updates(deltas, [1, 1], signals={"global_loss": losses}))
+    q.configure_local(LocalTraining(lr=0.2))
+    new, _ = q.aggregate(params, _updates(deltas, [1, 1], signals={"global_loss": losses}))
+    torch.testing.assert_close(new["w"], params["w"] - qfedavg_step(pseudo, losses, 0.2, 2.0))
+    assert isinstance(make_strategy("craft"), CRAFT) and isinstance(make_strategy("q-fedavg"), QFedAvg)
+    with pytest.raises(ValueError, match="alpha"):
+        FedFV(alpha=2)
+    with pytest.raises(ValueError, match="q must"):
+        QFedAvg(q=-1)
+
+
+def test_global_model_loss_matches_direct_cross_entropy():
+    model = make_model("mlp", (4,), 3, hidden=(5,))
+    gen = torch.Generator().manual_seed(0)
+    data = [(torch.randn(n, 4, generator=gen), torch.randint(0, 3, (n,), generator=gen)) for n in (3, 7, 1)]
+    got = global_model_loss(model, get_params(model), data, batch_size=4)
+    with torch.no_grad():
+        want = torch.stack([torch.nn.functional.cross_entropy(model(x), y) for x, y in data])
+    torch.testing.assert_close(got, want)
+
+
+def test_simulated_craft_has_no_conflicts_and_baselines_run():
+    fed = federated_dataset("digits", num_clients=12, alpha=0.3, seed=1)
+    model = make_model("mlp", fed.input_shape, fed.num_classes, hidden=(32,))
+    for strategy in (CRAFT(server_lr=0.3), CRAFT(server_lr=0.3, layerwise=False), ConFIG(server_lr=0.1)):
+        h = simulate(fed, model, strategy, rounds=3, clients_per_round=5, progress=False, eval_every=3)
+        assert (h.conflicts == 0).all()
+        if isinstance(strategy, CRAFT) and strategy.layerwise:
+            assert all(v == 0 for d in h.diagnostics for v in d["conflicts_per_layer"].values())
+    q = QFedAvg(q=1.0)
+    h = simulate(fed, model, q, rounds=2, clients_per_round=5, progress=False, lr=0.05, lr_decay=0.5)
+    assert q._lr == pytest.approx(0.025)                        # the round-2 (decayed) client lr
+    assert h.diagnostics[0]["losses"].shape == (5,)
+    h = simulate(fed, model, FedFV(), rounds=2, clients_per_round=5, progress=False)
+    assert np.isfinite(h.client_accuracy).all()
