@@ -22,7 +22,7 @@ from typing import Callable, Sequence
 import torch
 
 __all__ = ["Case", "run_cases", "check_fedavg", "check_fedvg_weights", "check_oui", "check_beta_moments",
-           "check_pca_fingerprint"]
+           "check_pca_fingerprint", "check_craft_direction"]
 
 
 @dataclass
@@ -187,3 +187,32 @@ def check_pca_fingerprint(your_function: Callable, seed: int = 0) -> bool:
     ]
     cases = [Case(name, (x, y, c, l), pca_fingerprint(x, y, c, l)) for name, x, y, c, l in inputs]
     return run_cases("check_pca_fingerprint", your_function, cases, rtol=1e-6, atol=1e-9)
+
+
+def check_craft_direction(your_function: Callable, seed: int = 0) -> bool:
+    """Check ``your_function(pseudo_grads: Tensor[m, d], rho: Tensor[m], reference: Tensor[d])
+    -> Tensor[d]``: CRAFT's minimum-norm correction ``g = g_hat + U^+ (rho - U g_hat)``, with
+    ``U`` the row-normalised pseudo-gradients, ``rho`` normalised to sum to one and
+    ``g_hat = reference / ||reference||`` (``g_hat = 0`` for a zero reference). The cases
+    have full-rank ``U``, at least two clients and no zero updates (the special rules for
+    zero updates and a single client are not checked)."""
+    from .aggregators import craft_direction
+
+    g = torch.Generator().manual_seed(seed)
+    dt = torch.float64
+    conflicting = torch.tensor([[1.0, 0.2], [-0.6, 1.0]], dtype=dt)
+    inputs = [
+        ("two conflicting clients in 2-D, no reference", conflicting, torch.tensor([0.5, 0.5], dtype=dt),
+         torch.zeros(2, dtype=dt)),
+        ("random, m=4, d=10, with a reference", torch.randn(4, 10, generator=g, dtype=dt),
+         torch.tensor([1.0, 2.0, 3.0, 4.0], dtype=dt), torch.randn(10, generator=g, dtype=dt)),
+        ("a reference that already satisfies the constraints",
+         torch.eye(3, dtype=dt) * torch.tensor([[2.0], [0.5], [1.0]], dtype=dt),
+         torch.ones(3, dtype=dt), torch.ones(3, dtype=dt)),
+        ("two clients in d=6, with a reference", torch.randn(2, 6, generator=g, dtype=dt),
+         torch.tensor([0.3, 0.7], dtype=dt), torch.randn(6, generator=g, dtype=dt)),
+        ("m=8 in d=50, sample sizes as rho", torch.randn(8, 50, generator=g, dtype=dt),
+         torch.randint(1, 100, (8,), generator=g).to(dt), torch.randn(50, generator=g, dtype=dt)),
+    ]
+    cases = [Case(name, (u, r, ref), craft_direction(u, r, ref)) for name, u, r, ref in inputs]
+    return run_cases("check_craft_direction", your_function, cases, rtol=1e-6, atol=1e-9)

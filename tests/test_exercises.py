@@ -2,7 +2,7 @@
 
 import torch
 
-from fedlearn_edu.exercises import (check_beta_moments, check_fedavg, check_fedvg_weights, check_oui,
+from fedlearn_edu.exercises import (check_beta_moments, check_craft_direction, check_fedavg, check_fedvg_weights, check_oui,
                                     check_pca_fingerprint)
 
 
@@ -102,4 +102,21 @@ def test_check_pca_fingerprint(capsys):
 
     assert check_pca_fingerprint(right) is True
     assert check_pca_fingerprint(population_covariance_unnormalised) is False
+    assert "failed" in capsys.readouterr().out
+
+
+def test_check_craft_direction(capsys):
+    def right(G, rho, ref):
+        U = G / G.norm(dim=1, keepdim=True)
+        rho = rho / rho.sum()
+        g_hat = ref / ref.norm() if ref.norm() > 0 else torch.zeros_like(ref)
+        return g_hat + torch.linalg.pinv(U) @ (rho - U @ g_hat)
+
+    def forgets_to_normalise_rows(G, rho, ref):
+        rho = rho / rho.sum()
+        g_hat = ref / ref.norm() if ref.norm() > 0 else torch.zeros_like(ref)
+        return g_hat + torch.linalg.pinv(G) @ (rho - G @ g_hat)
+
+    assert check_craft_direction(right) is True
+    assert check_craft_direction(forgets_to_normalise_rows) is False
     assert "failed" in capsys.readouterr().out
