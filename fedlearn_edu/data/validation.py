@@ -162,7 +162,7 @@ def external_validation_set(name: str, input_shape: Sequence[int], num_samples: 
 
     Returns
     -------
-    (x, y) : Tensor[n, \*input_shape], Tensor[n]
+    (x, y) : ``Tensor[n, *input_shape]``, ``Tensor[n]``
 
     Examples
     --------
