@@ -30,7 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--local-epochs", type=int, default=1)
     run.add_argument("--batch-size", type=int, default=10)
     run.add_argument("--lr", type=float, default=0.05, help="client learning rate")
-    run.add_argument("--server-lr", type=float, default=1.0)
+    run.add_argument("--server-lr", type=float, default=None,
+                     help="server step size eta_s (default: the strategy's own, e.g. 1 for FedAvg, 0.1 for CRAFT)")
     run.add_argument("--mu", type=float, default=0.01, help="FedProx proximal coefficient")
     run.add_argument("--val-fraction", type=float, default=0.1,
                      help="fedvg: share of every client's training data pooled as the server's validation set")
@@ -51,7 +52,7 @@ def main(argv=None) -> int:
                             alpha=args.alpha, min_size=args.min_size, seed=args.seed,
                             root=args.data_root, download=args.download)
     model = make_model(args.model, fed.input_shape, fed.num_classes, seed=args.seed)
-    kwargs = {"server_lr": args.server_lr}
+    kwargs = {} if args.server_lr is None else {"server_lr": args.server_lr}
     if args.strategy == "fedprox":
         kwargs["mu"] = args.mu
     if args.strategy == "fedvg":
