@@ -112,7 +112,7 @@ def test_page_in_browser(browser, site, doc):
         solutions = page.locator(".solution.dropdown")
         for i in range(solutions.count()):
             sol = solutions.nth(i)
-            body = sol.locator(".section, .solution-content, p").last
+            body = sol.locator(":scope > :not(.admonition-title)").first
             button = sol.locator(".toggle-button")
             assert button.count() == 1, f"{doc}: solution {i} has no toggle button"
             assert not body.is_visible(), f"{doc}: solution {i} is visible before it is opened"
