@@ -138,26 +138,30 @@ class LoopEngine:
         datasets: Sequence[tuple[Tensor, Tensor]],
         config: LocalTraining,
         seeds: Sequence[int],
+        start: Params | None = None,
     ) -> LocalResult:
         """Run local SGD for each client from ``global_params``.
 
         Args:
             model: module whose architecture is used through ``functional_call``.
-            global_params: theta_t, ``{name: Tensor}``.
+            global_params: theta_t, ``{name: Tensor}``: every client's starting point and
+                the centre of the proximal term.
             datasets: per client ``(x: Tensor[n_i, ...], y: Tensor[n_i])`` on the model's device.
             config: local hyper-parameters.
             seeds: per-client batch-order seeds (see :func:`client_batches`).
+            start: optional stacked ``{name: Tensor[m, ...]}``: client j starts from
+                ``start[k][j]`` instead (personal or cluster models); the proximal centre
+                stays ``global_params``.
 
         Returns:
             :class:`LocalResult` with ``params`` stacked over the m clients.
         """
-        if len(datasets) != len(seeds):
-            raise ValueError(f"Got {len(datasets)} datasets but {len(seeds)} seeds.")
+        _check_schedule(datasets, seeds, start)
         step_grad = grad_and_value(batch_loss, has_aux=True)
         anchor = {k: v.detach() for k, v in global_params.items()}
         trained, losses, steps = [], [], []
-        for (x, y), seed in zip(datasets, seeds):
-            params = {k: v.detach().clone() for k, v in global_params.items()}
+        for j, ((x, y), seed) in enumerate(zip(datasets, seeds)):
+            params = {k: (v if start is None else start[k][j]).detach().clone() for k, v in global_params.items()}
             buf, total, count = None, torch.zeros((), device=y.device), 0
             for idx in client_batches(y.shape[0], config.epochs, config.batch_size, seed):
                 idx = idx.to(y.device)
@@ -264,10 +268,10 @@ class VmapEngine:
         datasets: Sequence[tuple[Tensor, Tensor]],
         config: LocalTraining,
         seeds: Sequence[int],
+        start: Params | None = None,
     ) -> LocalResult:
         """Same contract as :meth:`LoopEngine.train`, all clients of a chunk in one batched pass."""
-        if len(datasets) != len(seeds):
-            raise ValueError(f"Got {len(datasets)} datasets but {len(seeds)} seeds.")
+        _check_schedule(datasets, seeds, start)
         reason = vmap_unsupported_reason(model)
         if reason:
             raise ValueError(f"VmapEngine cannot train this model: {reason}. Use engine='loop'.")
@@ -276,7 +280,8 @@ class VmapEngine:
         if key not in self._chunk_cache:
             self._chunk_cache[key] = self.chunk_size(model, sample, config.batch_size)
         chunk = self._chunk_cache[key]
-        parts = [self._train_chunk(model, global_params, datasets[i:i + chunk], config, seeds[i:i + chunk])
+        parts = [self._train_chunk(model, global_params, datasets[i:i + chunk], config, seeds[i:i + chunk],
+                                   None if start is None else {k: v[i:i + chunk] for k, v in start.items()})
                  for i in range(0, len(datasets), chunk)]
         return LocalResult(
             {k: torch.cat([p.params[k] for p in parts]) for k in global_params},
@@ -284,7 +289,7 @@ class VmapEngine:
             torch.cat([p.num_steps for p in parts]),
         )
 
-    def _train_chunk(self, model, global_params, datasets, config, seeds) -> LocalResult:
+    def _train_chunk(self, model, global_params, datasets, config, seeds, start) -> LocalResult:
         device = datasets[0][1].device
         m, bs = len(datasets), config.batch_size
         # All clients' samples in one tensor; client j's sample r sits at offsets[j] + r.
@@ -308,7 +313,10 @@ class VmapEngine:
         step_size = active * config.lr
 
         anchor = {k: v.detach() for k, v in global_params.items()}
-        params = {k: v.detach().unsqueeze(0).repeat(m, *([1] * v.dim())) for k, v in anchor.items()}
+        if start is None:
+            params = {k: v.detach().unsqueeze(0).repeat(m, *([1] * v.dim())) for k, v in anchor.items()}
+        else:
+            params = {k: start[k].detach().clone() for k in anchor}
         buf = {k: torch.zeros_like(v) for k, v in params.items()} if config.momentum else None
         step_grad = vmap(grad_and_value(masked_batch_loss, has_aux=True),
                          in_dims=(0, None, 0, 0, 0, None, None))
@@ -325,6 +333,16 @@ class VmapEngine:
             params = {k: torch.addcmul(p, _expand(lr, p), grads[k], value=-1.0) for k, p in params.items()}
             total = total + active[:, s] * ce.detach()
         return LocalResult(params, total / steps.to(device, total.dtype), steps)
+
+
+def _check_schedule(datasets, seeds, start) -> None:
+    if len(datasets) != len(seeds):
+        raise ValueError(f"Got {len(datasets)} datasets but {len(seeds)} seeds.")
+    if start is not None:
+        sizes = {k: v.shape[0] for k, v in start.items()}
+        if any(n != len(datasets) for n in sizes.values()):
+            raise ValueError(f"start must be stacked with one row per client (m = {len(datasets)}); "
+                             f"got leading sizes {sizes}.")
 
 
 def _expand(flag: Tensor, like: Tensor) -> Tensor:

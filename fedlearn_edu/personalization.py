@@ -36,12 +36,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.func import functional_call, grad_and_value, vmap
+from torch.func import functional_call
 
 from .aggregators import count_conflicts, fedavg
 from .data.federation import Federation
-from .engine import (LocalResult, LocalTraining, LoopEngine, VmapEngine, _expand, batch_loss, client_batches,
-                     make_engine, masked_batch_loss, sgd_step)
+from .engine import LocalResult, LocalTraining, LoopEngine, VmapEngine, make_engine
 from .params import Params, get_params, stack_params
 from .simulation import History, evaluate_clients
 from .strategies.base import ClientUpdates, Strategy
@@ -80,16 +79,6 @@ class PersonalizedHistory(History):
 # --------------------------------------------------------------------------- #
 # local training from per-client starting points
 # --------------------------------------------------------------------------- #
-def _engine_kind(engine, model: nn.Module) -> tuple[str, VmapEngine | None]:
-    runner = make_engine(engine, model)
-    if isinstance(runner, VmapEngine):
-        return "vmap", runner
-    if isinstance(runner, LoopEngine):
-        return "loop", None
-    raise TypeError("train_clients supports the package engines ('auto', 'loop', 'vmap' or their instances); "
-                    f"got {type(runner).__name__}.")
-
-
 def train_clients(
     model: nn.Module,
     start: Params,
@@ -121,80 +110,15 @@ def train_clients(
     Returns:
         :class:`~fedlearn_edu.engine.LocalResult` with the stacked trained parameters.
     """
-    m = len(datasets)
-    if len(seeds) != m:
-        raise ValueError(f"Got {m} datasets but {len(seeds)} seeds.")
-    sizes = {k: v.shape[0] for k, v in start.items()}
-    if any(s != m for s in sizes.values()):
-        raise ValueError(f"start must be stacked with one row per client (m = {m}); got leading sizes {sizes}.")
     if config.prox_mu and anchor is None:
         raise ValueError("config.prox_mu > 0 needs an anchor (the proximal centre).")
-    if anchor is None:
+    if anchor is None:  # no proximal term: the centre is never used
         anchor = {k: torch.zeros_like(v[0]) for k, v in start.items()}
-    anchor = {k: v.detach() for k, v in anchor.items()}
-    kind, runner = _engine_kind(engine, model)
-    if kind == "loop":
-        return _train_loop(model, start, datasets, config, seeds, anchor)
-    chunk = runner.chunk_size(model, datasets[0][0], config.batch_size)
-    parts = [_train_vmap(model, {k: v[i:i + chunk] for k, v in start.items()}, datasets[i:i + chunk], config,
-                         seeds[i:i + chunk], anchor) for i in range(0, m, chunk)]
-    return LocalResult({k: torch.cat([p.params[k] for p in parts]) for k in start},
-                       torch.cat([p.train_loss for p in parts]), torch.cat([p.num_steps for p in parts]))
-
-
-def _train_loop(model, start, datasets, config, seeds, anchor) -> LocalResult:
-    step_grad = grad_and_value(batch_loss, has_aux=True)
-    trained, losses, steps = [], [], []
-    for j, ((x, y), seed) in enumerate(zip(datasets, seeds)):
-        params = {k: v[j].detach().clone() for k, v in start.items()}
-        buf, total, count = None, torch.zeros((), device=y.device), 0
-        for idx in client_batches(y.shape[0], config.epochs, config.batch_size, seed):
-            idx = idx.to(y.device)
-            grads, (_, ce) = step_grad(params, model, x[idx], y[idx], anchor, config.prox_mu)
-            params, buf = sgd_step(params, grads, buf, config)
-            total, count = total + ce.detach(), count + 1
-        trained.append(params)
-        losses.append(total / count)
-        steps.append(count)
-    return LocalResult(stack_params(trained), torch.stack(losses), torch.tensor(steps))
-
-
-def _train_vmap(model, start, datasets, config, seeds, anchor) -> LocalResult:
-    # The VmapEngine's batched pass (same padding, mask and per-step `active` flag),
-    # with the stacked parameters initialised from `start` instead of one global copy.
-    device = datasets[0][1].device
-    m, bs = len(datasets), config.batch_size
-    x_all = torch.cat([x for x, _ in datasets])
-    y_all = torch.cat([y for _, y in datasets])
-    sizes = torch.tensor([y.shape[0] for _, y in datasets])
-    offsets = torch.cumsum(sizes, 0) - sizes
-    schedules = [client_batches(int(n), config.epochs, bs, s) for n, s in zip(sizes, seeds)]
-    steps = torch.tensor([len(b) for b in schedules])
-    max_steps = int(steps.max())
-    index = torch.zeros(m, max_steps, bs, dtype=torch.long)
-    mask = torch.zeros(m, max_steps, bs)
-    for j, batches in enumerate(schedules):
-        for s, idx in enumerate(batches):
-            index[j, s, :idx.numel()] = idx + offsets[j]
-            mask[j, s, :idx.numel()] = 1.0
-    index, mask = index.to(device), mask.to(device, x_all.dtype)
-    active = (torch.arange(max_steps).unsqueeze(0) < steps.unsqueeze(1)).to(device)
-    params = {k: v.detach().clone() for k, v in start.items()}
-    buf = {k: torch.zeros_like(v) for k, v in params.items()} if config.momentum else None
-    step_grad = vmap(grad_and_value(masked_batch_loss, has_aux=True), in_dims=(0, None, 0, 0, 0, None, None))
-    total = torch.zeros(m, device=device)
-    for s in range(max_steps):
-        idx = index[:, s]
-        grads, (_, ce) = step_grad(params, model, x_all[idx], y_all[idx], mask[:, s], anchor, config.prox_mu)
-        on = active[:, s]
-        if config.weight_decay:
-            grads = {k: g + config.weight_decay * params[k] for k, g in grads.items()}
-        if buf is not None:
-            buf = {k: torch.where(_expand(on, b), config.momentum * b + grads[k], b) for k, b in buf.items()}
-            grads = buf
-        params = {k: torch.where(_expand(on, p), p - config.lr * grads[k], p) for k, p in params.items()}
-        total = total + torch.where(on, ce.detach(), torch.zeros_like(total))
-    return LocalResult(params, total / steps.to(device), steps)
+    runner = make_engine(engine, model)
+    if not isinstance(runner, (LoopEngine, VmapEngine)):
+        raise TypeError("train_clients supports the package engines ('auto', 'loop', 'vmap' or their "
+                        f"instances); got {type(runner).__name__}.")
+    return runner.train(model, {k: v.detach() for k, v in anchor.items()}, datasets, config, seeds, start=start)
 
 
 # --------------------------------------------------------------------------- #
@@ -261,7 +185,7 @@ class _Run:
         self.base = LocalTraining(local_epochs, batch_size, lr, momentum, weight_decay)
         self.dev = resolve_device(device)
         self.engine = engine
-        self.kind, _ = _engine_kind(engine, model)
+        self.kind = make_engine(engine, model).name
         self.n = len(federation)
         self.m = min(int(clients_per_round), self.n)
         self.model = model.to(self.dev)

@@ -1,6 +1,5 @@
 """Client-conditional FL: PCA fingerprints, shift generators, the conditional model, and the
 baselines that keep several models (local-only, IFCA, Ditto)."""
-import math
 
 import numpy as np
 import pytest
@@ -10,7 +9,7 @@ from hypothesis import strategies as st
 from sklearn.decomposition import PCA
 from sklearn.metrics import adjusted_rand_score
 
-from fedlearn_edu import FedAvg, Strategy, make_model, simulate
+from fedlearn_edu import FedAvg, make_model, simulate
 from fedlearn_edu.conditional import (ConditionalModel, compare_methods, condition_federation,
                                       fingerprint_federation, make_conditional_model, oracle_federation,
                                       pack_condition, parameter_overhead, split_condition)

@@ -7,7 +7,7 @@ import pytest
 import torch
 from hypothesis import assume, given, settings, strategies as st
 
-from fedlearn_edu import CRAFT, ConFIG, FedAvg, FedFV, QFedAvg, federated_dataset, make_model, make_strategy, simulate
+from fedlearn_edu import CRAFT, ConFIG, FedFV, QFedAvg, federated_dataset, make_model, make_strategy, simulate
 from fedlearn_edu.aggregators import (config_direction, craft_direction, fedfv_direction, fedfv_kept, pinv_solve,
                                       qfedavg_step)
 from fedlearn_edu.engine import LocalTraining

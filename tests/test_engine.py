@@ -119,3 +119,24 @@ def test_auto_engine_falls_back_for_batchnorm(capsys):
 def test_local_training_validation(kwargs, msg):
     with pytest.raises(ValueError, match=msg):
         LocalTraining(**kwargs)
+
+
+def test_engines_agree_from_per_client_starting_points():
+    """``start``: client j begins at its own parameters (personal / cluster models); the
+    proximal centre stays ``global_params``."""
+    model = make_model("mlp", (1, 8, 8), 10, hidden=(8,), seed=0).double()
+    anchor = get_params(model)
+    g = torch.Generator().manual_seed(1)
+    start = {k: v.unsqueeze(0) + 0.1 * torch.randn(3, *v.shape, generator=g, dtype=v.dtype)
+             for k, v in anchor.items()}
+    data = _datasets([5, 12, 2])
+    cfg = LocalTraining(batch_size=4, lr=0.1, prox_mu=0.5, momentum=0.3)
+    a = LoopEngine().train(model, anchor, data, cfg, [0, 1, 2], start=start)
+    b = VmapEngine().train(model, anchor, data, cfg, [0, 1, 2], start=start)
+    single = LoopEngine().train(model, {k: v[1] for k, v in start.items()}, data[1:2], cfg.replace(prox_mu=0.0),
+                                [1])
+    for k in anchor:
+        torch.testing.assert_close(b.params[k], a.params[k], rtol=1e-9, atol=1e-11)
+    assert not torch.allclose(a.params["out.bias"][1], single.params["out.bias"][0])  # the anchor pulls
+    with pytest.raises(ValueError, match="one row per client"):
+        LoopEngine().train(model, anchor, data, cfg, [0, 1, 2], start={k: v[:2] for k, v in start.items()})

@@ -1,5 +1,4 @@
 """FedVG: validation-gradient norms (signals), weights (aggregators), the strategy, validation sets."""
-import math
 
 import numpy as np
 import pytest

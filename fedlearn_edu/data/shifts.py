@@ -23,7 +23,7 @@ share a sample; within its class subset a client is class-balanced.
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch

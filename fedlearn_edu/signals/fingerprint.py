@@ -30,7 +30,7 @@ diagonalised.
 from __future__ import annotations
 
 import math
-from typing import Callable, Sequence
+from typing import Callable
 
 import torch
 from torch import Tensor
