@@ -42,7 +42,7 @@ from .aggregators import count_conflicts, fedavg
 from .data.federation import Federation
 from .engine import LocalResult, LocalTraining, LoopEngine, VmapEngine, make_engine
 from .params import Params, get_params, stack_params
-from .simulation import History, evaluate_clients
+from .simulation import History, check_run_arguments, evaluate_clients
 from .strategies.base import ClientUpdates, Strategy
 from .strategies.fedavg import FedAvg
 from .utils import derive_seed, resolve_device
@@ -175,13 +175,7 @@ class _Run:
 
     def __init__(self, name, federation, model, rounds, clients_per_round, local_epochs, batch_size, lr,
                  lr_decay, momentum, weight_decay, eval_every, seed, device, engine, extra):
-        if not isinstance(federation, Federation):
-            raise TypeError(f"federation must be a fedlearn_edu Federation, got {type(federation).__name__}.")
-        for key, v in (("rounds", rounds), ("clients_per_round", clients_per_round), ("eval_every", eval_every)):
-            if int(v) != v or v < 1:
-                raise ValueError(f"{key} must be a positive integer, got {v}.")
-        if not 0 < lr_decay <= 1:
-            raise ValueError(f"lr_decay must be in (0, 1], got {lr_decay}.")
+        check_run_arguments(federation, rounds, clients_per_round, eval_every, lr_decay)
         self.base = LocalTraining(local_epochs, batch_size, lr, momentum, weight_decay)
         self.dev = resolve_device(device)
         self.engine = engine

@@ -145,6 +145,17 @@ def evaluate_clients(model: nn.Module, params: Params, federation: Federation,
     return acc, mean_loss
 
 
+def check_run_arguments(federation, rounds, clients_per_round, eval_every, lr_decay) -> None:
+    """Validate the arguments every simulation loop shares (clear errors at the public boundary)."""
+    if not isinstance(federation, Federation):
+        raise TypeError(f"federation must be a fedlearn_edu Federation, got {type(federation).__name__}.")
+    for name, v in (("rounds", rounds), ("clients_per_round", clients_per_round), ("eval_every", eval_every)):
+        if int(v) != v or v < 1:
+            raise ValueError(f"{name} must be a positive integer, got {v}.")
+    if not 0 < lr_decay <= 1:
+        raise ValueError(f"lr_decay must be in (0, 1], got {lr_decay}.")
+
+
 def _progress(iterable, enabled: bool, desc: str):
     if not enabled:
         return iterable
@@ -200,15 +211,9 @@ def simulate(
         >>> h.client_accuracy.shape
         (3, 10)
     """
-    if not isinstance(federation, Federation):
-        raise TypeError(f"federation must be a fedlearn_edu Federation, got {type(federation).__name__}.")
+    check_run_arguments(federation, rounds, clients_per_round, eval_every, lr_decay)
     if not isinstance(strategy, Strategy):
         raise TypeError(f"strategy must be a fedlearn_edu Strategy (e.g. FedAvg()), got {type(strategy).__name__}.")
-    for name, v in (("rounds", rounds), ("clients_per_round", clients_per_round), ("eval_every", eval_every)):
-        if int(v) != v or v < 1:
-            raise ValueError(f"{name} must be a positive integer, got {v}.")
-    if not 0 < lr_decay <= 1:
-        raise ValueError(f"lr_decay must be in (0, 1], got {lr_decay}.")
     base_config = LocalTraining(local_epochs, batch_size, lr, momentum, weight_decay)
     dev = resolve_device(device)
     runner = make_engine(engine, model)
