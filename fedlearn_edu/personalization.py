@@ -38,11 +38,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.func import functional_call
 
-from .aggregators import count_conflicts, fedavg
+from .aggregators import fedavg
 from .data.federation import Federation
 from .engine import LocalResult, LocalTraining, LoopEngine, VmapEngine, make_engine
 from .params import Params, get_params, stack_params
-from .simulation import History, check_run_arguments, evaluate_clients
+from .simulation import History, check_run_arguments, evaluate_clients, server_step
 from .strategies.base import ClientUpdates, Strategy
 from .strategies.fedavg import FedAvg
 from .utils import derive_seed, resolve_device
@@ -487,15 +487,7 @@ def simulate_ditto(
             personal[k][dev_ids] = pres.params[k].detach()
         # 3. the server aggregates the global part
         updates = ClientUpdates(t, ids, deltas, run.num_samples[ids], local.train_loss, run.model, signals)
-        new_params, diag = strategy.aggregate(params, updates)
-        applied = {k: new_params[k] - params[k] for k in params}
-        diag = {**{k: (v.detach().cpu() if isinstance(v, Tensor) else v) for k, v in diag.items()},
-                **count_conflicts(deltas, applied)}
-        params = {k: v.detach() for k, v in new_params.items()}
-        bad = [k for k, v in params.items() if not bool(torch.isfinite(v).all())]
-        if bad:
-            raise FloatingPointError(f"Round {t}: the global parameters {bad[:3]} became NaN/Inf under {name}. "
-                                     "Lower the client lr or server_lr.")
+        params, diag = server_step(strategy, params, updates, name)
         run.history.selected.append(ids.numpy())
         run.history.train_loss.append(float(pres.train_loss.mean()))
         run.history.diagnostics.append(diag)

@@ -156,6 +156,24 @@ def check_run_arguments(federation, rounds, clients_per_round, eval_every, lr_de
         raise ValueError(f"lr_decay must be in (0, 1], got {lr_decay}.")
 
 
+def server_step(strategy: Strategy, params: Params, updates: ClientUpdates, name: str) -> tuple[Params, dict]:
+    """One aggregation: ``strategy.aggregate`` plus the conflict counts of the applied update.
+
+    Returns the new (detached) global parameters and the round's diagnostics; raises
+    ``FloatingPointError`` with advice when the global parameters become NaN/Inf.
+    """
+    new_params, diag = strategy.aggregate(params, updates)
+    applied = {k: new_params[k] - params[k] for k in params}
+    diag = {**{k: (v.detach().cpu() if isinstance(v, Tensor) else v) for k, v in diag.items()},
+            **count_conflicts(updates.deltas, applied)}
+    new_params = {k: v.detach() for k, v in new_params.items()}
+    bad = [k for k, v in new_params.items() if not bool(torch.isfinite(v).all())]
+    if bad:
+        raise FloatingPointError(f"Round {updates.round}: the global parameters {bad[:3]} became NaN/Inf under "
+                                 f"{name}. Lower the client lr or server_lr.")
+    return new_params, diag
+
+
 def _progress(iterable, enabled: bool, desc: str):
     if not enabled:
         return iterable
@@ -258,16 +276,7 @@ def simulate(
                 f"Round {t}: local training of client(s) {bad_ids[:5]} diverged (NaN/Inf in the update). "
                 f"Lower the client lr (now {config.lr:g}) or the number of local epochs.")
         updates = ClientUpdates(t, ids, deltas, num_samples[ids], local.train_loss, model, signals)
-        new_params, diag = strategy.aggregate(params, updates)
-        applied = {k: new_params[k] - params[k] for k in params}
-        diag = {**{k: (v.detach().cpu() if isinstance(v, Tensor) else v) for k, v in diag.items()},
-                **count_conflicts(deltas, applied)}
-        params = {k: v.detach() for k, v in new_params.items()}
-        bad = [k for k, v in params.items() if not bool(torch.isfinite(v).all())]
-        if bad:
-            raise FloatingPointError(
-                f"Round {t}: the global parameters {bad[:3]} became NaN/Inf under {history.strategy}. "
-                "Lower the client lr or server_lr.")
+        params, diag = server_step(strategy, params, updates, history.strategy)
         history.selected.append(ids.numpy())
         history.train_loss.append(float(local.train_loss.mean()))
         history.diagnostics.append(diag)
