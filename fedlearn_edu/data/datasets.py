@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from torch import Tensor
 from torch.utils.data import TensorDataset
 
 from .federation import Federation, make_federation
@@ -517,6 +518,18 @@ def load_dataset(name: str, root=None, download: bool = False) -> tuple[TensorDa
 PARTITIONS = ("iid", "dirichlet", "shards", "quantity")
 
 
+def random_subset(x: Tensor, y: Tensor, num_samples, seed: int, source: str) -> tuple[Tensor, Tensor]:
+    """A seeded random subset of ``num_samples`` samples, kept in their original order.
+
+    ``source`` names where the samples come from, for the error when too many are asked for.
+    """
+    k = _check_int(num_samples, "num_samples", 1)
+    if k > y.shape[0]:
+        raise ValueError(f"num_samples={k} exceeds the {y.shape[0]} samples {source}.")
+    keep = torch.from_numpy(np.sort(np.random.default_rng(seed).choice(y.shape[0], k, replace=False)))
+    return x[keep], y[keep]
+
+
 def federated_dataset(
     name: str = "digits",
     partition: str = "dirichlet",
@@ -592,11 +605,7 @@ def federated_dataset(
     else:
         x, y = train.tensors
     if num_samples is not None:
-        m = _check_int(num_samples, "num_samples", 1)
-        if m > y.shape[0]:
-            raise ValueError(f"num_samples={m} exceeds the {y.shape[0]} samples available.")
-        keep = torch.from_numpy(np.sort(np.random.default_rng(seed).choice(y.shape[0], m, replace=False)))
-        x, y = x[keep], y[keep]
+        x, y = random_subset(x, y, num_samples, seed, "available")
     labels = y.numpy()
     if partition == "iid":
         parts = iid_partition(labels, k, seed=seed)

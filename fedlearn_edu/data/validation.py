@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .datasets import random_subset
 from .federation import ClientData, Federation
 from .partition import _check_float, _check_int
 
@@ -180,9 +181,5 @@ def external_validation_set(name: str, input_shape: Sequence[int], num_samples: 
     train, test = load_dataset(name, root=root, download=download)
     x, y = (test if split == "test" else train).tensors
     if num_samples is not None:
-        k = _check_int(num_samples, "num_samples", 1)
-        if k > y.shape[0]:
-            raise ValueError(f"num_samples={k} exceeds the {y.shape[0]} samples of {name}'s {split} split.")
-        keep = torch.as_tensor(np.sort(np.random.default_rng(seed).choice(y.shape[0], k, replace=False)))
-        x, y = x[keep], y[keep]
+        x, y = random_subset(x, y, num_samples, seed, f"of {name}'s {split} split")
     return resize_images(x, shape[1:], channels=shape[0], crop=crop, pad=pad), y.clone()
