@@ -18,7 +18,7 @@ prints the median seconds of each and the ratios:
   input dtype) / float64 (the precision CRAFT uses internally), the floor of any Gram
   method.
 
-Targets (issue #3): craft within 2x of the Gram products alone; at least 5x faster than
+Targets: craft within 2x of the Gram products alone; at least 5x faster than
 the naive pinv at m = 100. It also checks that craft and naive agree.
 """
 from __future__ import annotations

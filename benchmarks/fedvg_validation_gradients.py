@@ -26,32 +26,19 @@ the pixel values):
 from __future__ import annotations
 
 import argparse
-import time
 
 import torch
 
 import fedlearn_edu as fl
 from fedlearn_edu.signals import validation_gradients
 
+from _timing import best_of
+
 SETUPS = {
     "mlp-mnist": ("mlp", (1, 28, 28), 1000),
     "mlp-digits": ("mlp", (1, 8, 8), 180),
     "cnn-digits": ("smallcnn", (1, 8, 8), 180),
 }
-
-
-def best_of(fn, repeats: int, device: torch.device) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        fn()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
-    return min(times)
 
 
 def main() -> None:

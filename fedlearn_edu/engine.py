@@ -26,10 +26,11 @@ from torch import Tensor, nn
 from torch.func import functional_call, grad_and_value, vmap
 
 from .params import Params, stack_params
+from .utils import tune_cpu_allocator
 
 __all__ = [
     "LocalTraining", "LocalResult", "LoopEngine", "VmapEngine", "client_batches", "make_engine",
-    "ENGINES", "vmap_unsupported_reason",
+    "ENGINES", "vmap_unsupported_reason", "stacked_grads",
 ]
 
 
@@ -174,19 +175,39 @@ class LoopEngine:
         return LocalResult(stack_params(trained), torch.stack(losses), torch.tensor(steps))
 
 
-def masked_batch_loss(params: Params, model: nn.Module, x: Tensor, y: Tensor, mask: Tensor,
-                      anchor: Params, prox_mu: float):
-    """:func:`batch_loss` for a padded batch: the cross-entropy is averaged over ``mask == 1`` only.
+def stacked_grads(model: nn.Module, params: Params, x: Tensor, y: Tensor, mask: Tensor,
+                  anchor: Params, prox_mu: float) -> tuple[Params, Tensor]:
+    """Every client's gradient of its local objective on its (padded) batch, in one pass.
 
-    ``x: Tensor[b, ...]``, ``y: Tensor[b]``, ``mask: Tensor[b]`` (0 marks padding). A batch that
-    is all padding gives a zero loss and a zero cross-entropy gradient.
+    Args:
+        params: stacked ``{name: Tensor[k, ...]}``, one row per client.
+        x: ``Tensor[k, b, ...]`` the clients' batches; ``y: Tensor[k, b]``.
+        mask: ``Tensor[k, b]``, 1 for a real sample and 0 for padding: the cross-entropy is
+            averaged over the real samples only, so padding never dilutes a gradient.
+        anchor: the proximal centre ``{name: Tensor}`` (unstacked).
+        prox_mu: FedProx coefficient.
+
+    Returns:
+        ``(grads, ce)``: ``grads`` stacked like ``params``; ``ce: Tensor[k]`` each client's
+        mean cross-entropy on its batch.
+
+    The forward pass is ``torch.func.vmap`` over ``functional_call``; the backward pass is
+    one reverse-mode sweep of the *sum* of the clients' objectives. Client j's objective
+    depends on its own row of parameters only, so the gradient of the sum with respect to
+    row j is exactly client j's gradient. It gives the same numbers as ``vmap`` over
+    ``torch.func.grad`` and was measured 1.2x faster than it per MLP step on the CPU (as
+    fast for the CNN).
     """
-    ce_each = F.cross_entropy(functional_call(model, params, (x,)), y, reduction="none")
-    ce = (ce_each * mask).sum() / mask.sum().clamp(min=1)
-    obj = ce
-    if prox_mu:
-        obj = obj + 0.5 * prox_mu * sum(((p - anchor[k]) ** 2).sum() for k, p in params.items())
-    return obj, ce
+    live = {k: v.detach().requires_grad_() for k, v in params.items()}
+    with torch.enable_grad():
+        logits = vmap(lambda p, xb: functional_call(model, p, (xb,)))(live, x)
+        ce_each = F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="none").view_as(mask)
+        ce = (ce_each * mask).sum(1) / mask.sum(1).clamp(min=1)
+        obj = ce.sum()
+        if prox_mu:
+            obj = obj + 0.5 * prox_mu * sum(((p - anchor[k]) ** 2).sum() for k, p in live.items())
+        grads = torch.autograd.grad(obj, list(live.values()))
+    return dict(zip(live, grads)), ce.detach()
 
 
 def default_memory_budget(device: torch.device) -> int:
@@ -224,29 +245,36 @@ def vmap_unsupported_reason(model: nn.Module) -> str | None:
 
 class VmapEngine:
     """Trains all selected clients at once: parameters stacked on a client axis,
-    ``torch.func.vmap`` over ``grad`` of the per-client loss.
+    ``torch.func.vmap`` over the per-client forward pass (see :func:`stacked_grads`).
 
     Every client takes exactly the steps and sees exactly the batches it would in
-    :class:`LoopEngine` (same :func:`client_batches`): batches are padded to a common
-    size with a mask that keeps padding out of the loss, and a client whose schedule
-    has ended is frozen by a per-step ``active`` flag. Clients are processed in chunks
-    whose size comes from a memory budget.
+    :class:`LoopEngine` (same :func:`client_batches`): a short last batch is padded to the
+    common size with a mask that keeps the padding out of the loss. Clients are sorted by
+    their number of steps (most first), so the clients still training at step ``s`` are a
+    prefix of the stack and step ``s`` computes on that prefix only: a Dirichlet round
+    where one client takes 40 steps and the rest take 2 costs 40 one-client steps, not
+    40 m-client steps. Clients are processed in chunks whose size comes from a memory
+    budget.
 
     Args:
         memory_budget: bytes one chunk may use (default: 2 GiB on the CPU, half the free
             memory on CUDA).
         max_chunk: upper bound on the clients per chunk.
+        tune_allocator: on the CPU, call :func:`~fedlearn_edu.utils.tune_cpu_allocator`
+            before the first round (glibc keeps freed memory for reuse: measured 1.5x
+            faster vectorised rounds); ``False`` leaves the process's allocator alone.
     """
 
     name = "vmap"
 
-    def __init__(self, memory_budget: int | None = None, max_chunk: int = 256):
+    def __init__(self, memory_budget: int | None = None, max_chunk: int = 256, tune_allocator: bool = True):
         if memory_budget is not None and memory_budget <= 0:
             raise ValueError(f"memory_budget must be a positive number of bytes, got {memory_budget}.")
         if max_chunk < 1:
             raise ValueError(f"max_chunk must be >= 1, got {max_chunk}.")
         self.memory_budget = memory_budget
         self.max_chunk = int(max_chunk)
+        self.tune_allocator = bool(tune_allocator)
         self._chunk_cache: dict = {}
 
     def chunk_size(self, model: nn.Module, sample: Tensor, batch_size: int) -> int:
@@ -276,41 +304,43 @@ class VmapEngine:
         if reason:
             raise ValueError(f"VmapEngine cannot train this model: {reason}. Use engine='loop'.")
         sample = datasets[0][0]
+        if self.tune_allocator and sample.device.type == "cpu":
+            tune_cpu_allocator()
         key = (id(model), tuple(sample.shape[1:]), sample.device, config.batch_size)
         if key not in self._chunk_cache:
             self._chunk_cache[key] = self.chunk_size(model, sample, config.batch_size)
         chunk = self._chunk_cache[key]
-        parts = [self._train_chunk(model, global_params, datasets[i:i + chunk], config, seeds[i:i + chunk],
-                                   None if start is None else {k: v[i:i + chunk] for k, v in start.items()})
-                 for i in range(0, len(datasets), chunk)]
-        return LocalResult(
-            {k: torch.cat([p.params[k] for p in parts]) for k in global_params},
-            torch.cat([p.train_loss for p in parts]),
-            torch.cat([p.num_steps for p in parts]),
-        )
+        # Most steps first, so that each chunk holds clients of similar length and, inside a
+        # chunk, the clients still training at any step are a prefix of the stack.
+        steps = _num_steps(torch.tensor([y.shape[0] for _, y in datasets]), config.epochs, config.batch_size)
+        order = torch.argsort(steps, descending=True, stable=True).tolist()
+        device = datasets[0][1].device
+        m = len(datasets)
+        out = LocalResult({k: torch.empty((m, *v.shape), dtype=v.dtype, device=v.device)
+                           for k, v in global_params.items()},
+                          torch.empty(m, dtype=sample.dtype, device=device), torch.empty(m, dtype=torch.long))
+        for i in range(0, m, chunk):
+            rows = order[i:i + chunk]
+            part = self._train_chunk(
+                model, global_params, [datasets[j] for j in rows], config, [seeds[j] for j in rows],
+                None if start is None else {k: v[rows] for k, v in start.items()})
+            where = torch.tensor(rows)
+            for k, v in out.params.items():
+                v.index_copy_(0, where.to(v.device), part.params[k])
+            out.train_loss.index_copy_(0, where.to(device), part.train_loss)
+            out.num_steps.index_copy_(0, where, part.num_steps)
+        return out
 
     def _train_chunk(self, model, global_params, datasets, config, seeds, start) -> LocalResult:
+        """Train m clients sorted by non-increasing step count."""
         device = datasets[0][1].device
         m, bs = len(datasets), config.batch_size
-        # All clients' samples in one tensor; client j's sample r sits at offsets[j] + r.
         x_all = torch.cat([x for x, _ in datasets])
         y_all = torch.cat([y for _, y in datasets])
-        sizes = torch.tensor([y.shape[0] for _, y in datasets])
-        offsets = torch.cumsum(sizes, 0) - sizes
-        schedules = [client_batches(int(n), config.epochs, bs, s) for n, s in zip(sizes, seeds)]
-        steps = torch.tensor([len(b) for b in schedules])
-        max_steps = int(steps.max())
-        index = torch.zeros(m, max_steps, bs, dtype=torch.long)
-        mask = torch.zeros(m, max_steps, bs)
-        for j, batches in enumerate(schedules):
-            for s, idx in enumerate(batches):
-                index[j, s, :idx.numel()] = idx + offsets[j]
-                mask[j, s, :idx.numel()] = 1.0
+        index, mask, steps = _padded_schedule([y.shape[0] for _, y in datasets], config.epochs, bs, seeds)
         index, mask = index.to(device), mask.to(device, x_all.dtype)
-        # A client's schedule is a prefix of the steps: once it has ended the client is frozen
-        # by a zero step size (its momentum buffer may keep moving; it is never used again).
-        active = (torch.arange(max_steps).unsqueeze(0) < steps.unsqueeze(1)).to(device, x_all.dtype)  # [m, S]
-        step_size = active * config.lr
+        # running[s]: how many clients (a prefix, by the sort) still train at step s.
+        running = (steps.unsqueeze(0) > torch.arange(int(steps[0])).unsqueeze(1)).sum(1).tolist()
 
         anchor = {k: v.detach() for k, v in global_params.items()}
         if start is None:
@@ -318,21 +348,54 @@ class VmapEngine:
         else:
             params = {k: start[k].detach().clone() for k in anchor}
         buf = {k: torch.zeros_like(v) for k, v in params.items()} if config.momentum else None
-        step_grad = vmap(grad_and_value(masked_batch_loss, has_aux=True),
-                         in_dims=(0, None, 0, 0, 0, None, None))
         total = torch.zeros(m, device=device, dtype=x_all.dtype)
-        for s in range(max_steps):
-            idx = index[:, s]
-            grads, (_, ce) = step_grad(params, model, x_all[idx], y_all[idx], mask[:, s], anchor, config.prox_mu)
+        for s, k in enumerate(running):
+            # Views of the running prefix, updated in place (the same arithmetic as sgd_step).
+            live = {name: p[:k] for name, p in params.items()}
+            idx = index[:k, s]
+            grads, ce = stacked_grads(model, live, x_all[idx], y_all[idx], mask[:k, s], anchor, config.prox_mu)
             if config.weight_decay:
-                grads = {k: g + config.weight_decay * params[k] for k, g in grads.items()}
+                grads = {name: g + config.weight_decay * live[name] for name, g in grads.items()}
             if buf is not None:
-                buf = {k: config.momentum * b + grads[k] for k, b in buf.items()}
-                grads = buf
-            lr = step_size[:, s]
-            params = {k: torch.addcmul(p, _expand(lr, p), grads[k], value=-1.0) for k, p in params.items()}
-            total = total + active[:, s] * ce.detach()
+                for name, g in grads.items():
+                    b = buf[name][:k]
+                    b.mul_(config.momentum).add_(g)
+                    grads[name] = b
+            for name, p in live.items():
+                p.add_(grads[name], alpha=-config.lr)
+            total[:k] += ce.detach()
         return LocalResult(params, total / steps.to(device, total.dtype), steps)
+
+
+def _num_steps(sizes: Tensor, epochs: int, batch_size: int) -> Tensor:
+    """Local SGD steps of clients with ``sizes`` samples: ``epochs * ceil(n / batch_size)``."""
+    return epochs * -(-sizes // batch_size)
+
+
+def _padded_schedule(sizes: Sequence[int], epochs: int, batch_size: int, seeds: Sequence[int]):
+    """Every client's :func:`client_batches` as one padded index tensor.
+
+    Returns ``index: Tensor[m, S, batch_size]`` (long; client j's local sample r is stored
+    as ``offsets[j] + r``, its position in the clients' concatenated data), ``mask`` of the
+    same shape (1 for a real sample, 0 for padding) and ``steps: Tensor[m]`` (S = max steps).
+    """
+    sizes_t = torch.tensor([int(n) for n in sizes])
+    per_epoch = _num_steps(sizes_t, 1, batch_size)
+    steps = epochs * per_epoch
+    m, max_steps = len(sizes_t), int(steps.max())
+    # Sample indices in visiting order, client after client (each: epochs * n_j entries).
+    order = torch.cat([torch.cat(client_batches(int(n), epochs, batch_size, s)) for n, s in zip(sizes_t, seeds)])
+    counts = epochs * sizes_t
+    client = torch.repeat_interleave(torch.arange(m), counts)
+    r = torch.arange(len(order)) - torch.repeat_interleave(torch.cumsum(counts, 0) - counts, counts)
+    n = sizes_t[client]
+    step = (r // n) * per_epoch[client] + (r % n) // batch_size
+    slot = (r % n) % batch_size
+    index = torch.zeros(m, max_steps, batch_size, dtype=torch.long)
+    mask = torch.zeros(m, max_steps, batch_size)
+    index[client, step, slot] = order + (torch.cumsum(sizes_t, 0) - sizes_t)[client]
+    mask[client, step, slot] = 1.0
+    return index, mask, steps
 
 
 def _check_schedule(datasets, seeds, start) -> None:
@@ -343,11 +406,6 @@ def _check_schedule(datasets, seeds, start) -> None:
         if any(n != len(datasets) for n in sizes.values()):
             raise ValueError(f"start must be stacked with one row per client (m = {len(datasets)}); "
                              f"got leading sizes {sizes}.")
-
-
-def _expand(flag: Tensor, like: Tensor) -> Tensor:
-    """Reshape a per-client flag ``Tensor[m]`` to broadcast against ``Tensor[m, ...]``."""
-    return flag.reshape(-1, *([1] * (like.dim() - 1)))
 
 
 ENGINES = {"loop": LoopEngine, "vmap": VmapEngine}

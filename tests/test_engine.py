@@ -4,8 +4,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fedlearn_edu.engine import (LocalTraining, LoopEngine, VmapEngine, client_batches, make_engine,
-                                 vmap_unsupported_reason)
+from fedlearn_edu.engine import (LocalTraining, LoopEngine, VmapEngine, batch_loss, client_batches, make_engine,
+                                 stacked_grads, vmap_unsupported_reason)
+from fedlearn_edu.utils import tune_cpu_allocator
 from fedlearn_edu.models import MODELS, make_model
 from fedlearn_edu.params import get_params, unstack_params
 
@@ -140,3 +141,73 @@ def test_engines_agree_from_per_client_starting_points():
     assert not torch.allclose(a.params["out.bias"][1], single.params["out.bias"][0])  # the anchor pulls
     with pytest.raises(ValueError, match="one row per client"):
         LoopEngine().train(model, anchor, data, cfg, [0, 1, 2], start={k: v[:2] for k, v in start.items()})
+
+
+@pytest.mark.parametrize("name", ["mlp", "smallcnn"])
+@pytest.mark.parametrize("prox_mu", [0.0, 0.7])
+def test_stacked_grads_are_each_clients_own_gradient(name, prox_mu):
+    """One backward pass of the summed objective = k separate gradients (torch.func.grad on the
+    real samples only, each client at its own parameters)."""
+    model = make_model(name, (1, 8, 8), 10, seed=0).double()
+    anchor = get_params(model)
+    g = torch.Generator().manual_seed(5)
+    k, b = 4, 6
+    params = {n: v.unsqueeze(0) + 0.05 * torch.randn(k, *v.shape, generator=g, dtype=v.dtype)
+              for n, v in anchor.items()}
+    x = torch.rand(k, b, 1, 8, 8, generator=g, dtype=torch.float64)
+    y = torch.randint(0, 10, (k, b), generator=g)
+    real = torch.tensor([6, 1, 3, 0])                      # the last client's batch is all padding
+    mask = (torch.arange(b).unsqueeze(0) < real.unsqueeze(1)).double()
+    grads, ce = stacked_grads(model, params, x, y, mask, anchor, prox_mu)
+    for j in range(k):
+        pj = {n: v[j] for n, v in params.items()}
+        n = int(real[j])
+        if n:
+            want, (_, ce_j) = torch.func.grad_and_value(batch_loss, has_aux=True)(
+                pj, model, x[j, :n], y[j, :n], anchor, prox_mu)
+            torch.testing.assert_close(ce[j], ce_j, rtol=1e-12, atol=1e-12)
+        else:                                              # only the proximal pull is left
+            want = {n_: prox_mu * (v - anchor[n_]) for n_, v in pj.items()}
+            assert ce[j] == 0
+        for n_ in params:
+            torch.testing.assert_close(grads[n_][j], want[n_], rtol=1e-10, atol=1e-12)
+
+
+def test_vmap_engine_sorts_and_chunks_unequal_clients_like_the_loop():
+    """Clients arrive in increasing size and are chunked two at a time, from per-client starting
+    points: the sort by step count and its inverse must put every result back in its row."""
+    model = make_model("mlp", (1, 8, 8), 10, hidden=(8,), seed=0).double()
+    anchor = get_params(model)
+    g = torch.Generator().manual_seed(2)
+    sizes = [1, 3, 3, 8, 20, 41, 2]
+    start = {k: v.unsqueeze(0) + 0.1 * torch.randn(len(sizes), *v.shape, generator=g, dtype=v.dtype)
+             for k, v in anchor.items()}
+    data = _datasets(sizes, seed=4)
+    cfg = LocalTraining(epochs=2, batch_size=4, lr=0.1, momentum=0.9, weight_decay=1e-3, prox_mu=0.2)
+    seeds = [7, 3, 9, 1, 4, 4, 0]
+    before = {k: v.clone() for k, v in {**start, **{"anchor." + k: v for k, v in anchor.items()}}.items()}
+    a = LoopEngine().train(model, anchor, data, cfg, seeds, start=start)
+    b = VmapEngine(max_chunk=2).train(model, anchor, data, cfg, seeds, start=start)
+    assert b.num_steps.tolist() == a.num_steps.tolist() == [2, 2, 2, 4, 10, 22, 2]
+    torch.testing.assert_close(b.train_loss, a.train_loss, rtol=1e-9, atol=1e-11)
+    for k in anchor:
+        torch.testing.assert_close(b.params[k], a.params[k], rtol=1e-9, atol=1e-11)
+    after = {**start, **{"anchor." + k: v for k, v in anchor.items()}}
+    assert all(torch.equal(after[k], v) for k, v in before.items())  # the caller's tensors are untouched
+
+
+def test_vmap_engine_rejects_a_client_without_samples():
+    model = make_model("mlp", (1, 8, 8), 10, hidden=(8,)).double()
+    data = _datasets([4, 0, 3])
+    with pytest.raises(ValueError, match="no training samples"):
+        VmapEngine().train(model, get_params(model), data, LocalTraining(batch_size=2), [0, 1, 2])
+
+
+def test_tune_cpu_allocator_is_applied_once_and_says_so():
+    import platform
+    import sys
+
+    first = tune_cpu_allocator()
+    assert tune_cpu_allocator() is first
+    expected = sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
+    assert first is expected
