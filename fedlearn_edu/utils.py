@@ -56,8 +56,9 @@ def tune_cpu_allocator(mmap_threshold: int = 32 * 2**20, trim_threshold: int = 2
     step, and on this project's 2-core test machine that cost 30-40 % of a vectorised
     round (``benchmarks/engine.py`` prints rounds with and without this setting).
 
-    This calls ``mallopt``: blocks up to ``mmap_threshold`` bytes come from the heap, and
-    up to ``trim_threshold`` free bytes stay in the process. It is process-wide and
+    This calls ``mallopt``: blocks up to ``mmap_threshold`` bytes come from the heap (glibc
+    refuses more than 32 MiB on 64-bit systems), and up to ``trim_threshold`` free bytes
+    stay in the process. It is process-wide and
     harmless to tensors; it only changes when memory goes back to the OS. Called once by
     :class:`~fedlearn_edu.engine.VmapEngine` on the CPU (``VmapEngine(tune_allocator=False)``
     leaves the allocator alone); later calls do nothing.
@@ -65,7 +66,13 @@ def tune_cpu_allocator(mmap_threshold: int = 32 * 2**20, trim_threshold: int = 2
     Returns:
         ``True`` when the setting is in effect (Linux with glibc), ``False`` elsewhere
         (macOS, Windows, musl), where nothing is changed.
+
+    Raises:
+        ValueError: a threshold that is not a whole number of bytes in (0, 2**31).
     """
+    for name, value in (("mmap_threshold", mmap_threshold), ("trim_threshold", trim_threshold)):
+        if int(value) != value or not 0 < value < 2**31:
+            raise ValueError(f"{name} must be a whole number of bytes in (0, 2**31), got {value}.")
     global _ALLOCATOR_TUNED
     if _ALLOCATOR_TUNED is None:
         _ALLOCATOR_TUNED = False

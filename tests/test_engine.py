@@ -211,3 +211,7 @@ def test_tune_cpu_allocator_is_applied_once_and_says_so():
     assert tune_cpu_allocator() is first
     expected = sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
     assert first is expected
+    with pytest.raises(ValueError, match="trim_threshold"):
+        tune_cpu_allocator(trim_threshold=-1)
+    with pytest.raises(ValueError, match="mmap_threshold"):
+        tune_cpu_allocator(mmap_threshold=2**40)
