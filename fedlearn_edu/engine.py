@@ -332,7 +332,7 @@ class VmapEngine:
         return out
 
     def _train_chunk(self, model, global_params, datasets, config, seeds, start) -> LocalResult:
-        """Train m clients sorted by non-increasing step count."""
+        """Train m clients sorted by non-increasing step count; ``start`` (if any) is updated in place."""
         device = datasets[0][1].device
         m, bs = len(datasets), config.batch_size
         x_all = torch.cat([x for x, _ in datasets])
@@ -346,7 +346,7 @@ class VmapEngine:
         if start is None:
             params = {k: v.detach().unsqueeze(0).repeat(m, *([1] * v.dim())) for k, v in anchor.items()}
         else:
-            params = {k: start[k].detach().clone() for k in anchor}
+            params = {k: start[k].detach() for k in anchor}  # train() passes a private copy (start[k][rows])
         buf = {k: torch.zeros_like(v) for k, v in params.items()} if config.momentum else None
         total = torch.zeros(m, device=device, dtype=x_all.dtype)
         for s, k in enumerate(running):
