@@ -1,4 +1,4 @@
-"""Best-of-k wall time shared by the benchmark scripts (run as ``python benchmarks/<script>.py``)."""
+"""Wall-time helpers shared by the benchmark scripts (run as ``python benchmarks/<script>.py``)."""
 from __future__ import annotations
 
 import time
@@ -6,23 +6,20 @@ import time
 import torch
 
 
-def best_of(fn, repeats: int, device: torch.device | str = "cpu") -> float:
-    """Seconds of the fastest of ``repeats`` calls of ``fn()``, after one warm-up call.
-
-    On CUDA the device is synchronised around every call, so the time covers the kernels.
-    """
+def elapsed(fn, device: torch.device | str = "cpu") -> float:
+    """Seconds one call of ``fn()`` takes; on CUDA the device is synchronised before and after,
+    so the time covers the kernels."""
     device = torch.device(device)
-
-    def sync():
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    t0 = time.perf_counter()
     fn()
-    times = []
-    for _ in range(repeats):
-        sync()
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        times.append(time.perf_counter() - t0)
-    return min(times)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter() - t0
+
+
+def best_of(fn, repeats: int, device: torch.device | str = "cpu") -> float:
+    """Seconds of the fastest of ``repeats`` calls of ``fn()`` (see :func:`elapsed`), after one warm-up call."""
+    fn()
+    return min(elapsed(fn, device) for _ in range(repeats))

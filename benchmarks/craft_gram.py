@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
 import torch
 
 from fedlearn_edu.aggregators import craft_direction
 from fedlearn_edu.models import make_model
 from fedlearn_edu.strategies import craft_layer_groups
+
+from _timing import elapsed
 
 
 def resnet20_groups(m: int, device: torch.device, seed: int = 0) -> tuple[dict, dict, torch.Tensor]:
@@ -66,11 +67,6 @@ def gram(grads: dict, dtype: torch.dtype) -> list:
     return out
 
 
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--m", type=int, nargs="+", default=[10, 50, 100])
@@ -100,11 +96,7 @@ def main() -> None:
         times = {k: [] for k in runs}
         for _ in range(args.repeats):
             for k, fn in runs.items():                   # interleaved: the same machine load for all
-                sync(device)
-                start = time.perf_counter()
-                fn(grads, refs, rho)
-                sync(device)
-                times[k].append(time.perf_counter() - start)
+                times[k].append(elapsed(lambda: fn(grads, refs, rho), device))
         med = {k: statistics.median(v) for k, v in times.items()}
         a, b = craft_direction(grads, rho, refs), naive(grads, refs, rho)
         err = max(float((a[q] - b[q]).abs().max() / b[q].abs().max()) for q in grads)
