@@ -1,4 +1,5 @@
 """Wall-time helpers shared by the benchmark scripts (run as ``python benchmarks/<script>.py``)."""
+
 from __future__ import annotations
 
 import time

@@ -21,18 +21,18 @@ prints the median seconds of each and the ratios:
 Targets: craft within 2x of the Gram products alone; at least 5x faster than
 the naive pinv at m = 100. It also checks that craft and naive agree.
 """
+
 from __future__ import annotations
 
 import argparse
 import statistics
 
 import torch
+from _timing import elapsed
 
 from fedlearn_edu.aggregators import craft_direction
 from fedlearn_edu.models import make_model
 from fedlearn_edu.strategies import craft_layer_groups
-
-from _timing import elapsed
 
 
 def resnet20_groups(m: int, device: torch.device, seed: int = 0) -> tuple[dict, dict, torch.Tensor]:
@@ -43,7 +43,7 @@ def resnet20_groups(m: int, device: torch.device, seed: int = 0) -> tuple[dict, 
     grads, refs = {}, {}
     for group, names in craft_layer_groups(model).items():
         d = sum(shapes[n].numel() for n in names)
-        shared = torch.randn(1, d, generator=gen)          # correlated clients, as in FL
+        shared = torch.randn(1, d, generator=gen)  # correlated clients, as in FL
         grads[group] = (0.5 * shared + torch.randn(m, d, generator=gen)).to(device)
         refs[group] = torch.randn(d, generator=gen).to(device)
     rho = torch.rand(m, generator=gen).to(device) + 0.1
@@ -62,7 +62,7 @@ def naive(grads: dict, refs: dict, rho: torch.Tensor) -> dict:
 def gram(grads: dict, dtype: torch.dtype) -> list:
     out = []
     for G in grads.values():
-        G = G.to(dtype)                      # one conversion (a no-op for float32 input)
+        G = G.to(dtype)  # one conversion (a no-op for float32 input)
         out.append(G @ G.T)
     return out
 
@@ -84,25 +84,31 @@ def main() -> None:
         "gram32": lambda g, r, p: gram(g, torch.float32),
         "gram64": lambda g, r, p: gram(g, torch.float64),
     }
-    header = (f"{'m':>4} {'d':>8} {'Q':>3} | " + " ".join(f"{k + ' s':>9}" for k in runs)
-              + " | craft/gram32 craft/gram64 naive/craft | max|craft-naive|")
+    header = (
+        f"{'m':>4} {'d':>8} {'Q':>3} | "
+        + " ".join(f"{k + ' s':>9}" for k in runs)
+        + " | craft/gram32 craft/gram64 naive/craft | max|craft-naive|"
+    )
     print(header)
     print("-" * len(header))
     for m in args.m:
         grads, refs, rho = resnet20_groups(m, device)
         d = sum(G.shape[1] for G in grads.values())
-        for fn in runs.values():                         # warm-up
+        for fn in runs.values():  # warm-up
             fn(grads, refs, rho)
         times = {k: [] for k in runs}
         for _ in range(args.repeats):
-            for k, fn in runs.items():                   # interleaved: the same machine load for all
+            for k, fn in runs.items():  # interleaved: the same machine load for all
                 times[k].append(elapsed(lambda: fn(grads, refs, rho), device))
         med = {k: statistics.median(v) for k, v in times.items()}
         a, b = craft_direction(grads, rho, refs), naive(grads, refs, rho)
         err = max(float((a[q] - b[q]).abs().max() / b[q].abs().max()) for q in grads)
-        print(f"{m:>4} {d:>8} {len(grads):>3} | " + " ".join(f"{med[k]:>9.4f}" for k in runs)
-              + f" | {med['craft'] / med['gram32']:>12.2f} {med['craft'] / med['gram64']:>12.2f}"
-              f" {med['naive'] / med['craft']:>11.1f} | {err:.1e}")
+        print(
+            f"{m:>4} {d:>8} {len(grads):>3} | "
+            + " ".join(f"{med[k]:>9.4f}" for k in runs)
+            + f" | {med['craft'] / med['gram32']:>12.2f} {med['craft'] / med['gram64']:>12.2f}"
+            f" {med['naive'] / med['craft']:>11.1f} | {err:.1e}"
+        )
 
 
 if __name__ == "__main__":

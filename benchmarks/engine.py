@@ -20,6 +20,7 @@ excluded) as ``torch.utils.flop_counter`` counts them, i.e. nominally: a convolu
 on its zero padding count too (about 45 % of the CNN's count on 8x8 digits). The last line
 gives the machine's float32 matmul rate measured in the same run, for scale.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -59,9 +60,9 @@ def matmul_gflops(threads: int, n: int = 2048, repeats: int = 10) -> float:
 
 def training_flops(model, params, data, config) -> float:
     """FLOPs of the local epochs on the clients' real samples (per-sample cost x samples)."""
-    import torch
     from torch.func import grad_and_value
     from torch.utils.flop_counter import FlopCounterMode
+
     from fedlearn_edu.engine import batch_loss
 
     x, y = data[0]
@@ -73,8 +74,9 @@ def training_flops(model, params, data, config) -> float:
     return per_sample * config.epochs * sum(int(yy.shape[0]) for _, yy in data)
 
 
-def worker(model_name: str, m: int, engine_name: str, repeats: int, device_name: str, threads: int,
-           allocator: str) -> dict:
+def worker(
+    model_name: str, m: int, engine_name: str, repeats: int, device_name: str, threads: int, allocator: str
+) -> dict:
     import torch
 
     if threads:
@@ -104,12 +106,17 @@ def worker(model_name: str, m: int, engine_name: str, repeats: int, device_name:
         _reset_peak_rss()
     out = engine.train(model, params, data, config, seeds)  # the result to compare
     seconds = best_of(lambda: engine.train(model, params, data, config, seeds), repeats, device)
-    peak = (torch.cuda.max_memory_allocated() / 2**20 if device.type == "cuda"
-            else _status_mib("VmHWM") - base)
+    peak = torch.cuda.max_memory_allocated() / 2**20 if device.type == "cuda" else _status_mib("VmHWM") - base
     checksum = {k: v.double().sum().item() for k, v in out.params.items()}
-    return {"seconds": seconds, "peak_mib": peak, "steps": int(out.num_steps.sum()), "checksum": checksum,
-            "device": str(device), "threads": torch.get_num_threads(),
-            "flops": training_flops(model, params, data, config)}
+    return {
+        "seconds": seconds,
+        "peak_mib": peak,
+        "steps": int(out.num_steps.sum()),
+        "checksum": checksum,
+        "device": str(device),
+        "threads": torch.get_num_threads(),
+        "flops": training_flops(model, params, data, config),
+    }
 
 
 def main() -> None:
@@ -119,8 +126,12 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--device", default="auto")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
-    ap.add_argument("--allocator", choices=["default", "tuned", "both"], default="both",
-                    help="CPU only: glibc's default allocator, tune_cpu_allocator() in both engines, or both tables")
+    ap.add_argument(
+        "--allocator",
+        choices=["default", "tuned", "both"],
+        default="both",
+        help="CPU only: glibc's default allocator, tune_cpu_allocator() in both engines, or both tables",
+    )
     ap.add_argument("--worker", nargs=4, metavar=("MODEL", "M", "ENGINE", "ALLOCATOR"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
@@ -129,8 +140,21 @@ def main() -> None:
         return
 
     def run(name, m, engine, allocator):
-        cmd = [sys.executable, __file__, "--worker", name, str(m), engine, allocator, "--repeats", str(args.repeats),
-               "--device", args.device, "--threads", str(args.threads)]
+        cmd = [
+            sys.executable,
+            __file__,
+            "--worker",
+            name,
+            str(m),
+            engine,
+            allocator,
+            "--repeats",
+            str(args.repeats),
+            "--device",
+            args.device,
+            "--threads",
+            str(args.threads),
+        ]
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(HERE), os.environ.get("PYTHONPATH", "")]))
         out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True)
         return json.loads(out.stdout.strip().splitlines()[-1])
@@ -139,8 +163,10 @@ def main() -> None:
 
     on_cpu = args.device == "cpu" or (args.device == "auto" and not torch.cuda.is_available())
     modes = (["default", "tuned"] if args.allocator == "both" else [args.allocator]) if on_cpu else ["default"]
-    header = (f"{'model':<6}{'m':>5}{'steps':>7}{'loop ms':>10}{'vmap ms':>10}{'speed-up':>10}"
-              f"{'loop GFLOP/s':>14}{'vmap GFLOP/s':>14}{'loop MiB':>10}{'vmap MiB':>10}")
+    header = (
+        f"{'model':<6}{'m':>5}{'steps':>7}{'loop ms':>10}{'vmap ms':>10}{'speed-up':>10}"
+        f"{'loop GFLOP/s':>14}{'vmap GFLOP/s':>14}{'loop MiB':>10}{'vmap MiB':>10}"
+    )
     threads = 0
     for mode in modes:
         printed = False
@@ -156,13 +182,18 @@ def main() -> None:
                 for k, v in loop["checksum"].items():
                     if abs(v - vmap["checksum"][k]) > 1e-3 * (1 + abs(v)):
                         raise SystemExit(f"engines disagree on {name}, m={m}, {k}: {v} vs {vmap['checksum'][k]}")
-                print(f"{name:<6}{m:>5}{loop['steps']:>7}{loop['seconds'] * 1e3:>10.1f}{vmap['seconds'] * 1e3:>10.1f}"
-                      f"{loop['seconds'] / vmap['seconds']:>9.1f}x"
-                      f"{loop['flops'] / loop['seconds'] / 1e9:>14.1f}{vmap['flops'] / vmap['seconds'] / 1e9:>14.1f}"
-                      f"{loop['peak_mib']:>10.0f}{vmap['peak_mib']:>10.0f}", flush=True)
+                print(
+                    f"{name:<6}{m:>5}{loop['steps']:>7}{loop['seconds'] * 1e3:>10.1f}{vmap['seconds'] * 1e3:>10.1f}"
+                    f"{loop['seconds'] / vmap['seconds']:>9.1f}x"
+                    f"{loop['flops'] / loop['seconds'] / 1e9:>14.1f}{vmap['flops'] / vmap['seconds'] / 1e9:>14.1f}"
+                    f"{loop['peak_mib']:>10.0f}{vmap['peak_mib']:>10.0f}",
+                    flush=True,
+                )
     if on_cpu:
-        print(f"\nfloat32 matmul (2048 x 2048) on this CPU with {threads} threads: "
-              f"{matmul_gflops(threads):.0f} GFLOP/s (GFLOP/s above are nominal counts, see --help)")
+        print(
+            f"\nfloat32 matmul (2048 x 2048) on this CPU with {threads} threads: "
+            f"{matmul_gflops(threads):.0f} GFLOP/s (GFLOP/s above are nominal counts, see --help)"
+        )
 
 
 if __name__ == "__main__":

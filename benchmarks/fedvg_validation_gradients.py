@@ -23,16 +23,16 @@ the pixel values):
   book's FedVG chapter);
 * ``cnn-digits``: SmallCNN on 8x8 inputs, 180 validation samples.
 """
+
 from __future__ import annotations
 
 import argparse
 
 import torch
+from _timing import best_of
 
 import fedlearn_edu as fl
 from fedlearn_edu.signals import validation_gradients
-
-from _timing import best_of
 
 SETUPS = {
     "mlp-mnist": ("mlp", (1, 28, 28), 1000),
@@ -53,8 +53,10 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     device = fl.resolve_device(args.device)
     print(f"device {device}, torch {torch.__version__}, {torch.get_num_threads()} threads")
-    head = (f"{'setup':<11}{'m':>4}{'n_val':>6}{'loop/32 ms':>12}{'loop/all ms':>13}{'vmap ms':>10}"
-            f"{'loop/32:vmap':>14}{'loop/all:vmap':>15}")
+    head = (
+        f"{'setup':<11}{'m':>4}{'n_val':>6}{'loop/32 ms':>12}{'loop/all ms':>13}{'vmap ms':>10}"
+        f"{'loop/32:vmap':>14}{'loop/all:vmap':>15}"
+    )
     print(head)
     print("-" * len(head))
     for setup in args.setups:
@@ -65,8 +67,9 @@ def main() -> None:
         model = fl.make_model(name, shape, 10, seed=0).to(device)
         base = fl.get_params(model)
         for m in args.clients:
-            stacked = {k: (v.unsqueeze(0) + 0.05 * torch.randn(m, *v.shape, generator=g).to(device))
-                       for k, v in base.items()}
+            stacked = {
+                k: (v.unsqueeze(0) + 0.05 * torch.randn(m, *v.shape, generator=g).to(device)) for k, v in base.items()
+            }
 
             def loop32():
                 return validation_gradients(model, stacked, (x, y), engine="loop", batch_size=32)
@@ -86,8 +89,10 @@ def main() -> None:
             t32 = best_of(loop32, args.repeats, device)
             tall = best_of(loop_all, args.repeats, device)
             tv = best_of(vmapped, args.repeats, device)
-            print(f"{setup:<11}{m:>4}{n_val:>6}{t32 * 1e3:>12.1f}{tall * 1e3:>13.1f}{tv * 1e3:>10.1f}"
-                  f"{t32 / tv:>13.1f}x{tall / tv:>14.1f}x")
+            print(
+                f"{setup:<11}{m:>4}{n_val:>6}{t32 * 1e3:>12.1f}{tall * 1e3:>13.1f}{tv * 1e3:>10.1f}"
+                f"{t32 / tv:>13.1f}x{tall / tv:>14.1f}x"
+            )
 
 
 if __name__ == "__main__":

@@ -14,15 +14,15 @@ pass to its weights, bias and input, timed for m clients with their own weights:
 GFLOP/s counts real arithmetic: kernel taps that fall on the zero padding are not counted
 (on a 4x4 input, 51 % of a 5x5 kernel's taps do). Best of ``--repeats``.
 """
+
 from __future__ import annotations
 
 import argparse
 
 import torch
 import torch.nn.functional as F
-from torch.func import vmap
-
 from _timing import best_of
+from torch.func import vmap
 
 
 def real_macs_per_sample(cin: int, cout: int, size: int, k: int, pad: int) -> int:
@@ -46,8 +46,10 @@ def main() -> None:
     g = torch.Generator().manual_seed(0)
 
     print(f"device {device}, {torch.get_num_threads()} threads; {m} clients x {b} samples; best of {args.repeats}")
-    print(f"{'layer':<7}{'loop ms':>9}{'grouped ms':>12}{'unfold ms':>11}{'loop/grouped':>14}"
-          f"{'loop GF/s':>11}{'grouped GF/s':>14}")
+    print(
+        f"{'layer':<7}{'loop ms':>9}{'grouped ms':>12}{'unfold ms':>11}{'loop/grouped':>14}"
+        f"{'loop GF/s':>11}{'grouped GF/s':>14}"
+    )
     for name, cin, size in (("conv1", 1, 8), ("conv2", 64, 4)):
         cout, k, pad = 64, 5, 2
         x = torch.randn(m, b, cin, size, size, generator=g).to(device).requires_grad_()
@@ -65,16 +67,18 @@ def main() -> None:
             torch.autograd.grad(out.square().sum(), leaves)
 
         def unfold():
-            cols = F.unfold(x.flatten(0, 1), k, padding=pad)                     # [m*b, cin*k*k, L]
+            cols = F.unfold(x.flatten(0, 1), k, padding=pad)  # [m*b, cin*k*k, L]
             length = cols.shape[-1]
             cols = cols.view(m, b, cin * k * k, length).transpose(1, 2).reshape(m, cin * k * k, b * length)
-            out = torch.baddbmm(bias.unsqueeze(-1), w.flatten(2), cols)          # [m, cout, b*L]
+            out = torch.baddbmm(bias.unsqueeze(-1), w.flatten(2), cols)  # [m, cout, b*L]
             torch.autograd.grad(out.square().sum(), leaves)
 
         t_loop, t_grouped, t_unfold = (best_of(f, args.repeats, device) for f in (loop, grouped, unfold))
-        flops = 3 * 2 * real_macs_per_sample(cin, cout, size, k, pad) * m * b   # forward, weight and input grads
-        print(f"{name:<7}{t_loop * 1e3:>9.1f}{t_grouped * 1e3:>12.1f}{t_unfold * 1e3:>11.1f}"
-              f"{t_loop / t_grouped:>13.2f}x{flops / t_loop / 1e9:>11.1f}{flops / t_grouped / 1e9:>14.1f}")
+        flops = 3 * 2 * real_macs_per_sample(cin, cout, size, k, pad) * m * b  # forward, weight and input grads
+        print(
+            f"{name:<7}{t_loop * 1e3:>9.1f}{t_grouped * 1e3:>12.1f}{t_unfold * 1e3:>11.1f}"
+            f"{t_loop / t_grouped:>13.2f}x{flops / t_loop / 1e9:>11.1f}{flops / t_grouped / 1e9:>14.1f}"
+        )
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
 """Command line: ``python -m fedlearn_edu run --dataset digits --strategy fedavg ...``."""
+
 from __future__ import annotations
 
 import argparse
@@ -8,15 +9,17 @@ __all__ = ["main", "build_parser"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .strategies import STRATEGIES
     from .models import MODELS
+    from .strategies import STRATEGIES
 
-    parser = argparse.ArgumentParser(prog="python -m fedlearn_edu",
-                                     description="Federated learning on heterogeneous data.")
+    parser = argparse.ArgumentParser(
+        prog="python -m fedlearn_edu", description="Federated learning on heterogeneous data."
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="simulate one strategy and print the fairness metrics")
-    run.add_argument("--dataset", default="digits",
-                     help="digits (bundled, default), mnist, fashion_mnist, cifar10, cifar100")
+    run.add_argument(
+        "--dataset", default="digits", help="digits (bundled, default), mnist, fashion_mnist, cifar10, cifar100"
+    )
     run.add_argument("--data-root", default=None, help="folder holding the dataset files")
     run.add_argument("--download", action="store_true", help="download the dataset if missing")
     run.add_argument("--strategy", default="fedavg", choices=sorted(STRATEGIES))
@@ -30,11 +33,19 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--local-epochs", type=int, default=1)
     run.add_argument("--batch-size", type=int, default=10)
     run.add_argument("--lr", type=float, default=0.05, help="client learning rate")
-    run.add_argument("--server-lr", type=float, default=None,
-                     help="server step size eta_s (default: the strategy's own, e.g. 1 for FedAvg, 0.1 for CRAFT)")
+    run.add_argument(
+        "--server-lr",
+        type=float,
+        default=None,
+        help="server step size eta_s (default: the strategy's own, e.g. 1 for FedAvg, 0.1 for CRAFT)",
+    )
     run.add_argument("--mu", type=float, default=0.01, help="FedProx proximal coefficient")
-    run.add_argument("--val-fraction", type=float, default=0.1,
-                     help="fedvg: share of every client's training data pooled as the server's validation set")
+    run.add_argument(
+        "--val-fraction",
+        type=float,
+        default=0.1,
+        help="fedvg: share of every client's training data pooled as the server's validation set",
+    )
     run.add_argument("--eval-every", type=int, default=1)
     run.add_argument("--engine", default="auto", choices=["auto", "loop", "vmap"])
     run.add_argument("--device", default="auto")
@@ -48,29 +59,52 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     from . import federated_dataset, make_model, make_strategy, simulate
 
-    fed = federated_dataset(args.dataset, partition=args.partition, num_clients=args.clients,
-                            alpha=args.alpha, min_size=args.min_size, seed=args.seed,
-                            root=args.data_root, download=args.download)
+    fed = federated_dataset(
+        args.dataset,
+        partition=args.partition,
+        num_clients=args.clients,
+        alpha=args.alpha,
+        min_size=args.min_size,
+        seed=args.seed,
+        root=args.data_root,
+        download=args.download,
+    )
     model = make_model(args.model, fed.input_shape, fed.num_classes, seed=args.seed)
     kwargs = {} if args.server_lr is None else {"server_lr": args.server_lr}
     if args.strategy == "fedprox":
         kwargs["mu"] = args.mu
     if args.strategy == "fedvg":
         from .data import server_validation_split
+
         fed, kwargs["val_data"] = server_validation_split(fed, args.val_fraction, seed=args.seed)
     strategy = make_strategy(args.strategy, **kwargs)
-    history = simulate(fed, model, strategy, rounds=args.rounds, clients_per_round=args.clients_per_round,
-                       local_epochs=args.local_epochs, batch_size=args.batch_size, lr=args.lr,
-                       eval_every=args.eval_every, seed=args.seed, device=args.device,
-                       engine=args.engine, progress=not args.no_progress)
-    print(f"{args.dataset}, {args.partition} partition (alpha={args.alpha}), {args.clients} clients, "
-          f"{history.config['clients_per_round']} per round, model {args.model}, "
-          f"engine {history.config['engine']}, {history.seconds:.1f} s")
+    history = simulate(
+        fed,
+        model,
+        strategy,
+        rounds=args.rounds,
+        clients_per_round=args.clients_per_round,
+        local_epochs=args.local_epochs,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        eval_every=args.eval_every,
+        seed=args.seed,
+        device=args.device,
+        engine=args.engine,
+        progress=not args.no_progress,
+    )
+    print(
+        f"{args.dataset}, {args.partition} partition (alpha={args.alpha}), {args.clients} clients, "
+        f"{history.config['clients_per_round']} per round, model {args.model}, "
+        f"engine {history.config['engine']}, {history.seconds:.1f} s"
+    )
     print(history.summary())
     if args.plot:
         import matplotlib
+
         matplotlib.use("Agg")
         from .plotting import plot_curves
+
         axes = plot_curves(history, metrics=("mean", "worst10", "std"))
         axes[0].figure.tight_layout()
         axes[0].figure.savefig(args.plot, dpi=120)

@@ -25,11 +25,12 @@ only. :class:`ConditionalModel` splits the packed input again
 The Oracle baseline is the same model fed a one-hot cluster id instead of
 ``s_i`` (:func:`oracle_federation`).
 """
+
 from __future__ import annotations
 
 import copy
 import math
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -41,9 +42,18 @@ from .models import CNN, MLP, ResNet20, SmallCNN, count_parameters, make_model
 from .signals.fingerprint import client_fingerprints
 
 __all__ = [
-    "ConditionalModel", "make_conditional_model", "parameter_overhead", "pack_condition",
-    "split_condition", "condition_federation", "fingerprint_federation", "oracle_federation",
-    "client_conditions", "CONDITION_TRANSFORMS", "METHODS", "compare_methods",
+    "ConditionalModel",
+    "make_conditional_model",
+    "parameter_overhead",
+    "pack_condition",
+    "split_condition",
+    "condition_federation",
+    "fingerprint_federation",
+    "oracle_federation",
+    "client_conditions",
+    "CONDITION_TRANSFORMS",
+    "METHODS",
+    "compare_methods",
 ]
 
 
@@ -71,7 +81,8 @@ def split_condition(packed: Tensor, input_shape: Sequence[int], cond_dim: int) -
         raise ValueError(
             f"A conditional model expects packed inputs Tensor[B, {d} + {cond_dim}] (flattened input of shape "
             f"{tuple(input_shape)} followed by the condition); got {tuple(packed.shape)}. "
-            "Build the federation with condition_federation / fingerprint_federation, or pass cond=.")
+            "Build the federation with condition_federation / fingerprint_federation, or pass cond=."
+        )
     return packed[:, :d].reshape(packed.shape[0], *input_shape), packed[:, d:]
 
 
@@ -88,12 +99,14 @@ def _transform(cond: Tensor, transform) -> Tensor:
     if transform == "standardize":
         # per client, over the entries of its own vector: needs nothing from other clients
         return (cond - cond.mean()) / cond.std().clamp(min=1e-12)
-    raise ValueError(f"Unknown condition transform {transform!r}; choose one of {CONDITION_TRANSFORMS} "
-                     "or pass a callable.")
+    raise ValueError(
+        f"Unknown condition transform {transform!r}; choose one of {CONDITION_TRANSFORMS} or pass a callable."
+    )
 
 
-def condition_federation(federation: Federation, conditions: Tensor, *, transform=None,
-                         kind: str = "condition") -> Federation:
+def condition_federation(
+    federation: Federation, conditions: Tensor, *, transform=None, kind: str = "condition"
+) -> Federation:
     """A copy of ``federation`` whose client i stores ``[flatten(x), conditions[i]]`` as inputs.
 
     Args:
@@ -109,7 +122,9 @@ def condition_federation(federation: Federation, conditions: Tensor, *, transfor
     """
     cond = torch.as_tensor(conditions)
     if cond.dim() != 2 or cond.shape[0] != len(federation):
-        raise ValueError(f"conditions must be Tensor[N, c] with N = {len(federation)} clients; got {tuple(cond.shape)}.")
+        raise ValueError(
+            f"conditions must be Tensor[N, c] with N = {len(federation)} clients; got {tuple(cond.shape)}."
+        )
     if not bool(torch.isfinite(cond).all()):
         raise ValueError("conditions contain NaN or Inf.")
     shape = federation.input_shape
@@ -117,8 +132,11 @@ def condition_federation(federation: Federation, conditions: Tensor, *, transfor
     for i, c in enumerate(federation):
         row = _transform(cond[i].to(c.train_x.dtype if c.train_x.is_floating_point() else torch.float32), transform)
         info = {**c.info, "input_shape": tuple(shape), "condition_dim": int(row.numel()), "condition": kind}
-        clients.append(ClientData(pack_condition(c.train_x.float(), row), c.train_y,
-                                  pack_condition(c.test_x.float(), row), c.test_y, info))
+        clients.append(
+            ClientData(
+                pack_condition(c.train_x.float(), row), c.train_y, pack_condition(c.test_x.float(), row), c.test_y, info
+            )
+        )
     return Federation(clients, federation.num_classes, f"{federation.name} [+{kind}]")
 
 
@@ -130,9 +148,17 @@ def client_conditions(federation: Federation) -> Tensor:
     return torch.stack([cl.train_x[0, -c:] for cl in federation])
 
 
-def fingerprint_federation(federation: Federation, num_eigenvalues: int = 32, normalize="trace", *,
-                           feature_map="flatten", label_encoding="onehot", label_scale: float = 1.0,
-                           reference: Tensor | None = None, transform=None) -> Federation:
+def fingerprint_federation(
+    federation: Federation,
+    num_eigenvalues: int = 32,
+    normalize="trace",
+    *,
+    feature_map="flatten",
+    label_encoding="onehot",
+    label_scale: float = 1.0,
+    reference: Tensor | None = None,
+    transform=None,
+) -> Federation:
     """Each client computes its fingerprint from its training split and appends it to its inputs.
 
     Arguments as in :func:`fedlearn_edu.signals.pca_fingerprint` and :func:`condition_federation`;
@@ -145,8 +171,14 @@ def fingerprint_federation(federation: Federation, num_eigenvalues: int = 32, no
         >>> fed.input_shape
         (72,)
     """
-    s = client_fingerprints(federation, num_eigenvalues, normalize, feature_map=feature_map,
-                            label_encoding=label_encoding, label_scale=label_scale)
+    s = client_fingerprints(
+        federation,
+        num_eigenvalues,
+        normalize,
+        feature_map=feature_map,
+        label_encoding=label_encoding,
+        label_scale=label_scale,
+    )
     if reference is not None:
         ref = torch.as_tensor(reference, dtype=s.dtype)
         if ref.shape != s.shape[1:]:
@@ -166,6 +198,7 @@ def oracle_federation(federation: Federation) -> Federation:
 # --------------------------------------------------------------------------- #
 def _mlp_split(m: MLP):
     """The condition enters the last hidden layer (all earlier layers are the feature extractor)."""
+
     def trunk(x):
         h = x.flatten(1)
         for layer in m.hidden[:-1]:
@@ -270,13 +303,21 @@ class ConditionalModel(nn.Module):
         0.0089
     """
 
-    def __init__(self, backbone: nn.Module, input_shape: Sequence[int], cond_dim: int,
-                 cond_scale: float = 1.0, zero_init: bool = True):
+    def __init__(
+        self,
+        backbone: nn.Module,
+        input_shape: Sequence[int],
+        cond_dim: int,
+        cond_scale: float = 1.0,
+        zero_init: bool = True,
+    ):
         super().__init__()
         split = _SPLITS.get(type(backbone))
         if split is None:
-            raise TypeError(f"ConditionalModel supports the package backbones {[t.__name__ for t in _SPLITS]}; "
-                            f"got {type(backbone).__name__}.")
+            raise TypeError(
+                f"ConditionalModel supports the package backbones {[t.__name__ for t in _SPLITS]}; "
+                f"got {type(backbone).__name__}."
+            )
         if int(cond_dim) < 1:
             raise ValueError(f"cond_dim must be >= 1, got {cond_dim}.")
         self.input_shape = tuple(int(s) for s in input_shape)
@@ -286,12 +327,13 @@ class ConditionalModel(nn.Module):
         self.backbone_parameters = count_parameters(backbone)
         _, _, self.cond_layer = split(self.backbone)
         old = _get(self.backbone, self.cond_layer)
-        new = nn.Linear(old.in_features + self.cond_dim, old.out_features, device=old.weight.device,
-                        dtype=old.weight.dtype)
+        new = nn.Linear(
+            old.in_features + self.cond_dim, old.out_features, device=old.weight.device, dtype=old.weight.dtype
+        )
         with torch.no_grad():
             if zero_init:
-                new.weight[:, old.in_features:] = 0.0
-            new.weight[:, :old.in_features] = old.weight
+                new.weight[:, old.in_features :] = 0.0
+            new.weight[:, : old.in_features] = old.weight
             new.bias.copy_(old.bias)
         _set(self.backbone, self.cond_layer, new)
         self._trunk, self._head, _ = split(self.backbone)
@@ -313,9 +355,17 @@ def parameter_overhead(model: ConditionalModel) -> float:
     return (count_parameters(model) - model.backbone_parameters) / model.backbone_parameters
 
 
-def make_conditional_model(name: str, input_shape: Sequence[int], num_classes: int, cond_dim: int, *,
-                           seed: int | None = 0, cond_scale: float = 1.0, zero_init: bool = True,
-                           **kwargs) -> ConditionalModel:
+def make_conditional_model(
+    name: str,
+    input_shape: Sequence[int],
+    num_classes: int,
+    cond_dim: int,
+    *,
+    seed: int | None = 0,
+    cond_scale: float = 1.0,
+    zero_init: bool = True,
+    **kwargs,
+) -> ConditionalModel:
     """:func:`~fedlearn_edu.make_model` wrapped in a :class:`ConditionalModel` (same seed, same backbone weights).
 
     Example:
@@ -395,16 +445,17 @@ def compare_methods(
             k = num_clusters if num_clusters is not None else len(set(cluster_ids(federation).tolist()))
             out[method] = simulate_ifca(federation, make_model(model, shape, c, seed=seed, **mk), k, **train)
         elif method == "ditto":
-            out[method] = simulate_ditto(federation, make_model(model, shape, c, seed=seed, **mk), ditto_lam,
-                                         ditto_strategy, **train)
+            out[method] = simulate_ditto(
+                federation, make_model(model, shape, c, seed=seed, **mk), ditto_lam, ditto_strategy, **train
+            )
         elif method == "oracle":
             fed = oracle_federation(federation)
-            net = make_conditional_model(model, shape, c, fed[0].info["condition_dim"], seed=seed,
-                                         cond_scale=oracle_scale, **mk)
+            net = make_conditional_model(
+                model, shape, c, fed[0].info["condition_dim"], seed=seed, cond_scale=oracle_scale, **mk
+            )
             out[method] = simulate(fed, net, FedAvg(), **train)
         else:
-            fed = fingerprint_federation(federation, num_eigenvalues, reference=reference,
-                                         **(fingerprint_kwargs or {}))
+            fed = fingerprint_federation(federation, num_eigenvalues, reference=reference, **(fingerprint_kwargs or {}))
             scale = cond_scale if cond_scale is not None else (20.0 if reference is not None else 2.5)
             net = make_conditional_model(model, shape, c, num_eigenvalues, seed=seed, cond_scale=scale, **mk)
             out[method] = simulate(fed, net, FedAvg(), **train)

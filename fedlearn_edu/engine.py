@@ -15,10 +15,11 @@ reference. Any engine (a vectorised one included) implements the same
 ``train(model, global_params, datasets, config, seeds)`` call and must return
 the same numbers.
 """
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -29,8 +30,15 @@ from .params import Params, stack_params
 from .utils import tune_cpu_allocator
 
 __all__ = [
-    "LocalTraining", "LocalResult", "LoopEngine", "VmapEngine", "client_batches", "make_engine",
-    "ENGINES", "vmap_unsupported_reason", "stacked_grads",
+    "LocalTraining",
+    "LocalResult",
+    "LoopEngine",
+    "VmapEngine",
+    "client_batches",
+    "make_engine",
+    "ENGINES",
+    "vmap_unsupported_reason",
+    "stacked_grads",
 ]
 
 
@@ -68,7 +76,7 @@ class LocalTraining:
         if self.momentum >= 1:
             raise ValueError(f"momentum must be in [0, 1), got {self.momentum}.")
 
-    def replace(self, **changes) -> "LocalTraining":
+    def replace(self, **changes) -> LocalTraining:
         """A copy with some fields changed."""
         return replace(self, **changes)
 
@@ -175,8 +183,9 @@ class LoopEngine:
         return LocalResult(stack_params(trained), torch.stack(losses), torch.tensor(steps))
 
 
-def stacked_grads(model: nn.Module, params: Params, x: Tensor, y: Tensor, mask: Tensor,
-                  anchor: Params, prox_mu: float) -> tuple[Params, Tensor]:
+def stacked_grads(
+    model: nn.Module, params: Params, x: Tensor, y: Tensor, mask: Tensor, anchor: Params, prox_mu: float
+) -> tuple[Params, Tensor]:
     """Every client's gradient of its local objective on its (padded) batch, in one pass.
 
     Args:
@@ -215,14 +224,18 @@ def default_memory_budget(device: torch.device) -> int:
     if device.type == "cuda":
         free, _ = torch.cuda.mem_get_info(device)
         return int(free // 2)
-    return 2 * 1024 ** 3
+    return 2 * 1024**3
 
 
 def activation_numel(model: nn.Module, sample: Tensor) -> int:
     """How many activation entries one sample produces in a forward pass (outputs of all modules)."""
     count = [0]
-    hooks = [mod.register_forward_hook(lambda _m, _i, out: count.__setitem__(
-        0, count[0] + (out.numel() if isinstance(out, Tensor) else 0))) for mod in model.modules()]
+    hooks = [
+        mod.register_forward_hook(
+            lambda _m, _i, out: count.__setitem__(0, count[0] + (out.numel() if isinstance(out, Tensor) else 0))
+        )
+        for mod in model.modules()
+    ]
     try:
         with torch.no_grad():
             model(sample[:1])
@@ -236,7 +249,8 @@ def vmap_unsupported_reason(model: nn.Module) -> str | None:
     """Why ``model`` cannot be trained by :class:`VmapEngine` (``None`` when it can)."""
     for name, module in model.named_modules():
         if isinstance(module, nn.modules.batchnorm._NormBase):
-            return f"module {name or type(module).__name__!r} is {type(module).__name__}, whose running statistics vmap cannot batch"
+            kind = type(module).__name__
+            return f"module {name or kind!r} is {kind}, whose running statistics vmap cannot batch"
     buffers = [n for n, _ in model.named_buffers()]
     if buffers:
         return f"the model has buffers ({', '.join(buffers[:3])}) that vmap training would not update"
@@ -316,14 +330,21 @@ class VmapEngine:
         order = torch.argsort(steps, descending=True, stable=True).tolist()
         device = datasets[0][1].device
         m = len(datasets)
-        out = LocalResult({k: torch.empty((m, *v.shape), dtype=v.dtype, device=v.device)
-                           for k, v in global_params.items()},
-                          torch.empty(m, dtype=sample.dtype, device=device), torch.empty(m, dtype=torch.long))
+        out = LocalResult(
+            {k: torch.empty((m, *v.shape), dtype=v.dtype, device=v.device) for k, v in global_params.items()},
+            torch.empty(m, dtype=sample.dtype, device=device),
+            torch.empty(m, dtype=torch.long),
+        )
         for i in range(0, m, chunk):
-            rows = order[i:i + chunk]
+            rows = order[i : i + chunk]
             part = self._train_chunk(
-                model, global_params, [datasets[j] for j in rows], config, [seeds[j] for j in rows],
-                None if start is None else {k: v[rows] for k, v in start.items()})
+                model,
+                global_params,
+                [datasets[j] for j in rows],
+                config,
+                [seeds[j] for j in rows],
+                None if start is None else {k: v[rows] for k, v in start.items()},
+            )
             where = torch.tensor(rows)
             for k, v in out.params.items():
                 v.index_copy_(0, where.to(v.device), part.params[k])
@@ -404,8 +425,9 @@ def _check_schedule(datasets, seeds, start) -> None:
     if start is not None:
         sizes = {k: v.shape[0] for k, v in start.items()}
         if any(n != len(datasets) for n in sizes.values()):
-            raise ValueError(f"start must be stacked with one row per client (m = {len(datasets)}); "
-                             f"got leading sizes {sizes}.")
+            raise ValueError(
+                f"start must be stacked with one row per client (m = {len(datasets)}); got leading sizes {sizes}."
+            )
 
 
 ENGINES = {"loop": LoopEngine, "vmap": VmapEngine}

@@ -14,15 +14,24 @@ instructor can use it in an autograder::
     check_fedavg: all 6 cases passed.
     True
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import torch
 
-__all__ = ["Case", "run_cases", "check_fedavg", "check_fedvg_weights", "check_oui", "check_beta_moments",
-           "check_pca_fingerprint", "check_craft_direction"]
+__all__ = [
+    "Case",
+    "run_cases",
+    "check_fedavg",
+    "check_fedvg_weights",
+    "check_oui",
+    "check_beta_moments",
+    "check_pca_fingerprint",
+    "check_craft_direction",
+]
 
 
 @dataclass
@@ -49,8 +58,9 @@ def _show(x, limit: int = 400) -> str:
     return text if len(text) <= limit else text[:limit] + " ..."
 
 
-def run_cases(title: str, your_function: Callable, cases: Sequence[Case], rtol: float = 1e-5,
-              atol: float = 1e-6) -> bool:
+def run_cases(
+    title: str, your_function: Callable, cases: Sequence[Case], rtol: float = 1e-5, atol: float = 1e-6
+) -> bool:
     """Run ``your_function(*case.args)`` for each case; print a pass or the first failure."""
     for case in cases:
         try:
@@ -70,15 +80,15 @@ def run_cases(title: str, your_function: Callable, cases: Sequence[Case], rtol: 
                 if not isinstance(got, dict) or set(got) != set(expected):
                     raise AssertionError(f"expected a dict with keys {sorted(expected)}")
                 for k in expected:
-                    torch.testing.assert_close(torch.as_tensor(got[k]).to(expected[k].dtype), expected[k],
-                                               rtol=rtol, atol=atol)
+                    torch.testing.assert_close(
+                        torch.as_tensor(got[k]).to(expected[k].dtype), expected[k], rtol=rtol, atol=atol
+                    )
             elif isinstance(expected, float):
                 if abs(float(got) - expected) > atol + rtol * abs(expected):
                     raise AssertionError("values differ")
             elif isinstance(expected, tuple):
                 got = tuple(float(v) for v in got)
-                if len(got) != len(expected) or any(
-                        abs(g - e) > atol + rtol * abs(e) for g, e in zip(got, expected)):
+                if len(got) != len(expected) or any(abs(g - e) > atol + rtol * abs(e) for g, e in zip(got, expected)):
                     raise AssertionError("values differ")
             elif got != expected:
                 raise AssertionError("values differ")
@@ -104,8 +114,11 @@ def check_fedavg(your_function: Callable, seed: int = 0) -> bool:
         ("sample counts as weights", torch.randn(4, 3, generator=g), torch.tensor([10.0, 200.0, 1.0, 35.0])),
         ("a client with weight zero", torch.randn(3, 5, generator=g), torch.tensor([0.0, 2.0, 1.0])),
         ("identical updates", torch.ones(6, 2), torch.rand(6, generator=g) + 0.5),
-        ("double precision", torch.randn(8, 11, generator=g, dtype=torch.float64),
-         torch.rand(8, generator=g, dtype=torch.float64) + 0.1),
+        (
+            "double precision",
+            torch.randn(8, 11, generator=g, dtype=torch.float64),
+            torch.rand(8, generator=g, dtype=torch.float64) + 0.1,
+        ),
     ]
     cases = [Case(name, (d, w), fedavg(d, w)) for name, d, w in inputs]
     return run_cases("check_fedavg", your_function, cases)
@@ -160,7 +173,7 @@ def check_beta_moments(your_function: Callable, seed: int = 0) -> bool:
     sample = rng.beta(6.10, 15.94, size=20)
     inputs = [
         ("Beta(2.5, 7.5)'s moments", 0.25, 0.25 * 0.75 / 11),
-        ("Beta(6.10, 15.94)'s moments", 6.10 / 22.04, (6.10 * 15.94) / (22.04 ** 2 * 23.04)),
+        ("Beta(6.10, 15.94)'s moments", 6.10 / 22.04, (6.10 * 15.94) / (22.04**2 * 23.04)),
         ("sample moments of 20 OUI values (ddof = 1)", float(sample.mean()), float(sample.var(ddof=1))),
         ("a symmetric Beta(3, 3)", 0.5, 0.25 / 7),
     ]
@@ -177,13 +190,34 @@ def check_pca_fingerprint(your_function: Callable, seed: int = 0) -> bool:
 
     g = torch.Generator().manual_seed(seed)
     inputs = [
-        ("random, n=40, p=6, 3 classes, l=5", torch.rand(40, 6, generator=g, dtype=torch.float64),
-         torch.randint(0, 3, (40,), generator=g), 3, 5),
-        ("more eigenvalues asked than exist: zero padding", torch.rand(30, 2, generator=g, dtype=torch.float64),
-         torch.randint(0, 2, (30,), generator=g), 2, 8),
-        ("fewer samples than dimensions (n=5, p=20)", torch.rand(5, 20, generator=g, dtype=torch.float64),
-         torch.tensor([0, 1, 2, 1, 0]), 3, 6),
-        ("one class only", torch.rand(25, 4, generator=g, dtype=torch.float64), torch.zeros(25, dtype=torch.long), 2, 4),
+        (
+            "random, n=40, p=6, 3 classes, l=5",
+            torch.rand(40, 6, generator=g, dtype=torch.float64),
+            torch.randint(0, 3, (40,), generator=g),
+            3,
+            5,
+        ),
+        (
+            "more eigenvalues asked than exist: zero padding",
+            torch.rand(30, 2, generator=g, dtype=torch.float64),
+            torch.randint(0, 2, (30,), generator=g),
+            2,
+            8,
+        ),
+        (
+            "fewer samples than dimensions (n=5, p=20)",
+            torch.rand(5, 20, generator=g, dtype=torch.float64),
+            torch.tensor([0, 1, 2, 1, 0]),
+            3,
+            6,
+        ),
+        (
+            "one class only",
+            torch.rand(25, 4, generator=g, dtype=torch.float64),
+            torch.zeros(25, dtype=torch.long),
+            2,
+            4,
+        ),
     ]
     cases = [Case(name, (x, y, c, l), pca_fingerprint(x, y, c, l)) for name, x, y, c, l in inputs]
     return run_cases("check_pca_fingerprint", your_function, cases, rtol=1e-6, atol=1e-9)
@@ -202,17 +236,36 @@ def check_craft_direction(your_function: Callable, seed: int = 0) -> bool:
     dt = torch.float64
     conflicting = torch.tensor([[1.0, 0.2], [-0.6, 1.0]], dtype=dt)
     inputs = [
-        ("two conflicting clients in 2-D, no reference", conflicting, torch.tensor([0.5, 0.5], dtype=dt),
-         torch.zeros(2, dtype=dt)),
-        ("random, m=4, d=10, with a reference", torch.randn(4, 10, generator=g, dtype=dt),
-         torch.tensor([1.0, 2.0, 3.0, 4.0], dtype=dt), torch.randn(10, generator=g, dtype=dt)),
-        ("a reference that already satisfies the constraints",
-         torch.eye(3, dtype=dt) * torch.tensor([[2.0], [0.5], [1.0]], dtype=dt),
-         torch.ones(3, dtype=dt), torch.ones(3, dtype=dt)),
-        ("two clients in d=6, with a reference", torch.randn(2, 6, generator=g, dtype=dt),
-         torch.tensor([0.3, 0.7], dtype=dt), torch.randn(6, generator=g, dtype=dt)),
-        ("m=8 in d=50, sample sizes as rho", torch.randn(8, 50, generator=g, dtype=dt),
-         torch.randint(1, 100, (8,), generator=g).to(dt), torch.randn(50, generator=g, dtype=dt)),
+        (
+            "two conflicting clients in 2-D, no reference",
+            conflicting,
+            torch.tensor([0.5, 0.5], dtype=dt),
+            torch.zeros(2, dtype=dt),
+        ),
+        (
+            "random, m=4, d=10, with a reference",
+            torch.randn(4, 10, generator=g, dtype=dt),
+            torch.tensor([1.0, 2.0, 3.0, 4.0], dtype=dt),
+            torch.randn(10, generator=g, dtype=dt),
+        ),
+        (
+            "a reference that already satisfies the constraints",
+            torch.eye(3, dtype=dt) * torch.tensor([[2.0], [0.5], [1.0]], dtype=dt),
+            torch.ones(3, dtype=dt),
+            torch.ones(3, dtype=dt),
+        ),
+        (
+            "two clients in d=6, with a reference",
+            torch.randn(2, 6, generator=g, dtype=dt),
+            torch.tensor([0.3, 0.7], dtype=dt),
+            torch.randn(6, generator=g, dtype=dt),
+        ),
+        (
+            "m=8 in d=50, sample sizes as rho",
+            torch.randn(8, 50, generator=g, dtype=dt),
+            torch.randint(1, 100, (8,), generator=g).to(dt),
+            torch.randn(50, generator=g, dtype=dt),
+        ),
     ]
     cases = [Case(name, (u, r, ref), craft_direction(u, r, ref)) for name, u, r, ref in inputs]
     return run_cases("check_craft_direction", your_function, cases, rtol=1e-6, atol=1e-9)

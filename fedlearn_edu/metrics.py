@@ -1,4 +1,5 @@
 """Fairness metrics over clients (METHODS.md, "Common ground")."""
+
 from __future__ import annotations
 
 import math

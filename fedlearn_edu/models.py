@@ -6,14 +6,15 @@ maps ``Tensor[B, *input_shape]`` to logits ``Tensor[B, num_classes]`` and, with
 ``features=True``, returns the penultimate layer's *pre-activations*
 ``Tensor[B, d]`` (the layer FedOUI reads).
 """
+
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
-from torch import Tensor, nn
 import torch.nn.functional as F
+from torch import Tensor, nn
 
 __all__ = ["MLP", "CNN", "SmallCNN", "ResNet20", "make_model", "MODELS", "count_parameters"]
 

@@ -9,9 +9,10 @@
 Everything else (aggregation math, strategies, engines) speaks this layout, so
 ``torch.func.functional_call(model, params, x)`` runs any of them.
 """
+
 from __future__ import annotations
 
-from typing import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -19,8 +20,15 @@ from torch import Tensor, nn
 Params = dict[str, Tensor]
 
 __all__ = [
-    "Params", "get_params", "stack_params", "unstack_params", "num_stacked",
-    "flatten_params", "unflatten_params", "tree_map", "layer_groups",
+    "Params",
+    "get_params",
+    "stack_params",
+    "unstack_params",
+    "num_stacked",
+    "flatten_params",
+    "unflatten_params",
+    "tree_map",
+    "layer_groups",
 ]
 
 
@@ -86,9 +94,9 @@ def unflatten_params(vector: Tensor, like: Mapping[str, Tensor], stacked: bool =
     for k, v in like.items():
         n = v.numel()
         if stacked:
-            out[k] = vector[:, offset:offset + n].reshape(vector.shape[0], *v.shape)
+            out[k] = vector[:, offset : offset + n].reshape(vector.shape[0], *v.shape)
         else:
-            out[k] = vector[offset:offset + n].reshape(v.shape)
+            out[k] = vector[offset : offset + n].reshape(v.shape)
         offset += n
     return out
 

@@ -25,12 +25,13 @@ split, so the numbers sit in one table with FedAvg's.
 local SGD for m clients from *m different* starting points (the engines start
 every client from one ``global_params``), with an optional proximal anchor.
 """
+
 from __future__ import annotations
 
 import copy
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 import torch
@@ -48,8 +49,14 @@ from .strategies.fedavg import FedAvg
 from .utils import derive_seed, resolve_device
 
 __all__ = [
-    "PersonalizedHistory", "train_clients", "evaluate_personal", "client_losses", "ditto_personal_update",
-    "simulate_local", "simulate_ifca", "simulate_ditto",
+    "PersonalizedHistory",
+    "train_clients",
+    "evaluate_personal",
+    "client_losses",
+    "ditto_personal_update",
+    "simulate_local",
+    "simulate_ifca",
+    "simulate_ditto",
 ]
 
 
@@ -116,8 +123,10 @@ def train_clients(
         anchor = {k: torch.zeros_like(v[0]) for k, v in start.items()}
     runner = make_engine(engine, model)
     if not isinstance(runner, (LoopEngine, VmapEngine)):
-        raise TypeError("train_clients supports the package engines ('auto', 'loop', 'vmap' or their "
-                        f"instances); got {type(runner).__name__}.")
+        raise TypeError(
+            "train_clients supports the package engines ('auto', 'loop', 'vmap' or their "
+            f"instances); got {type(runner).__name__}."
+        )
     return runner.train(model, {k: v.detach() for k, v in anchor.items()}, datasets, config, seeds, start=start)
 
 
@@ -125,8 +134,9 @@ def train_clients(
 # evaluation of one model per client
 # --------------------------------------------------------------------------- #
 @torch.no_grad()
-def evaluate_personal(model: nn.Module, params: Params, federation: Federation,
-                      split: str = "test") -> tuple[np.ndarray, np.ndarray]:
+def evaluate_personal(
+    model: nn.Module, params: Params, federation: Federation, split: str = "test"
+) -> tuple[np.ndarray, np.ndarray]:
     """Accuracy and mean loss of client i's own model ``{k: params[k][i]}`` on client i's data.
 
     Args:
@@ -173,8 +183,25 @@ def client_losses(model: nn.Module, models: Params, datasets: Sequence[tuple[Ten
 class _Run:
     """Sampling, seeds, devices and recording shared by the three simulations (as in ``simulate``)."""
 
-    def __init__(self, name, federation, model, rounds, clients_per_round, local_epochs, batch_size, lr,
-                 lr_decay, momentum, weight_decay, eval_every, seed, device, engine, extra):
+    def __init__(
+        self,
+        name,
+        federation,
+        model,
+        rounds,
+        clients_per_round,
+        local_epochs,
+        batch_size,
+        lr,
+        lr_decay,
+        momentum,
+        weight_decay,
+        eval_every,
+        seed,
+        device,
+        engine,
+        extra,
+    ):
         check_run_arguments(federation, rounds, clients_per_round, eval_every, lr_decay)
         self.base = LocalTraining(local_epochs, batch_size, lr, momentum, weight_decay)
         self.dev = resolve_device(device)
@@ -189,14 +216,26 @@ class _Run:
         self.fed_dev = federation.to(self.dev)
         self.sampler = torch.Generator().manual_seed(derive_seed(seed, 0xC11E47))
         self.seed, self.rounds, self.lr, self.lr_decay, self.eval_every = seed, rounds, lr, lr_decay, eval_every
-        self.history = PersonalizedHistory(strategy=name, config=dict(
-            rounds=rounds, clients_per_round=self.m, num_clients=self.n, local=self.base, lr_decay=lr_decay,
-            eval_every=eval_every, seed=seed, device=str(self.dev), engine=self.kind, **extra))
+        self.history = PersonalizedHistory(
+            strategy=name,
+            config=dict(
+                rounds=rounds,
+                clients_per_round=self.m,
+                num_clients=self.n,
+                local=self.base,
+                lr_decay=lr_decay,
+                eval_every=eval_every,
+                seed=seed,
+                device=str(self.dev),
+                engine=self.kind,
+                **extra,
+            ),
+        )
         self.accs, self.losses = [], []
         self.start = time.perf_counter()
 
     def select(self, t: int) -> tuple[Tensor, LocalTraining, list, list]:
-        ids = torch.randperm(self.n, generator=self.sampler)[:self.m].sort().values
+        ids = torch.randperm(self.n, generator=self.sampler)[: self.m].sort().values
         config = self.base.replace(lr=self.lr * self.lr_decay ** (t - 1))
         datasets = [self.train_sets[i] for i in ids.tolist()]
         seeds = [derive_seed(self.seed, t, i) for i in ids.tolist()]
@@ -223,14 +262,17 @@ def _check_finite(t: int, ids: Tensor, params: Params, what: str) -> None:
     finite = torch.stack([torch.isfinite(v.reshape(m, -1)).all(1) for v in params.values()]).all(0)
     if not bool(finite.all()):
         bad = ids[~finite.cpu()].tolist()
-        raise FloatingPointError(f"Round {t}: {what} of client(s) {bad[:5]} diverged (NaN/Inf). "
-                                 "Lower the client lr or the number of local epochs.")
+        raise FloatingPointError(
+            f"Round {t}: {what} of client(s) {bad[:5]} diverged (NaN/Inf). "
+            "Lower the client lr or the number of local epochs."
+        )
 
 
 def _progress(iterable, enabled: bool, desc: str):
     if not enabled:
         return iterable
     from tqdm.auto import tqdm
+
     return tqdm(iterable, desc=desc, leave=False)
 
 
@@ -242,10 +284,22 @@ def _repeat(params: Params, n: int) -> Params:
 # local-only
 # --------------------------------------------------------------------------- #
 def simulate_local(
-    federation: Federation, model: nn.Module, *, rounds: int = 30, clients_per_round: int = 10,
-    local_epochs: int = 1, batch_size: int = 10, lr: float = 0.05, lr_decay: float = 1.0,
-    momentum: float = 0.0, weight_decay: float = 0.0, eval_every: int = 1, seed: int = 0,
-    device="auto", engine="auto", progress: bool = True,
+    federation: Federation,
+    model: nn.Module,
+    *,
+    rounds: int = 30,
+    clients_per_round: int = 10,
+    local_epochs: int = 1,
+    batch_size: int = 10,
+    lr: float = 0.05,
+    lr_decay: float = 1.0,
+    momentum: float = 0.0,
+    weight_decay: float = 0.0,
+    eval_every: int = 1,
+    seed: int = 0,
+    device="auto",
+    engine="auto",
+    progress: bool = True,
 ) -> PersonalizedHistory:
     """Local-only training: every client starts from theta_0 and trains only on its own data.
 
@@ -261,14 +315,31 @@ def simulate_local(
         >>> h.client_accuracy.shape
         (2, 4)
     """
-    run = _Run("local", federation, model, rounds, clients_per_round, local_epochs, batch_size, lr, lr_decay,
-               momentum, weight_decay, eval_every, seed, device, engine, {})
+    run = _Run(
+        "local",
+        federation,
+        model,
+        rounds,
+        clients_per_round,
+        local_epochs,
+        batch_size,
+        lr,
+        lr_decay,
+        momentum,
+        weight_decay,
+        eval_every,
+        seed,
+        device,
+        engine,
+        {},
+    )
     personal = _repeat(run.params, run.n)
     run.record(0, *evaluate_personal(run.model, personal, run.fed_dev))
     for t in _progress(range(1, rounds + 1), progress, "local"):
         ids, config, datasets, seeds = run.select(t)
-        local = train_clients(run.model, {k: v[ids.to(v.device)] for k, v in personal.items()}, datasets, config,
-                              seeds, engine=engine)
+        local = train_clients(
+            run.model, {k: v[ids.to(v.device)] for k, v in personal.items()}, datasets, config, seeds, engine=engine
+        )
         _check_finite(t, ids, local.params, "local training")
         for k in personal:
             personal[k][ids.to(personal[k].device)] = local.params[k].detach()
@@ -297,10 +368,24 @@ def _reinit(model: nn.Module, seed: int) -> Params:
 
 
 def simulate_ifca(
-    federation: Federation, model: nn.Module, num_clusters: int, *, rounds: int = 30,
-    clients_per_round: int = 10, local_epochs: int = 1, batch_size: int = 10, lr: float = 0.05,
-    lr_decay: float = 1.0, momentum: float = 0.0, weight_decay: float = 0.0, eval_every: int = 1,
-    seed: int = 0, device="auto", engine="auto", progress: bool = True, warmup_rounds: int = 0,
+    federation: Federation,
+    model: nn.Module,
+    num_clusters: int,
+    *,
+    rounds: int = 30,
+    clients_per_round: int = 10,
+    local_epochs: int = 1,
+    batch_size: int = 10,
+    lr: float = 0.05,
+    lr_decay: float = 1.0,
+    momentum: float = 0.0,
+    weight_decay: float = 0.0,
+    eval_every: int = 1,
+    seed: int = 0,
+    device="auto",
+    engine="auto",
+    progress: bool = True,
+    warmup_rounds: int = 0,
 ) -> PersonalizedHistory:
     """IFCA (Ghosh et al., 2020), model-averaging variant.
 
@@ -337,11 +422,28 @@ def simulate_ifca(
         raise ValueError(f"num_clusters must be >= 1, got {num_clusters}.")
     if int(warmup_rounds) != warmup_rounds or warmup_rounds < 0:
         raise ValueError(f"warmup_rounds must be an integer >= 0, got {warmup_rounds}.")
-    run = _Run("ifca", federation, model, rounds, clients_per_round, local_epochs, batch_size, lr, lr_decay,
-               momentum, weight_decay, eval_every, seed, device, engine,
-               {"num_clusters": k, "warmup_rounds": int(warmup_rounds)})
-    clusters = stack_params([run.params] + [{n: v.to(run.dev) for n, v in _reinit(run.model, derive_seed(seed, 0x1FCA, j)).items()}
-                                            for j in range(1, k)])
+    run = _Run(
+        "ifca",
+        federation,
+        model,
+        rounds,
+        clients_per_round,
+        local_epochs,
+        batch_size,
+        lr,
+        lr_decay,
+        momentum,
+        weight_decay,
+        eval_every,
+        seed,
+        device,
+        engine,
+        {"num_clusters": k, "warmup_rounds": int(warmup_rounds)},
+    )
+    clusters = stack_params(
+        [run.params]
+        + [{n: v.to(run.dev) for n, v in _reinit(run.model, derive_seed(seed, 0x1FCA, j)).items()} for j in range(1, k)]
+    )
     assignments = []
 
     def evaluate():
@@ -391,8 +493,15 @@ def simulate_ifca(
 # Ditto
 # --------------------------------------------------------------------------- #
 def ditto_personal_update(
-    model: nn.Module, personal: Params, global_params: Params, datasets: Sequence[tuple[Tensor, Tensor]],
-    config: LocalTraining, lam: float, seeds: Sequence[int], *, engine="auto",
+    model: nn.Module,
+    personal: Params,
+    global_params: Params,
+    datasets: Sequence[tuple[Tensor, Tensor]],
+    config: LocalTraining,
+    lam: float,
+    seeds: Sequence[int],
+    *,
+    engine="auto",
 ) -> LocalResult:
     """Ditto's personal step for m clients: local SGD on ``F_i(v) + (lam / 2) ||v - theta_t||^2``.
 
@@ -412,15 +521,30 @@ def ditto_personal_update(
     """
     if not (lam >= 0 and lam < float("inf")):
         raise ValueError(f"Ditto's lam must be a finite number >= 0, got {lam}.")
-    return train_clients(model, personal, datasets, config.replace(prox_mu=float(lam)), seeds,
-                         anchor=global_params, engine=engine)
+    return train_clients(
+        model, personal, datasets, config.replace(prox_mu=float(lam)), seeds, anchor=global_params, engine=engine
+    )
 
 
 def simulate_ditto(
-    federation: Federation, model: nn.Module, lam: float = 0.1, global_strategy: Strategy | None = None, *,
-    rounds: int = 30, clients_per_round: int = 10, local_epochs: int = 1, personal_epochs: int | None = None,
-    batch_size: int = 10, lr: float = 0.05, lr_decay: float = 1.0, momentum: float = 0.0,
-    weight_decay: float = 0.0, eval_every: int = 1, seed: int = 0, device="auto", engine="auto",
+    federation: Federation,
+    model: nn.Module,
+    lam: float = 0.1,
+    global_strategy: Strategy | None = None,
+    *,
+    rounds: int = 30,
+    clients_per_round: int = 10,
+    local_epochs: int = 1,
+    personal_epochs: int | None = None,
+    batch_size: int = 10,
+    lr: float = 0.05,
+    lr_decay: float = 1.0,
+    momentum: float = 0.0,
+    weight_decay: float = 0.0,
+    eval_every: int = 1,
+    seed: int = 0,
+    device="auto",
+    engine="auto",
     progress: bool = True,
 ) -> PersonalizedHistory:
     """Ditto (Li et al., 2021): a global model plus one personal model per client.
@@ -455,9 +579,24 @@ def simulate_ditto(
         raise ValueError(f"Ditto's lam must be a finite number >= 0, got {lam}.")
     pe = local_epochs if personal_epochs is None else personal_epochs
     name = "ditto" if type(strategy) is FedAvg else f"ditto+{getattr(strategy, 'name', type(strategy).__name__)}"
-    run = _Run(name, federation, model, rounds, clients_per_round, local_epochs, batch_size, lr, lr_decay,
-               momentum, weight_decay, eval_every, seed, device, engine,
-               {"lam": float(lam), "personal_epochs": pe, "global_strategy": repr(strategy)})
+    run = _Run(
+        name,
+        federation,
+        model,
+        rounds,
+        clients_per_round,
+        local_epochs,
+        batch_size,
+        lr,
+        lr_decay,
+        momentum,
+        weight_decay,
+        eval_every,
+        seed,
+        device,
+        engine,
+        {"lam": float(lam), "personal_epochs": pe, "global_strategy": repr(strategy)},
+    )
     params = run.params
     personal = _repeat(params, run.n)
     strategy.init(params)
@@ -480,8 +619,16 @@ def simulate_ditto(
         # 2. the personal part (stays on the client); its own batch order
         pseeds = [derive_seed(seed, t, i, 0xD1770) for i in ids.tolist()]
         dev_ids = ids.to(run.dev)
-        pres = ditto_personal_update(run.model, {k: v[dev_ids] for k, v in personal.items()}, params, datasets,
-                                     config.replace(epochs=pe), lam, pseeds, engine=engine)
+        pres = ditto_personal_update(
+            run.model,
+            {k: v[dev_ids] for k, v in personal.items()},
+            params,
+            datasets,
+            config.replace(epochs=pe),
+            lam,
+            pseeds,
+            engine=engine,
+        )
         _check_finite(t, ids, pres.params, "the personal update")
         for k in personal:
             personal[k][dev_ids] = pres.params[k].detach()

@@ -1,7 +1,8 @@
 """Figures of simulation results (the partition figure lives in :mod:`fedlearn_edu.data`)."""
+
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 

@@ -9,6 +9,7 @@ One round t:
 5. every ``eval_every`` rounds the global model is evaluated on *every* client's
    local test split (per-client accuracy and loss).
 """
+
 from __future__ import annotations
 
 import math
@@ -103,8 +104,9 @@ def format_table(histories: dict[str, History], every: bool = False) -> str:
             idx = sorted(set(range(0, n, stride)) | {n - 1})
         for i in idx:
             m = h.metrics(i)
-            lines.append(f"{name:<{w}}{m['round']:>6}{m['mean']:>8.3f}{m['std']:>8.3f}"
-                         f"{m['worst10']:>9.3f}{m['best10']:>8.3f}")
+            lines.append(
+                f"{name:<{w}}{m['round']:>6}{m['mean']:>8.3f}{m['std']:>8.3f}{m['worst10']:>9.3f}{m['best10']:>8.3f}"
+            )
     return "\n".join(lines)
 
 
@@ -114,15 +116,17 @@ class _TestSet:
     def __init__(self, federation: Federation, device: torch.device):
         self.x = torch.cat([c.test_x for c in federation]).to(device)
         self.y = torch.cat([c.test_y for c in federation]).to(device)
-        self.owner = torch.cat([torch.full((c.num_test,), i, dtype=torch.long)
-                                for i, c in enumerate(federation)]).to(device)
+        self.owner = torch.cat([torch.full((c.num_test,), i, dtype=torch.long) for i, c in enumerate(federation)]).to(
+            device
+        )
         self.counts = torch.bincount(self.owner, minlength=len(federation)).double()
         self.num_clients = len(federation)
 
 
 @torch.no_grad()
-def evaluate_clients(model: nn.Module, params: Params, federation: Federation,
-                     batch_size: int = 2048, _test: _TestSet | None = None) -> tuple[np.ndarray, np.ndarray]:
+def evaluate_clients(
+    model: nn.Module, params: Params, federation: Federation, batch_size: int = 2048, _test: _TestSet | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Accuracy and mean loss of one global model on every client's local test split.
 
     Returns:
@@ -164,13 +168,17 @@ def server_step(strategy: Strategy, params: Params, updates: ClientUpdates, name
     """
     new_params, diag = strategy.aggregate(params, updates)
     applied = {k: new_params[k] - params[k] for k in params}
-    diag = {**{k: (v.detach().cpu() if isinstance(v, Tensor) else v) for k, v in diag.items()},
-            **count_conflicts(updates.deltas, applied)}
+    diag = {
+        **{k: (v.detach().cpu() if isinstance(v, Tensor) else v) for k, v in diag.items()},
+        **count_conflicts(updates.deltas, applied),
+    }
     new_params = {k: v.detach() for k, v in new_params.items()}
     bad = [k for k, v in new_params.items() if not bool(torch.isfinite(v).all())]
     if bad:
-        raise FloatingPointError(f"Round {updates.round}: the global parameters {bad[:3]} became NaN/Inf under "
-                                 f"{name}. Lower the client lr or server_lr.")
+        raise FloatingPointError(
+            f"Round {updates.round}: the global parameters {bad[:3]} became NaN/Inf under "
+            f"{name}. Lower the client lr or server_lr."
+        )
     return new_params, diag
 
 
@@ -178,6 +186,7 @@ def _progress(iterable, enabled: bool, desc: str):
     if not enabled:
         return iterable
     from tqdm.auto import tqdm
+
     return tqdm(iterable, desc=desc, leave=False)
 
 
@@ -246,10 +255,21 @@ def simulate(
     sampler = torch.Generator().manual_seed(derive_seed(seed, 0xC11E47))
     strategy.init(params)
 
-    history = History(strategy=getattr(strategy, "name", type(strategy).__name__), config=dict(
-        rounds=rounds, clients_per_round=m, num_clients=num_clients, local=base_config,
-        lr_decay=lr_decay, eval_every=eval_every, seed=seed, device=str(dev),
-        engine=getattr(runner, "name", type(runner).__name__), strategy=repr(strategy)))
+    history = History(
+        strategy=getattr(strategy, "name", type(strategy).__name__),
+        config=dict(
+            rounds=rounds,
+            clients_per_round=m,
+            num_clients=num_clients,
+            local=base_config,
+            lr_decay=lr_decay,
+            eval_every=eval_every,
+            seed=seed,
+            device=str(dev),
+            engine=getattr(runner, "name", type(runner).__name__),
+            strategy=repr(strategy),
+        ),
+    )
     accs, losses = [], []
 
     def record(t: int) -> None:
@@ -274,7 +294,8 @@ def simulate(
             bad_ids = ids[~finite.cpu()].tolist()
             raise FloatingPointError(
                 f"Round {t}: local training of client(s) {bad_ids[:5]} diverged (NaN/Inf in the update). "
-                f"Lower the client lr (now {config.lr:g}) or the number of local epochs.")
+                f"Lower the client lr (now {config.lr:g}) or the number of local epochs."
+            )
         updates = ClientUpdates(t, ids, deltas, num_samples[ids], local.train_loss, model, signals)
         params, diag = server_step(strategy, params, updates, history.strategy)
         history.selected.append(ids.numpy())

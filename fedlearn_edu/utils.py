@@ -1,4 +1,5 @@
 """Small shared helpers: device choice, seed derivation and the CPU allocator setting."""
+
 from __future__ import annotations
 
 import ctypes
@@ -80,8 +81,10 @@ def tune_cpu_allocator(mmap_threshold: int = 32 * 2**20, trim_threshold: int = 2
             try:
                 libc = ctypes.CDLL("libc.so.6")
                 m_trim_threshold, m_mmap_threshold = -1, -3  # from glibc's malloc.h
-                _ALLOCATOR_TUNED = bool(libc.mallopt(m_mmap_threshold, int(mmap_threshold))
-                                        and libc.mallopt(m_trim_threshold, int(trim_threshold)))
+                _ALLOCATOR_TUNED = bool(
+                    libc.mallopt(m_mmap_threshold, int(mmap_threshold))
+                    and libc.mallopt(m_trim_threshold, int(trim_threshold))
+                )
             except (OSError, AttributeError):
                 pass
     return _ALLOCATOR_TUNED

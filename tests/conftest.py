@@ -1,4 +1,5 @@
 """Shared fixtures: the book, built once per test session."""
+
 from __future__ import annotations
 
 import os
@@ -10,6 +11,13 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 BUILD_TIMEOUT_S = int(os.environ.get("FEDLEARN_BOOK_TIMEOUT", "3600"))
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark every item that executes a chapter (nbval) or needs the built book as ``book``."""
+    for item in items:
+        if item.path.suffix == ".ipynb" or "built_book" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.book)
 
 
 def _tail(text: str, n: int = 6000) -> str:
@@ -28,10 +36,7 @@ def built_book(tmp_path_factory) -> Path:
     try:
         import jupyter_book  # noqa: F401
     except ImportError as err:  # pragma: no cover - environment problem
-        pytest.fail(
-            f"jupyter-book is not installed ({err}); install the book extras: "
-            'pip install -e ".[book,test]"'
-        )
+        pytest.fail(f'jupyter-book is not installed ({err}); install the book extras: pip install -e ".[book,test]"')
     out = tmp_path_factory.mktemp("book")
     # `--path-output DIR` writes the HTML to DIR/_build/html.
     cmd = [
@@ -62,7 +67,6 @@ def built_book(tmp_path_factory) -> Path:
         pytest.fail(f"book build exceeded {BUILD_TIMEOUT_S} s\n{_tail(output)}")
     html = out / "_build" / "html"
     assert proc.returncode == 0, (
-        f"`jupyter-book build . -W -n --keep-going` failed (exit {proc.returncode}):\n"
-        f"{_tail(proc.stdout)}"
+        f"`jupyter-book build . -W -n --keep-going` failed (exit {proc.returncode}):\n{_tail(proc.stdout)}"
     )
     return html

@@ -50,9 +50,7 @@ def _toc_files() -> list[str]:
 
 def _book_notebooks() -> list[Path]:
     skip = {"_build", "_static", ".ipynb_checkpoints", ".jupyter_cache"}
-    return sorted(
-        p for p in BOOK.rglob("*.ipynb") if not skip.intersection(p.relative_to(BOOK).parts)
-    )
+    return sorted(p for p in BOOK.rglob("*.ipynb") if not skip.intersection(p.relative_to(BOOK).parts))
 
 
 def _chapter_docs() -> list[str]:
@@ -127,6 +125,5 @@ def test_notebook_first_code_cell_installs_package(path: Path):
 def test_notebook_is_in_toc(path: Path):
     doc = str(path.relative_to(REPO).with_suffix(""))
     assert doc in _toc_files(), (
-        f"{doc} is not listed in _toc.yml, so the book would not build or publish it "
-        "(only_build_toc_files: true)"
+        f"{doc} is not listed in _toc.yml, so the book would not build or publish it (only_build_toc_files: true)"
     )

@@ -6,6 +6,7 @@ visible), every internal link points to a page and anchor that exist, and the ex
 solutions open when their dropdown is clicked. No network is needed: the site is served from
 127.0.0.1 and MathJax is part of the built site.
 """
+
 from __future__ import annotations
 
 import functools
@@ -17,7 +18,6 @@ from pathlib import Path
 from urllib.parse import urldefrag, urlparse
 
 import pytest
-
 from test_book import _toc_files
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -41,14 +41,22 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def browser():
-    assert CHROMIUM, ("Chromium is needed for the browser test: apt-get install -y chromium "
-                      "(.ci/run installs it)")
+    assert CHROMIUM, "Chromium is needed for the browser test: apt-get install -y chromium (.ci/run installs it)"
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-            "--disable-background-networking", "--disable-component-update", "--disable-sync"])
+        b = p.chromium.launch(
+            executable_path=CHROMIUM,
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+            ],
+        )
         yield b
         b.close()
 
@@ -59,8 +67,12 @@ def _open(browser, url):
     page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
     page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
     page.on("response", lambda r: problems.append(f"HTTP {r.status}: {r.url}") if r.status >= 400 else None)
-    page.on("requestfailed", lambda r: problems.append(f"request failed: {r.url} ({r.failure})")
-            if r.url.startswith("http://127.0.0.1") else None)
+    page.on(
+        "requestfailed",
+        lambda r: (
+            problems.append(f"request failed: {r.url} ({r.failure})") if r.url.startswith("http://127.0.0.1") else None
+        ),
+    )
     page.goto(url, wait_until="load")
     return page, problems
 
@@ -91,7 +103,9 @@ def test_page_in_browser(browser, site, doc):
         for raw in ("$$", "\\(", "\\[", "\\begin{"):
             assert raw not in text, f"raw TeX {raw!r} is visible on {doc}"
         page.wait_for_load_state("networkidle")
-        broken = page.evaluate("Array.from(document.images).filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src)")
+        broken = page.evaluate(
+            "Array.from(document.images).filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src)"
+        )
         assert not broken, f"images that did not load on {doc}: {broken}"
         assert not problems, f"{doc}: " + "; ".join(problems)
 

@@ -10,17 +10,43 @@ from sklearn.decomposition import PCA
 from sklearn.metrics import adjusted_rand_score
 
 from fedlearn_edu import FedAvg, make_model, simulate
-from fedlearn_edu.conditional import (ConditionalModel, compare_methods, condition_federation,
-                                      fingerprint_federation, make_conditional_model, oracle_federation,
-                                      pack_condition, parameter_overhead, split_condition)
-from fedlearn_edu.data import (ClientData, Federation, cluster_ids, concept_permutations, label_shift_classes,
-                               permute_labels, rotate_images, shifted_federation)
+from fedlearn_edu.conditional import (
+    ConditionalModel,
+    compare_methods,
+    condition_federation,
+    fingerprint_federation,
+    make_conditional_model,
+    oracle_federation,
+    pack_condition,
+    parameter_overhead,
+    split_condition,
+)
+from fedlearn_edu.data import (
+    ClientData,
+    Federation,
+    cluster_ids,
+    concept_permutations,
+    label_shift_classes,
+    permute_labels,
+    rotate_images,
+    shifted_federation,
+)
 from fedlearn_edu.engine import LocalTraining, LoopEngine, VmapEngine
 from fedlearn_edu.params import get_params, stack_params
-from fedlearn_edu.personalization import (ditto_personal_update, simulate_ditto, simulate_ifca, simulate_local,
-                                          train_clients)
-from fedlearn_edu.signals import (RandomProjection, client_fingerprints, label_encoding_matrix, pca_fingerprint,
-                                  reference_fingerprint)
+from fedlearn_edu.personalization import (
+    ditto_personal_update,
+    simulate_ditto,
+    simulate_ifca,
+    simulate_local,
+    train_clients,
+)
+from fedlearn_edu.signals import (
+    RandomProjection,
+    client_fingerprints,
+    label_encoding_matrix,
+    pca_fingerprint,
+    reference_fingerprint,
+)
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -78,8 +104,14 @@ def test_fingerprint_invariant_to_orthogonal_map_and_sample_order(n, d, seed):
     torch.testing.assert_close(rotated, s, rtol=1e-9, atol=1e-12)
     torch.testing.assert_close(shuffled, s, rtol=1e-9, atol=1e-12)
     # a non-orthogonal map (a scaling) does change it
-    scaled = pca_fingerprint(x, y, 4, num_eigenvalues=8, normalize=None,
-                             feature_map=lambda f: f.reshape(len(f), -1) * torch.linspace(0.1, 3, d, dtype=f.dtype))
+    scaled = pca_fingerprint(
+        x,
+        y,
+        4,
+        num_eigenvalues=8,
+        normalize=None,
+        feature_map=lambda f: f.reshape(len(f), -1) * torch.linspace(0.1, 3, d, dtype=f.dtype),
+    )
     assert not torch.allclose(scaled, pca_fingerprint(x, y, 4, num_eigenvalues=8, normalize=None))
 
 
@@ -167,18 +199,19 @@ def test_shift_generators():
         assert seen <= set(subsets[c.info["cluster"]])
     assert cluster_ids(lab).tolist() == [0, 0, 1, 1, 2, 2, 3, 3]
 
-    cov = shifted_federation("digits", "covariate", num_clusters=4, clients_per_cluster=1,
-                             samples_per_client=30, seed=0)
+    cov = shifted_federation(
+        "digits", "covariate", num_clusters=4, clients_per_cluster=1, samples_per_client=30, seed=0
+    )
     assert [c.info["angle"] for c in cov] == [0.0, 90.0, 180.0, 270.0]
     # a client's images are quarter turns of digits: turning them back gives an original image
     from fedlearn_edu import load_dataset
+
     tr, te = load_dataset("digits")
     pool = torch.cat([tr.tensors[0], te.tensors[0]]).reshape(-1, 64)
     back = rotate_images(cov[1].train_x[:3], -90).reshape(3, 64)
     assert all(bool((pool == row).all(1).any()) for row in back)
 
-    con = shifted_federation("digits", "concept", num_clusters=3, clients_per_cluster=2,
-                             samples_per_client=40, seed=1)
+    con = shifted_federation("digits", "concept", num_clusters=3, clients_per_cluster=2, samples_per_client=40, seed=1)
     perms = concept_permutations(10, 3, seed=2)
     assert [c.info["permutation"] for c in con][::2] == perms
     assert perms[0] == list(range(10)) and all(p[i] != i for p in perms[1:] for i in range(10))
@@ -214,19 +247,20 @@ def test_parameter_overhead_below_one_percent_for_cnns():
     assert extra == 32 * 384  # only fc1 grew, by cond_dim input columns
 
 
-@pytest.mark.parametrize("name,shape", [("mlp", (1, 8, 8)), ("cnn", (1, 8, 8)), ("smallcnn", (1, 8, 8)),
-                                        ("resnet20", (3, 8, 8))])
+@pytest.mark.parametrize(
+    "name,shape", [("mlp", (1, 8, 8)), ("cnn", (1, 8, 8)), ("smallcnn", (1, 8, 8)), ("resnet20", (3, 8, 8))]
+)
 def test_conditional_model_starts_as_its_backbone_and_unpacks(name, shape):
     backbone = make_model(name, shape, 10, seed=0, **({"hidden": (16, 16)} if name == "mlp" else {}))
     model = ConditionalModel(backbone, shape, cond_dim=5, cond_scale=2.0)
     x = torch.rand(4, *shape)
     cond = torch.rand(4, 5)
-    torch.testing.assert_close(model(x, cond), backbone(x))            # zero-initialised columns
+    torch.testing.assert_close(model(x, cond), backbone(x))  # zero-initialised columns
     torch.testing.assert_close(model(pack_condition(x, cond[0])), model(x, cond[0].expand(4, 5)))
     torch.testing.assert_close(model(x, cond, features=True), backbone(x, features=True))
     model(x, cond).sum().backward()
     grown = dict(model.named_parameters())[f"backbone.{model.cond_layer}.weight"]
-    assert grown.grad[:, -5:].abs().sum() > 0                           # the condition is learned
+    assert grown.grad[:, -5:].abs().sum() > 0  # the condition is learned
     with pytest.raises(ValueError, match="packed inputs"):
         model(torch.rand(4, 7))
     with pytest.raises(TypeError, match="package backbones"):
@@ -241,7 +275,7 @@ def test_condition_federation_and_engines_agree_on_conditional_model():
         assert c.train_x.shape[1] == 64 + 6 and c.info["input_shape"] == (1, 8, 8)
         x, cond = split_condition(c.test_x, (1, 8, 8), 6)
         torch.testing.assert_close(x, fed[i].test_x)
-        torch.testing.assert_close(cond, s[i].expand_as(cond))          # each client: its own s_i
+        torch.testing.assert_close(cond, s[i].expand_as(cond))  # each client: its own s_i
     orc = oracle_federation(fed)
     assert orc[3].train_x[0, -2:].tolist() == [0.0, 1.0]
     model = make_conditional_model("mlp", (1, 8, 8), 10, 6, hidden=(8,), cond_scale=3.0, zero_init=False)
@@ -314,8 +348,19 @@ def test_ifca_recovers_well_separated_clusters(seed):
     # single random initial model (plain IFCA does so for seed 0)
     fed = _separated_clusters(seed)
     model = make_model("mlp", (6,), 4, hidden=(16,), seed=seed)
-    h = simulate_ifca(fed, model, 2, rounds=6, clients_per_round=6, lr=0.1, batch_size=16, local_epochs=2,
-                      progress=False, seed=seed, warmup_rounds=1)
+    h = simulate_ifca(
+        fed,
+        model,
+        2,
+        rounds=6,
+        clients_per_round=6,
+        lr=0.1,
+        batch_size=16,
+        local_epochs=2,
+        progress=False,
+        seed=seed,
+        warmup_rounds=1,
+    )
     assert adjusted_rand_score(cluster_ids(fed), h.assignments[-1]) == 1.0
     assert h.client_accuracy.shape == (7, 6) and h.metrics()["mean"] > 0.8
     assert h.cluster_params["hidden.0.weight"].shape == (2, 16, 6)
@@ -352,8 +397,9 @@ def test_ditto_global_strategy_hook_is_used():
             return super().aggregate(params, updates)
 
     fed = shifted_federation("digits", "label", 2, 2, samples_per_client=20, seed=0)
-    h = simulate_ditto(fed, make_model("mlp", (1, 8, 8), 10, hidden=(8,)), 0.1, Spy(), rounds=3,
-                       clients_per_round=3, progress=False)
+    h = simulate_ditto(
+        fed, make_model("mlp", (1, 8, 8), 10, hidden=(8,)), 0.1, Spy(), rounds=3, clients_per_round=3, progress=False
+    )
     assert calls == [3, 3, 3] and h.strategy == "ditto+spy"
     with pytest.raises(TypeError, match="Strategy"):
         simulate_ditto(fed, make_model("mlp", (1, 8, 8), 10), 0.1, "craft")
@@ -366,8 +412,7 @@ def test_ditto_with_craft_as_its_global_aggregator():
 
     fed = shifted_federation("digits", "label", 2, 3, samples_per_client=30, seed=1)
     model = make_model("mlp", (1, 8, 8), 10, hidden=(16,))
-    h = simulate_ditto(fed, model, 0.1, CRAFT(server_lr=0.5), rounds=4, clients_per_round=4, lr=0.1,
-                       progress=False)
+    h = simulate_ditto(fed, model, 0.1, CRAFT(server_lr=0.5), rounds=4, clients_per_round=4, lr=0.1, progress=False)
     assert h.strategy == "ditto+craft"
     assert all(d["conflicts"] == 0 for d in h.diagnostics)
     assert h.client_accuracy[-1].mean() > h.client_accuracy[0].mean()
@@ -375,8 +420,9 @@ def test_ditto_with_craft_as_its_global_aggregator():
 
 def test_compare_methods_runs_every_method_on_the_same_footing():
     fed = shifted_federation("digits", "label", 2, 2, samples_per_client=24, seed=0)
-    hs = compare_methods(fed, model_kwargs={"hidden": (8,)}, num_eigenvalues=4, rounds=2, lr=0.1,
-                         batch_size=8, eval_every=2)
+    hs = compare_methods(
+        fed, model_kwargs={"hidden": (8,)}, num_eigenvalues=4, rounds=2, lr=0.1, batch_size=8, eval_every=2
+    )
     assert list(hs) == ["fedavg", "local", "ifca", "ditto", "oracle", "conditional"]
     for name, h in hs.items():
         assert h.strategy == name and h.client_accuracy.shape == (2, 4)

@@ -1,17 +1,18 @@
 """Parameters layout, aggregation math, metrics, models."""
+
 import math
 
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from fedlearn_edu import aggregators
 from fedlearn_edu.metrics import fairness_metrics
 from fedlearn_edu.models import MODELS, count_parameters, make_model
-from fedlearn_edu.params import (flatten_params, layer_groups, stack_params, unflatten_params,
-                                 unstack_params)
+from fedlearn_edu.params import flatten_params, layer_groups, stack_params, unflatten_params, unstack_params
 from fedlearn_edu.utils import derive_seed, resolve_device
 
 finite = st.floats(-1e3, 1e3, allow_nan=False, width=64)
@@ -66,29 +67,39 @@ def test_fedavg_dict_equals_flat_and_is_scale_invariant_in_weights():
     torch.testing.assert_close(aggregators.fedavg(same, torch.rand(5) + 0.1), torch.ones(3))
 
 
-@pytest.mark.parametrize("bad, msg", [
-    (torch.tensor([[1.0, float("nan")], [0.0, 0.0]]), "client 0"),
-    (torch.tensor([[1.0, 0.0], [float("inf"), 0.0]]), "client 1"),
-    (torch.zeros(0, 3), "m = 0"),
-    (torch.zeros(3), "Tensor\\[m, d\\]"),
-])
+@pytest.mark.parametrize(
+    "bad, msg",
+    [
+        (torch.tensor([[1.0, float("nan")], [0.0, 0.0]]), "client 0"),
+        (torch.tensor([[1.0, 0.0], [float("inf"), 0.0]]), "client 1"),
+        (torch.zeros(0, 3), "m = 0"),
+        (torch.zeros(3), "Tensor\\[m, d\\]"),
+    ],
+)
 def test_fedavg_rejects_bad_updates(bad, msg):
     with pytest.raises(ValueError, match=msg):
         aggregators.fedavg(bad, torch.ones(max(bad.shape[0], 1)) if bad.dim() == 2 else torch.ones(3))
 
 
-@pytest.mark.parametrize("w, msg", [
-    (torch.tensor([1.0, -1.0]), ">= 0"), (torch.tensor([0.0, 0.0]), "sum to zero"),
-    (torch.tensor([1.0]), "m = 2"), (torch.tensor([1.0, float("nan")]), "NaN"),
-])
+@pytest.mark.parametrize(
+    "w, msg",
+    [
+        (torch.tensor([1.0, -1.0]), ">= 0"),
+        (torch.tensor([0.0, 0.0]), "sum to zero"),
+        (torch.tensor([1.0]), "m = 2"),
+        (torch.tensor([1.0, float("nan")]), "NaN"),
+    ],
+)
 def test_fedavg_rejects_bad_weights(w, msg):
     with pytest.raises(ValueError, match=msg):
         aggregators.fedavg(torch.ones(2, 3), w)
 
 
 def test_count_conflicts_whole_and_per_layer():
-    deltas = {"l1.weight": torch.tensor([[1.0, 0.0], [-1.0, 0.0], [0.0, 1.0]]),
-              "l2.weight": torch.tensor([[1.0], [5.0], [-1.0]])}
+    deltas = {
+        "l1.weight": torch.tensor([[1.0, 0.0], [-1.0, 0.0], [0.0, 1.0]]),
+        "l2.weight": torch.tensor([[1.0], [5.0], [-1.0]]),
+    }
     update = {"l1.weight": torch.tensor([1.0, 0.0]), "l2.weight": torch.tensor([1.0])}
     out = aggregators.count_conflicts(deltas, update)
     # dots: l1 = [1, -1, 0]; l2 = [1, 5, -1]; total = [2, 4, -1]

@@ -1,15 +1,23 @@
 """CRAFT's minimum-norm correction, the conflict-aware baselines (ConFIG, FedFV, q-FedAvg)
 and their strategies: defining properties on random inputs and independent NumPy references."""
+
 import math
 
 import numpy as np
 import pytest
 import torch
-from hypothesis import assume, given, settings, strategies as st
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from fedlearn_edu import CRAFT, ConFIG, FedFV, QFedAvg, federated_dataset, make_model, make_strategy, simulate
-from fedlearn_edu.aggregators import (config_direction, craft_direction, fedfv_direction, fedfv_kept, pinv_solve,
-                                      qfedavg_step)
+from fedlearn_edu.aggregators import (
+    config_direction,
+    craft_direction,
+    fedfv_direction,
+    fedfv_kept,
+    pinv_solve,
+    qfedavg_step,
+)
 from fedlearn_edu.engine import LocalTraining
 from fedlearn_edu.params import get_params, layer_groups
 from fedlearn_edu.signals import global_model_loss
@@ -35,7 +43,7 @@ def full_rank_problem(draw, max_m=6, max_d=12):
     """Random pseudo-gradients with a well-conditioned U (full row rank), rho > 0, unit reference."""
     m = draw(st.integers(2, max_m))
     d = draw(st.integers(m, max_d))
-    seed = draw(st.integers(0, 2 ** 32 - 1))
+    seed = draw(st.integers(0, 2**32 - 1))
     scale = draw(st.floats(1e-3, 1e3))
     rng = np.random.default_rng(seed)
     G = rng.standard_normal((m, d)) * scale * rng.uniform(0.1, 10, (m, 1))
@@ -51,7 +59,7 @@ def rank_deficient_problem(draw):
     m = draw(st.integers(2, 7))
     d = draw(st.integers(2, 14))
     kind = draw(st.sampled_from(["duplicate", "parallel", "low_rank"]))
-    rng = np.random.default_rng(draw(st.integers(0, 2 ** 32 - 1)))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     if kind == "low_rank":
         r = draw(st.integers(1, min(m, d) - 1 if min(m, d) > 1 else 1))
         G = rng.standard_normal((m, r)) @ rng.standard_normal((r, d))
@@ -78,17 +86,17 @@ def test_constraint_holds_for_full_rank_U(problem):
     G, rho, ghat = problem
     g = craft_direction(t(G), t(rho), t(ghat)).numpy()
     np.testing.assert_allclose(np_unit_rows(G) @ g, rho, atol=1e-9)
-    assert (G @ g > 0).all()          # no selected client conflicts with g
+    assert (G @ g > 0).all()  # no selected client conflicts with g
 
 
 @SETTINGS
-@given(full_rank_problem(), st.integers(0, 2 ** 32 - 1))
+@given(full_rank_problem(), st.integers(0, 2**32 - 1))
 def test_any_other_feasible_point_is_at_least_as_far(problem, seed):
     G, rho, ghat = problem
     U = np_unit_rows(G)
     g = craft_direction(t(G), t(rho), t(ghat)).numpy()
     z = np.random.default_rng(seed).standard_normal(G.shape[1])
-    other = g + z - np.linalg.pinv(U) @ (U @ z)        # g plus a null-space direction: still feasible
+    other = g + z - np.linalg.pinv(U) @ (U @ z)  # g plus a null-space direction: still feasible
     np.testing.assert_allclose(U @ other, rho, atol=1e-8)
     # Pythagoras: ||other - ghat||^2 = ||g - ghat||^2 + ||other - g||^2 >= ||g - ghat||^2
     lhs = np.sum((other - ghat) ** 2)
@@ -101,11 +109,11 @@ def test_any_other_feasible_point_is_at_least_as_far(problem, seed):
 def test_no_correction_when_the_reference_is_already_feasible(problem):
     G, _, ghat = problem
     U = np_unit_rows(G)
-    G = G * np.sign(U @ ghat)[:, None]            # flip clients so that every u_i . ghat > 0
+    G = G * np.sign(U @ ghat)[:, None]  # flip clients so that every u_i . ghat > 0
     U = np_unit_rows(G)
     assume((np.abs(U @ ghat) > 1e-3).all())
     s = (U @ ghat).sum()
-    ghat = ghat / s                               # now rho := U ghat is a feasible, normalised target
+    ghat = ghat / s  # now rho := U ghat is a feasible, normalised target
     rho = U @ ghat
     g = craft_direction(t(G), t(rho), t(ghat), normalize_reference=False)
     torch.testing.assert_close(g, t(ghat), rtol=1e-9, atol=1e-12)
@@ -117,7 +125,7 @@ def test_equals_numpy_pinv_full_rank(problem):
     G, rho, ghat = problem
     g = craft_direction(t(G), t(rho), t(ghat)).numpy()
     np.testing.assert_allclose(g, np_craft(G, rho, ghat), rtol=1e-8, atol=1e-9)
-    g0 = craft_direction(t(G), t(rho)).numpy()    # no reference: g = U^+ rho
+    g0 = craft_direction(t(G), t(rho)).numpy()  # no reference: g = U^+ rho
     np.testing.assert_allclose(g0, np_craft(G, rho, np.zeros_like(ghat)), rtol=1e-8, atol=1e-9)
 
 
@@ -125,7 +133,7 @@ def test_equals_numpy_pinv_full_rank(problem):
 @given(rank_deficient_problem())
 def test_equals_numpy_pinv_rank_deficient(problem):
     G, rho, ghat = problem
-    ref = np_craft(G, rho, ghat, rtol=None)       # NumPy's SVD pinv, cut-off eps * max(m, d)
+    ref = np_craft(G, rho, ghat, rtol=None)  # NumPy's SVD pinv, cut-off eps * max(m, d)
     g = craft_direction(t(G), t(rho), t(ghat)).numpy()
     np.testing.assert_allclose(g, ref, rtol=1e-7, atol=1e-8)
     x = pinv_solve(t(np_unit_rows(G)), t(rho)).numpy()
@@ -135,14 +143,14 @@ def test_equals_numpy_pinv_rank_deficient(problem):
 def test_float32_input_uses_float32_cutoff_and_returns_float32():
     rng = np.random.default_rng(3)
     G = rng.standard_normal((5, 300)).astype(np.float32)
-    G[4] = -2.5 * G[1]                            # parallel (opposite) rows: rank 4
+    G[4] = -2.5 * G[1]  # parallel (opposite) rows: rank 4
     rho, ghat = np.full(5, 0.2), rng.standard_normal(300)
-    g = craft_direction(torch.tensor(G), torch.tensor(rho, dtype=torch.float32),
-                        torch.tensor(ghat, dtype=torch.float32))
+    g = craft_direction(
+        torch.tensor(G), torch.tensor(rho, dtype=torch.float32), torch.tensor(ghat, dtype=torch.float32)
+    )
     assert g.dtype == torch.float32
     U64 = np_unit_rows(G.astype(np.float64))
-    ref = np_craft(G.astype(np.float64), rho, ghat / np.linalg.norm(ghat),
-                   rtol=np.finfo(np.float32).eps * 300)
+    ref = np_craft(G.astype(np.float64), rho, ghat / np.linalg.norm(ghat), rtol=np.finfo(np.float32).eps * 300)
     np.testing.assert_allclose(g.numpy(), ref, rtol=1e-5, atol=1e-6)
     # torch's own SVD pinv on float32 U (what the authors' code calls) agrees too
     U32 = torch.tensor(U64, dtype=torch.float32)
@@ -154,15 +162,16 @@ def test_float32_input_uses_float32_cutoff_and_returns_float32():
 def test_huge_but_finite_updates_do_not_overflow():
     rng = np.random.default_rng(5)
     G, rho, ghat = rng.standard_normal((3, 5)), np.array([0.2, 0.3, 0.5]), rng.standard_normal(5)
-    big = G * np.array([[1e200], [1.0], [1e-200]])          # squares overflow / underflow in float64
+    big = G * np.array([[1e200], [1.0], [1e-200]])  # squares overflow / underflow in float64
     torch.testing.assert_close(craft_direction(t(big), t(rho), t(ghat)), craft_direction(t(G), t(rho), t(ghat)))
-    tiny = G * np.array([[1.0], [1.0], [1e-200]])           # non-zero, only its squares underflow
+    tiny = G * np.array([[1.0], [1.0], [1e-200]])  # non-zero, only its squares underflow
     torch.testing.assert_close(craft_direction(t(tiny), t(rho), t(ghat)), craft_direction(t(G), t(rho), t(ghat)))
 
 
 def test_never_calls_an_svd_or_explicit_pseudo_inverse(monkeypatch):
     def forbidden(*args, **kwargs):
         raise AssertionError("craft_direction must work through the m x m Gram matrix")
+
     for name in ("pinv", "svd", "lstsq", "qr"):
         monkeypatch.setattr(torch.linalg, name, forbidden)
     monkeypatch.setattr(torch, "pinverse", forbidden)
@@ -173,7 +182,7 @@ def test_never_calls_an_svd_or_explicit_pseudo_inverse(monkeypatch):
 
 # ------------------------------------------------------------------ CRAFT: per-group rules
 @SETTINGS
-@given(full_rank_problem(max_m=5, max_d=8), st.integers(0, 2 ** 32 - 1))
+@given(full_rank_problem(max_m=5, max_d=8), st.integers(0, 2**32 - 1))
 def test_layerwise_equals_per_group_calls(problem, seed):
     G, rho, ghat = problem
     m, d = G.shape
@@ -202,14 +211,14 @@ def test_zero_clients_dropped_rho_renormalised_and_single_client_raw():
     rho = np.array([0.1, 0.2, 0.3, 0.4])
     ghat = rng.standard_normal(6)
     Gz = G.copy()
-    Gz[2] = 0.0                                   # client 2 sent nothing for this group
+    Gz[2] = 0.0  # client 2 sent nothing for this group
     got = craft_direction(t(Gz), t(rho), t(ghat))
     want = craft_direction(t(G[[0, 1, 3]]), t(rho[[0, 1, 3]]), t(ghat))
     torch.testing.assert_close(got, want)
     np.testing.assert_allclose(np_unit_rows(G[[0, 1, 3]]) @ got.numpy(), rho[[0, 1, 3]] / 0.7, atol=1e-10)
     only = np.zeros_like(G)
     only[1] = G[1]
-    torch.testing.assert_close(craft_direction(t(only), t(rho), t(ghat)), t(G[1]))   # raw, not normalised
+    torch.testing.assert_close(craft_direction(t(only), t(rho), t(ghat)), t(G[1]))  # raw, not normalised
     torch.testing.assert_close(craft_direction(t(np.zeros_like(G)), t(rho)), t(np.zeros(6)))
     # the reference is normalised (any positive scale gives the same g), a zero reference means none
     torch.testing.assert_close(craft_direction(t(G), t(rho), t(7.0 * ghat)), craft_direction(t(G), t(rho), t(ghat)))
@@ -223,7 +232,7 @@ def test_zero_clients_dropped_rho_renormalised_and_single_client_raw():
 def test_config_equivalence_and_formula(problem):
     G, _, _ = problem
     m = G.shape[0]
-    craft = craft_direction(t(G), t(np.ones(m)))             # g_hat = 0, uniform rho
+    craft = craft_direction(t(G), t(np.ones(m)))  # g_hat = 0, uniform rho
     cfg = config_direction(t(G))
     torch.testing.assert_close(craft / craft.norm(), cfg / cfg.norm())
     # ConFIG's own formula with NumPy: g_u = normalise(U^+ 1), g = (sum_i g_i . g_u) g_u
@@ -281,7 +290,7 @@ def np_fedfv(G, losses, alpha):
     """FedFV's internal-conflict step as in the authors' code (loops over clients)."""
     m = len(G)
     order = list(np.argsort(losses, kind="stable"))
-    keep = order[math.ceil((m - 1) * (1 - alpha)):] if alpha > 0 else []
+    keep = order[math.ceil((m - 1) * (1 - alpha)) :] if alpha > 0 else []
     out = [g.copy() for g in G]
     for i in range(m):
         if i in keep:
@@ -292,12 +301,12 @@ def np_fedfv(G, losses, alpha):
                 if dot < 0:
                     out[i] = out[i] - dot / (G[j] @ G[j]) * G[j]
     gt = np.mean(out, axis=0)
-    assume(np.linalg.norm(gt) > 1e-6 * np.abs(G).max())      # rescaling a ~0 vector is ill-posed
+    assume(np.linalg.norm(gt) > 1e-6 * np.abs(G).max())  # rescaling a ~0 vector is ill-posed
     return gt / np.linalg.norm(gt) * np.linalg.norm(G.mean(0))
 
 
 @SETTINGS
-@given(st.integers(1, 7), st.integers(1, 9), st.sampled_from([0.0, 0.1, 0.3]), st.integers(0, 2 ** 32 - 1))
+@given(st.integers(1, 7), st.integers(1, 9), st.sampled_from([0.0, 0.1, 0.3]), st.integers(0, 2**32 - 1))
 def test_fedfv_matches_the_reference_loop(m, d, alpha, seed):
     rng = np.random.default_rng(seed)
     G = rng.standard_normal((m, d))
@@ -313,17 +322,17 @@ def test_fedfv_keeps_ceil_alpha_m_highest_loss_clients():
     for m in range(1, 101):
         kept = fedfv_kept(torch.arange(m, dtype=torch.float64), 0.1)
         assert int(kept.sum()) == max(1, math.ceil(round(0.1 * m, 9)))
-        assert bool(kept[m - int(kept.sum()):].all())            # the highest losses
+        assert bool(kept[m - int(kept.sum()) :].all())  # the highest losses
     assert int(fedfv_kept(torch.ones(5), 0.0).sum()) == 0
 
 
 @SETTINGS
-@given(st.integers(1, 6), st.integers(1, 8), st.sampled_from([0.0, 0.5, 1.0, 2.0]), st.integers(0, 2 ** 32 - 1))
+@given(st.integers(1, 6), st.integers(1, 8), st.sampled_from([0.0, 0.5, 1.0, 2.0]), st.integers(0, 2**32 - 1))
 def test_qfedavg_matches_its_formula(m, d, q, seed):
     rng = np.random.default_rng(seed)
     G, F, lr = rng.standard_normal((m, d)), rng.uniform(0.1, 3, m), rng.uniform(0.01, 0.5)
     dW = G / lr
-    h = q * F ** (q - 1) * (dW ** 2).sum(1) + F ** q / lr
+    h = q * F ** (q - 1) * (dW**2).sum(1) + F**q / lr
     want = (F[:, None] ** q * dW).sum(0) / h.sum()
     np.testing.assert_allclose(qfedavg_step(t(G), t(F), lr, q).numpy(), want, rtol=1e-10, atol=1e-12)
     if q == 0:
@@ -333,8 +342,15 @@ def test_qfedavg_matches_its_formula(m, d, q, seed):
 # ------------------------------------------------------------------ strategies
 def _updates(deltas, n, model=None, signals=None, train_loss=None):
     m = next(iter(deltas.values())).shape[0]
-    return ClientUpdates(1, torch.arange(m), deltas, torch.tensor(n),
-                         torch.zeros(m) if train_loss is None else train_loss, model, signals or {})
+    return ClientUpdates(
+        1,
+        torch.arange(m),
+        deltas,
+        torch.tensor(n),
+        torch.zeros(m) if train_loss is None else train_loss,
+        model,
+        signals or {},
+    )
 
 
 def test_craft_layer_groups_merge_groupnorm_into_its_convolution():
@@ -343,8 +359,11 @@ def test_craft_layer_groups_merge_groupnorm_into_its_convolution():
     names = [n for n, _ in model.named_parameters()]
     assert sorted(sum(groups.values(), [])) == sorted(names)
     assert groups["blocks.0.conv1"] == ["blocks.0.conv1.weight", "blocks.0.norm1.weight", "blocks.0.norm1.bias"]
-    assert groups["blocks.3.shortcut.0"] == ["blocks.3.shortcut.0.weight", "blocks.3.shortcut.1.weight",
-                                             "blocks.3.shortcut.1.bias"]
+    assert groups["blocks.3.shortcut.0"] == [
+        "blocks.3.shortcut.0.weight",
+        "blocks.3.shortcut.1.weight",
+        "blocks.3.shortcut.1.bias",
+    ]
     assert len(groups) == 22 and len(craft_layer_groups(model, merge_norm=False)) == 43
     mlp = make_model("mlp", (1, 8, 8), 10)
     assert craft_layer_groups(mlp) == layer_groups([n for n, _ in mlp.named_parameters()])
@@ -363,7 +382,7 @@ def test_craft_strategy_solves_per_merged_group_on_resnet20():
     rho = torch.tensor([0.25, 0.25, 0.5])
     for names in groups.values():
         G = -torch.cat([deltas[n].reshape(3, -1) for n in names], dim=1)
-        g = torch.cat([(params[n] - new[n]).reshape(-1) for n in names])       # server_lr = 1
+        g = torch.cat([(params[n] - new[n]).reshape(-1) for n in names])  # server_lr = 1
         torch.testing.assert_close((G / G.norm(dim=1, keepdim=True)) @ g, rho, atol=1e-4, rtol=0)
     assert CRAFT(layerwise=False).groups(params, model) == {"model": list(params)}
 
@@ -387,7 +406,7 @@ def test_craft_strategy_keeps_the_unscaled_reference_between_rounds():
     g2 = craft_direction({k: -v for k, v in rounds[1].items()}, rho, g1, groups=groups)
     for k in params:
         torch.testing.assert_close(p2[k], p1[k] - 0.5 * g2[k])
-    s.init(params)                                               # init forgets the reference
+    s.init(params)  # init forgets the reference
     p1b, _ = s.aggregate(params, _updates(rounds[0], n, model))
     for k in params:
         torch.testing.assert_close(p1b[k], p1[k])
@@ -443,7 +462,7 @@ def test_simulated_craft_has_no_conflicts_and_baselines_run():
             assert all(v == 0 for d in h.diagnostics for v in d["conflicts_per_layer"].values())
     q = QFedAvg(q=1.0)
     h = simulate(fed, model, q, rounds=2, clients_per_round=5, progress=False, lr=0.05, lr_decay=0.5)
-    assert q._lr == pytest.approx(0.025)                        # the round-2 (decayed) client lr
+    assert q._lr == pytest.approx(0.025)  # the round-2 (decayed) client lr
     assert h.diagnostics[0]["losses"].shape == (5,)
     h = simulate(fed, model, FedFV(), rounds=2, clients_per_round=5, progress=False)
     assert np.isfinite(h.client_accuracy).all()

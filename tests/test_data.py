@@ -1,4 +1,5 @@
 """Tests of the data layer: loaders, partitions, synthetic data, noise, plots."""
+
 from __future__ import annotations
 
 import gzip
@@ -71,8 +72,8 @@ def digit_labels():
 
 
 labels_strategy = st.integers(1, 6).flatmap(
-    lambda c: st.lists(st.integers(0, c - 1), min_size=20, max_size=300).map(
-        lambda v: np.asarray(v, dtype=np.int64)))
+    lambda c: st.lists(st.integers(0, c - 1), min_size=20, max_size=300).map(lambda v: np.asarray(v, dtype=np.int64))
+)
 
 
 def write_idx(path: Path, arr: np.ndarray, gz: bool) -> None:
@@ -104,7 +105,12 @@ def write_fake_cifar(root: Path, kind: str = "cifar10", n_batch=4, n_test=3, see
     """Tiny CIFAR folder in the real on-disk format (pickled dicts of uint8 [n, 3072])."""
     rng = np.random.default_rng(seed)
     if kind == "cifar10":
-        folder, files, key, c = root / "cifar-10-batches-py", [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"], "labels", 10
+        folder, files, key, c = (
+            root / "cifar-10-batches-py",
+            [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"],
+            "labels",
+            10,
+        )
     else:
         folder, files, key, c = root / "cifar-100-python", ["train", "test"], "fine_labels", 100
     folder.mkdir(parents=True)
@@ -187,12 +193,16 @@ def test_quantity_skew_partition_invariants(n, data):
     assert min(len(p) for p in parts) >= max(min_size, 1)
 
 
-@pytest.mark.parametrize("make", [
-    lambda y, s: iid_partition(y, 10, seed=s),
-    lambda y, s: dirichlet_partition(y, 10, 0.5, min_size=5, seed=s),
-    lambda y, s: shard_partition(y, 10, 2, seed=s),
-    lambda y, s: quantity_skew_partition(y, 10, sigma=1.0, min_size=5, seed=s),
-], ids=["iid", "dirichlet", "shards", "quantity"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda y, s: iid_partition(y, 10, seed=s),
+        lambda y, s: dirichlet_partition(y, 10, 0.5, min_size=5, seed=s),
+        lambda y, s: shard_partition(y, 10, 2, seed=s),
+        lambda y, s: quantity_skew_partition(y, 10, sigma=1.0, min_size=5, seed=s),
+    ],
+    ids=["iid", "dirichlet", "shards", "quantity"],
+)
 def test_partitions_deterministic_and_seed_dependent(make, digit_labels):
     a, b, c = make(digit_labels, 0), make(digit_labels, 0), make(digit_labels, 1)
     assert all(np.array_equal(x, y) for x, y in zip(a, b))
@@ -223,9 +233,15 @@ def test_dirichlet_tiny_alpha_many_clients_is_fast_and_valid(digit_labels):
 
 
 def test_dirichlet_label_skew_grows_as_alpha_shrinks(digit_labels):
-    h = {a: np.mean([mean_label_entropy(digit_labels, dirichlet_partition(digit_labels, 20, a, min_size=10, seed=s))
-                     for s in range(3)])
-         for a in (0.1, 1.0, 100.0)}
+    h = {
+        a: np.mean(
+            [
+                mean_label_entropy(digit_labels, dirichlet_partition(digit_labels, 20, a, min_size=10, seed=s))
+                for s in range(3)
+            ]
+        )
+        for a in (0.1, 1.0, 100.0)
+    }
     assert h[0.1] < h[1.0] < h[100.0]
     assert h[100.0] > 0.9 * np.log(10)  # near-IID: close to the maximal entropy
     assert h[0.1] < 0.5 * np.log(10)
@@ -263,16 +279,19 @@ def test_dirichlet_balance_trick_spreads_samples(digit_labels):
     assert max(sizes_bal) < max(sizes_raw)
 
 
-@pytest.mark.parametrize("kwargs, exc", [
-    (dict(alpha=-1.0), ValueError),
-    (dict(alpha=0.0), ValueError),
-    (dict(alpha=float("nan")), ValueError),
-    (dict(alpha=float("inf")), ValueError),
-    (dict(alpha=0.5, num_clients=0), ValueError),
-    (dict(alpha=0.5, num_clients=2.5), TypeError),
-    (dict(alpha=0.5, min_size=-1), ValueError),
-    (dict(alpha=0.5, max_tries=0), ValueError),
-])
+@pytest.mark.parametrize(
+    "kwargs, exc",
+    [
+        (dict(alpha=-1.0), ValueError),
+        (dict(alpha=0.0), ValueError),
+        (dict(alpha=float("nan")), ValueError),
+        (dict(alpha=float("inf")), ValueError),
+        (dict(alpha=0.5, num_clients=0), ValueError),
+        (dict(alpha=0.5, num_clients=2.5), TypeError),
+        (dict(alpha=0.5, min_size=-1), ValueError),
+        (dict(alpha=0.5, max_tries=0), ValueError),
+    ],
+)
 def test_dirichlet_rejects_bad_arguments(kwargs, exc):
     y = np.repeat(np.arange(5), 20)
     args = dict(num_clients=4, min_size=2)
@@ -281,13 +300,16 @@ def test_dirichlet_rejects_bad_arguments(kwargs, exc):
         dirichlet_partition(y, **args)
 
 
-@pytest.mark.parametrize("labels", [
-    np.array([0.0, 1.0, np.nan, 1.0]),
-    np.array([0.5, 1.0, 2.0, 1.0]),
-    np.array([[0, 1], [1, 0]]),
-    np.array([0, -1, 1, 2]),
-    np.array([], dtype=np.int64),
-])
+@pytest.mark.parametrize(
+    "labels",
+    [
+        np.array([0.0, 1.0, np.nan, 1.0]),
+        np.array([0.5, 1.0, 2.0, 1.0]),
+        np.array([[0, 1], [1, 0]]),
+        np.array([0, -1, 1, 2]),
+        np.array([], dtype=np.int64),
+    ],
+)
 def test_partitions_reject_bad_labels(labels):
     with pytest.raises(ValueError):
         dirichlet_partition(labels, 2, 1.0, min_size=0)
@@ -407,10 +429,8 @@ def test_real_mnist_from_shared_folder(monkeypatch):
     assert x.shape == (60000, 1, 28, 28) and xt.shape == (10000, 1, 28, 28)
     assert x.dtype == torch.float32 and y.dtype == torch.int64
     assert float(x.min()) == 0.0 and float(x.max()) == 1.0
-    np.testing.assert_array_equal(np.bincount(y.numpy()),
-                                  [5923, 6742, 5958, 6131, 5842, 5421, 5918, 6265, 5851, 5949])
-    np.testing.assert_array_equal(np.bincount(yt.numpy()),
-                                  [980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009])
+    np.testing.assert_array_equal(np.bincount(y.numpy()), [5923, 6742, 5958, 6131, 5842, 5421, 5918, 6265, 5851, 5949])
+    np.testing.assert_array_equal(np.bincount(yt.numpy()), [980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009])
     raw = read_idx(MNIST_DIR / "train-labels-idx1-ubyte.gz")
     assert hashlib.md5(raw.tobytes()).hexdigest() != ""  # readable directly too
     assert raw.dtype == np.uint8 and raw.shape == (60000,)
@@ -427,7 +447,8 @@ def test_real_fashion_mnist_from_debian_package(monkeypatch):
 def test_folder_holding_the_other_dataset_is_skipped(tmp_path, monkeypatch):
     monkeypatch.delenv("FEDLEARN_DATA", raising=False)
     assert (FASHION_DIR / "train-labels-idx1-ubyte.gz").exists(), (
-        "Fashion-MNIST is missing: apt-get install dataset-fashion-mnist (.ci/run does)")
+        "Fashion-MNIST is missing: apt-get install dataset-fashion-mnist (.ci/run does)"
+    )
     for f in FASHION_DIR.glob("*-ubyte.gz"):
         (tmp_path / f.name).symlink_to(f)
     train, _ = load_dataset("mnist", root=tmp_path)  # must fall through to the real MNIST
@@ -438,8 +459,9 @@ def test_folder_holding_the_other_dataset_is_skipped(tmp_path, monkeypatch):
 def test_tiny_idx_files_roundtrip(tmp_path, no_data_anywhere, gz):
     arrays = write_tiny_idx_set(tmp_path / "files", gz=gz)
     suffix = ".gz" if gz else ""
-    np.testing.assert_array_equal(read_idx(tmp_path / "files" / f"train-images-idx3-ubyte{suffix}"),
-                                  arrays["train-images-idx3-ubyte"])
+    np.testing.assert_array_equal(
+        read_idx(tmp_path / "files" / f"train-images-idx3-ubyte{suffix}"), arrays["train-images-idx3-ubyte"]
+    )
     train, test = load_dataset("mnist", root=tmp_path / "files")
     x, y = train.tensors
     assert x.shape == (12, 1, 28, 28) and x.dtype == torch.float32 and y.dtype == torch.int64
@@ -471,8 +493,13 @@ def test_missing_mnist_error_names_places_and_fixes(tmp_path, no_data_anywhere, 
     with pytest.raises(FileNotFoundError) as err:
         load_dataset("mnist", root=tmp_path / "myroot")
     msg = str(err.value)
-    for place in (tmp_path / "myroot", tmp_path / "envdir", tmp_path / "envdir" / "mnist",
-                  tmp_path / "no_shared_mnist", tmp_path / "data" / "MNIST" / "raw"):
+    for place in (
+        tmp_path / "myroot",
+        tmp_path / "envdir",
+        tmp_path / "envdir" / "mnist",
+        tmp_path / "no_shared_mnist",
+        tmp_path / "data" / "MNIST" / "raw",
+    ):
         assert str(place) in msg
     assert 'load_dataset("mnist", download=True)' in msg and "FEDLEARN_DATA" in msg
 

@@ -1,4 +1,5 @@
 """The examples in the package's docstrings run and print what they show."""
+
 import doctest
 import importlib
 import pkgutil
@@ -7,8 +8,9 @@ import pytest
 
 import fedlearn_edu
 
-MODULES = sorted(m.name for m in pkgutil.walk_packages(fedlearn_edu.__path__, "fedlearn_edu.")
-                 if not m.name.endswith("__main__"))
+MODULES = sorted(
+    m.name for m in pkgutil.walk_packages(fedlearn_edu.__path__, "fedlearn_edu.") if not m.name.endswith("__main__")
+)
 
 
 @pytest.mark.parametrize("name", MODULES)

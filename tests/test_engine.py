@@ -1,27 +1,35 @@
 """Local training: the loop engine against torch.optim.SGD, and the vmap engine against the loop."""
+
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
-from fedlearn_edu.engine import (LocalTraining, LoopEngine, VmapEngine, batch_loss, client_batches, make_engine,
-                                 stacked_grads, vmap_unsupported_reason)
-from fedlearn_edu.utils import tune_cpu_allocator
+from fedlearn_edu.engine import (
+    LocalTraining,
+    LoopEngine,
+    VmapEngine,
+    batch_loss,
+    client_batches,
+    make_engine,
+    stacked_grads,
+    vmap_unsupported_reason,
+)
 from fedlearn_edu.models import MODELS, make_model
 from fedlearn_edu.params import get_params, unstack_params
+from fedlearn_edu.utils import tune_cpu_allocator
 
 
 def _datasets(sizes, shape=(1, 8, 8), seed=0, dtype=torch.float64):
     g = torch.Generator().manual_seed(seed)
-    return [(torch.rand(n, *shape, generator=g, dtype=dtype), torch.randint(0, 10, (n,), generator=g))
-            for n in sizes]
+    return [(torch.rand(n, *shape, generator=g, dtype=dtype), torch.randint(0, 10, (n,), generator=g)) for n in sizes]
 
 
 def test_client_batches_cover_every_sample_once_per_epoch():
     batches = client_batches(23, 3, 5, seed=7)
     assert len(batches) == 3 * 5
     for e in range(3):
-        epoch = torch.cat(batches[5 * e:5 * e + 5])
+        epoch = torch.cat(batches[5 * e : 5 * e + 5])
         assert sorted(epoch.tolist()) == list(range(23))
     assert [len(b) for b in batches[:5]] == [5, 5, 5, 5, 3]
     assert all(torch.equal(a, b) for a, b in zip(batches, client_batches(23, 3, 5, seed=7)))
@@ -29,14 +37,17 @@ def test_client_batches_cover_every_sample_once_per_epoch():
         client_batches(0, 1, 5, seed=0)
 
 
-@pytest.mark.parametrize("cfg", [
-    LocalTraining(epochs=2, batch_size=4, lr=0.1),
-    LocalTraining(epochs=1, batch_size=3, lr=0.05, momentum=0.9, weight_decay=0.01, prox_mu=0.5),
-])
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        LocalTraining(epochs=2, batch_size=4, lr=0.1),
+        LocalTraining(epochs=1, batch_size=3, lr=0.05, momentum=0.9, weight_decay=0.01, prox_mu=0.5),
+    ],
+)
 def test_loop_engine_matches_torch_optim_sgd(cfg):
     """An independent computation: nn.Module + torch.optim.SGD + the proximal term by hand."""
     model = make_model("mlp", (1, 8, 8), 10, hidden=(16,)).double()
-    (x, y), = _datasets([11])
+    ((x, y),) = _datasets([11])
     result = LoopEngine().train(model, get_params(model), [(x, y)], cfg, [5])
 
     ref = make_model("mlp", (1, 8, 8), 10, hidden=(16,)).double()
@@ -63,7 +74,7 @@ def test_loop_engine_matches_torch_optim_sgd(cfg):
 def test_vmap_engine_equals_loop_engine(name, prox_mu):
     model = make_model(name, (1, 8, 8), 10, seed=3).double()
     params = get_params(model)
-    sizes = [1, 4, 9, 31, 13]            # very unequal: 1 to 4 steps per epoch, ragged last batches
+    sizes = [1, 4, 9, 31, 13]  # very unequal: 1 to 4 steps per epoch, ragged last batches
     data = _datasets(sizes)
     cfg = LocalTraining(epochs=2, batch_size=8, lr=0.05, momentum=0.5, prox_mu=prox_mu)
     seeds = [11, 12, 13, 14, 15]
@@ -81,7 +92,7 @@ def test_vmap_engine_chunks_give_the_same_result():
     data = _datasets([5, 17, 3, 8, 12, 2, 9])
     cfg = LocalTraining(batch_size=4)
     whole = VmapEngine().train(model, params, data, cfg, list(range(7)))
-    tiny = VmapEngine(memory_budget=1)          # forces one client per chunk
+    tiny = VmapEngine(memory_budget=1)  # forces one client per chunk
     assert tiny.chunk_size(model, data[0][0], 4) == 1
     chunked = tiny.train(model, params, data, cfg, list(range(7)))
     for k in params:
@@ -113,10 +124,17 @@ def test_auto_engine_falls_back_for_batchnorm(capsys):
         make_engine("threads")
 
 
-@pytest.mark.parametrize("kwargs, msg", [
-    ({"epochs": 0}, "epochs"), ({"batch_size": 0}, "batch_size"), ({"lr": -1.0}, "lr"),
-    ({"lr": float("nan")}, "lr"), ({"momentum": 1.0}, "momentum"), ({"prox_mu": -0.1}, "prox_mu"),
-])
+@pytest.mark.parametrize(
+    "kwargs, msg",
+    [
+        ({"epochs": 0}, "epochs"),
+        ({"batch_size": 0}, "batch_size"),
+        ({"lr": -1.0}, "lr"),
+        ({"lr": float("nan")}, "lr"),
+        ({"momentum": 1.0}, "momentum"),
+        ({"prox_mu": -0.1}, "prox_mu"),
+    ],
+)
 def test_local_training_validation(kwargs, msg):
     with pytest.raises(ValueError, match=msg):
         LocalTraining(**kwargs)
@@ -128,14 +146,12 @@ def test_engines_agree_from_per_client_starting_points():
     model = make_model("mlp", (1, 8, 8), 10, hidden=(8,), seed=0).double()
     anchor = get_params(model)
     g = torch.Generator().manual_seed(1)
-    start = {k: v.unsqueeze(0) + 0.1 * torch.randn(3, *v.shape, generator=g, dtype=v.dtype)
-             for k, v in anchor.items()}
+    start = {k: v.unsqueeze(0) + 0.1 * torch.randn(3, *v.shape, generator=g, dtype=v.dtype) for k, v in anchor.items()}
     data = _datasets([5, 12, 2])
     cfg = LocalTraining(batch_size=4, lr=0.1, prox_mu=0.5, momentum=0.3)
     a = LoopEngine().train(model, anchor, data, cfg, [0, 1, 2], start=start)
     b = VmapEngine().train(model, anchor, data, cfg, [0, 1, 2], start=start)
-    single = LoopEngine().train(model, {k: v[1] for k, v in start.items()}, data[1:2], cfg.replace(prox_mu=0.0),
-                                [1])
+    single = LoopEngine().train(model, {k: v[1] for k, v in start.items()}, data[1:2], cfg.replace(prox_mu=0.0), [1])
     for k in anchor:
         torch.testing.assert_close(b.params[k], a.params[k], rtol=1e-9, atol=1e-11)
     assert not torch.allclose(a.params["out.bias"][1], single.params["out.bias"][0])  # the anchor pulls
@@ -152,11 +168,12 @@ def test_stacked_grads_are_each_clients_own_gradient(name, prox_mu):
     anchor = get_params(model)
     g = torch.Generator().manual_seed(5)
     k, b = 4, 6
-    params = {n: v.unsqueeze(0) + 0.05 * torch.randn(k, *v.shape, generator=g, dtype=v.dtype)
-              for n, v in anchor.items()}
+    params = {
+        n: v.unsqueeze(0) + 0.05 * torch.randn(k, *v.shape, generator=g, dtype=v.dtype) for n, v in anchor.items()
+    }
     x = torch.rand(k, b, 1, 8, 8, generator=g, dtype=torch.float64)
     y = torch.randint(0, 10, (k, b), generator=g)
-    real = torch.tensor([6, 1, 3, 0])                      # the last client's batch is all padding
+    real = torch.tensor([6, 1, 3, 0])  # the last client's batch is all padding
     mask = (torch.arange(b).unsqueeze(0) < real.unsqueeze(1)).double()
     grads, ce = stacked_grads(model, params, x, y, mask, anchor, prox_mu)
     for j in range(k):
@@ -164,9 +181,10 @@ def test_stacked_grads_are_each_clients_own_gradient(name, prox_mu):
         n = int(real[j])
         if n:
             want, (_, ce_j) = torch.func.grad_and_value(batch_loss, has_aux=True)(
-                pj, model, x[j, :n], y[j, :n], anchor, prox_mu)
+                pj, model, x[j, :n], y[j, :n], anchor, prox_mu
+            )
             torch.testing.assert_close(ce[j], ce_j, rtol=1e-12, atol=1e-12)
-        else:                                              # only the proximal pull is left
+        else:  # only the proximal pull is left
             want = {n_: prox_mu * (v - anchor[n_]) for n_, v in pj.items()}
             assert ce[j] == 0
         for n_ in params:
@@ -180,8 +198,10 @@ def test_vmap_engine_sorts_and_chunks_unequal_clients_like_the_loop():
     anchor = get_params(model)
     g = torch.Generator().manual_seed(2)
     sizes = [1, 3, 3, 8, 20, 41, 2]
-    start = {k: v.unsqueeze(0) + 0.1 * torch.randn(len(sizes), *v.shape, generator=g, dtype=v.dtype)
-             for k, v in anchor.items()}
+    start = {
+        k: v.unsqueeze(0) + 0.1 * torch.randn(len(sizes), *v.shape, generator=g, dtype=v.dtype)
+        for k, v in anchor.items()
+    }
     data = _datasets(sizes, seed=4)
     cfg = LocalTraining(epochs=2, batch_size=4, lr=0.1, momentum=0.9, weight_decay=1e-3, prox_mu=0.2)
     seeds = [7, 3, 9, 1, 4, 4, 0]

@@ -2,8 +2,14 @@
 
 import torch
 
-from fedlearn_edu.exercises import (check_beta_moments, check_craft_direction, check_fedavg, check_fedvg_weights, check_oui,
-                                    check_pca_fingerprint)
+from fedlearn_edu.exercises import (
+    check_beta_moments,
+    check_craft_direction,
+    check_fedavg,
+    check_fedvg_weights,
+    check_oui,
+    check_pca_fingerprint,
+)
 
 
 def test_check_fedavg_passes_a_correct_solution(capsys):
@@ -16,7 +22,7 @@ def test_check_fedavg_passes_a_correct_solution(capsys):
 
 
 def test_check_fedavg_reports_the_first_failing_input(capsys):
-    def unnormalised(deltas, weights):          # forgets to divide by the sum of weights
+    def unnormalised(deltas, weights):  # forgets to divide by the sum of weights
         return (weights[:, None] * deltas).sum(0)
 
     assert check_fedavg(unnormalised) is False
@@ -43,7 +49,7 @@ def test_check_fedvg_weights(capsys):
         inv = 1.0 / (norms.sum(1) + 1e-8)
         return inv / inv.sum()
 
-    def size_free_but_wrong(norms):             # proportional to G instead of 1/G
+    def size_free_but_wrong(norms):  # proportional to G instead of 1/G
         g = norms.sum(1)
         return g / g.sum()
 
@@ -58,7 +64,7 @@ def test_check_oui(capsys):
         s = (z > 0).sum(0).double()
         return float(torch.minimum(s, b - s).mean() / (b // 2))
 
-    def uses_b_over_two(z):                     # forgets the floor for odd B
+    def uses_b_over_two(z):  # forgets the floor for odd B
         b = z.shape[0]
         s = (z > 0).sum(0).double()
         return float(torch.minimum(s, b - s).mean() / (b / 2))
@@ -90,14 +96,14 @@ def test_check_pca_fingerprint(capsys):
         ev = np.sort(np.linalg.eigvalsh(np.cov(a, rowvar=False)))[::-1].clip(min=0)
         ev = ev / ev.sum()
         out = np.zeros(l)
-        out[:min(l, ev.size)] = ev[:l]
+        out[: min(l, ev.size)] = ev[:l]
         return torch.tensor(out)
 
-    def population_covariance_unnormalised(x, y, c, l):   # ddof = 0 and no trace division
+    def population_covariance_unnormalised(x, y, c, l):  # ddof = 0 and no trace division
         a = np.hstack([x.numpy(), np.eye(c)[y.numpy()]])
         ev = np.sort(np.linalg.eigvalsh(np.cov(a, rowvar=False, ddof=0)))[::-1]
         out = np.zeros(l)
-        out[:min(l, ev.size)] = ev[:l]
+        out[: min(l, ev.size)] = ev[:l]
         return torch.tensor(out)
 
     assert check_pca_fingerprint(right) is True

@@ -1,4 +1,5 @@
 """FedOUI: the OUI signal, the Beta fit and its fallbacks, the weights, FedAlign, the strategies."""
+
 import itertools
 import math
 
@@ -6,18 +7,34 @@ import numpy as np
 import pytest
 import scipy.stats
 import torch
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from fedlearn_edu import FedAlign, FedAvg, FedOUI, make_strategy, simulate
-from fedlearn_edu.aggregators import (beta_moments, empirical_rank_scores, fedalign_weights, fedavg,
-                                      fedoui_scores, fedoui_weights, fit_beta)
+from fedlearn_edu.aggregators import (
+    beta_moments,
+    empirical_rank_scores,
+    fedalign_weights,
+    fedavg,
+    fedoui_scores,
+    fedoui_weights,
+    fit_beta,
+)
 from fedlearn_edu.data import federated_dataset
 from fedlearn_edu.engine import LocalResult
 from fedlearn_edu.models import make_model
 from fedlearn_edu.params import get_params, stack_params
-from fedlearn_edu.signals import (activation_counts, client_oui, hamming_distances, oui, oui_pairwise,
-                                  penultimate_preactivations, probe_batch, probe_indices)
+from fedlearn_edu.signals import (
+    activation_counts,
+    client_oui,
+    hamming_distances,
+    oui,
+    oui_pairwise,
+    penultimate_preactivations,
+    probe_batch,
+    probe_indices,
+)
 from fedlearn_edu.strategies import ClientUpdates
 
 FAST = settings(max_examples=40, deadline=None)
@@ -59,9 +76,9 @@ def test_oui_is_one_when_every_unit_splits_the_batch_in_half(b):
 
 def test_oui_is_zero_for_constant_patterns():
     b, d = 10, 5
-    assert oui(torch.ones(b, d)) == 0.0                      # always on
-    assert oui(-torch.ones(b, d)) == 0.0                     # always off
-    assert oui(torch.zeros(b, d)) == 0.0                     # 0 is "off"
+    assert oui(torch.ones(b, d)) == 0.0  # always on
+    assert oui(-torch.ones(b, d)) == 0.0  # always off
+    assert oui(torch.zeros(b, d)) == 0.0  # 0 is "off"
     mixed = torch.cat([torch.ones(b, 2), -torch.ones(b, 3)], dim=1)
     assert oui(mixed) == 0.0
     assert oui_pairwise(mixed) == 0.0
@@ -96,7 +113,7 @@ def test_pair_identity_and_pairwise_form(b, d, data):
     assert torch.equal(h, h.T) and bool((h.diagonal() == 0).all())
     iu = np.triu_indices(b, 1)
     assert h.numpy()[iu].tolist() == dist
-    assert sum(dist) == int((s * (b - s)).sum())                     # the identity
+    assert sum(dist) == int((s * (b - s)).sum())  # the identity
     half = d // 2
     assert oui_pairwise(t) == pytest.approx(np.mean(np.minimum(dist, half)) / half, abs=1e-12)
     assert oui_pairwise(t, clamp=False) * half * math.comb(b, 2) == pytest.approx(sum(dist), abs=1e-9)
@@ -166,8 +183,7 @@ def test_penultimate_preactivations_per_model(name):
 def test_hook_capture_equals_feature_method_and_functional_params():
     model = make_model("smallcnn", (1, 8, 8), 10, seed=1)
     x = torch.randn(5, 1, 8, 8)
-    torch.testing.assert_close(penultimate_preactivations(model, x, layer="fc1"),
-                               penultimate_preactivations(model, x))
+    torch.testing.assert_close(penultimate_preactivations(model, x, layer="fc1"), penultimate_preactivations(model, x))
     other = {k: v + 0.1 for k, v in get_params(model).items()}
     z_fc = penultimate_preactivations(model, x, params=other)
     z_hook = penultimate_preactivations(model, x, params=other, layer="fc1")
@@ -206,7 +222,7 @@ def test_probe_is_fixed_own_data_and_full_size():
     a, b = probe_indices(100, 32, seed=0), probe_indices(100, 32, seed=0)
     assert torch.equal(a, b) and a.unique().numel() == 32 and int(a.max()) < 100
     assert not torch.equal(a, probe_indices(100, 32, seed=1))
-    small = probe_indices(10, 32, seed=0)        # fewer samples than B: drawn with replacement
+    small = probe_indices(10, 32, seed=0)  # fewer samples than B: drawn with replacement
     assert small.numel() == 32 and int(small.max()) < 10
     x = torch.arange(50.0).reshape(50, 1)
     assert torch.equal(probe_batch(x, 8, 3), x[probe_indices(50, 8, 3)])
@@ -231,10 +247,10 @@ def test_fit_beta_moments_match_the_sample_moments(x):
 
 
 def test_beta_moments_closed_form():
-    a, b = beta_moments(2.5 / 10, 2.5 * 7.5 / (10 ** 2 * 11))
+    a, b = beta_moments(2.5 / 10, 2.5 * 7.5 / (10**2 * 11))
     assert (a, b) == pytest.approx((2.5, 7.5))
     assert all(math.isnan(v) for v in beta_moments(0.5, 0.0))
-    assert all(math.isnan(v) for v in beta_moments(0.5, 0.3))     # v >= m(1-m): c <= 0
+    assert all(math.isnan(v) for v in beta_moments(0.5, 0.3))  # v >= m(1-m): c <= 0
 
 
 @pytest.mark.parametrize("a, b", [(2.0, 5.0), (6.1, 15.94), (0.7, 0.9)])
@@ -254,7 +270,7 @@ def test_zero_variance_falls_back_to_empirical_and_equal_scores():
     assert fit_beta([0.0, 0.0005, 0.0])[2] == "empirical"
     assert fedoui_scores([0.0, 0.0005, 0.0]).tolist() == pytest.approx([0.75, 0.5, 0.75])
     w = fedoui_weights(torch.tensor([0.3] * 3), torch.tensor([1, 2, 7]))
-    assert w.tolist() == pytest.approx([0.1, 0.2, 0.7])       # all equally typical: FedAvg's weights
+    assert w.tolist() == pytest.approx([0.1, 0.2, 0.7])  # all equally typical: FedAvg's weights
 
 
 def test_single_client_takes_the_empirical_path_and_all_the_weight():
@@ -263,7 +279,7 @@ def test_single_client_takes_the_empirical_path_and_all_the_weight():
 
 
 def test_overdispersed_values_fall_back_to_maximum_likelihood():
-    o = [0.0, 1.0, 0.0, 1.0, 0.2]                              # v > m(1-m): no moments fit
+    o = [0.0, 1.0, 0.0, 1.0, 0.2]  # v > m(1-m): no moments fit
     alpha, beta, method = fit_beta(o)
     assert method == "mle"
     ref = scipy.stats.beta.fit(np.clip(o, 1e-3, 1 - 1e-3), floc=0, fscale=1)
@@ -345,8 +361,14 @@ def test_fedalign_weights_equal_numpy(m, d, data):
     deltas = data.draw(arrays(np.float64, (m, d), elements=entries))
     n = data.draw(arrays(np.int64, (m,), elements=st.integers(1, 100)))
     mean = (n / n.sum()) @ deltas
-    cos = np.array([row @ mean / (np.linalg.norm(row) * np.linalg.norm(mean))
-                    if np.linalg.norm(row) * np.linalg.norm(mean) > 0 else 0.0 for row in deltas])
+    cos = np.array(
+        [
+            row @ mean / (np.linalg.norm(row) * np.linalg.norm(mean))
+            if np.linalg.norm(row) * np.linalg.norm(mean) > 0
+            else 0.0
+            for row in deltas
+        ]
+    )
     expected = n * (np.maximum(np.clip(cos, -1, 1), 0) + 1e-3)
     got = fedalign_weights(torch.tensor(deltas), torch.tensor(n))
     np.testing.assert_allclose(got.numpy(), expected / expected.sum(), rtol=1e-8, atol=1e-14)
@@ -360,7 +382,7 @@ def test_fedalign_dict_equals_flat_and_downweights_opposite_client():
     torch.testing.assert_close(fedalign_weights(deltas, n), fedalign_weights(flat, n))
     d = torch.tensor([[1.0, 0.0], [0.9, 0.1], [-1.0, 0.0]])
     w = fedalign_weights(d, torch.tensor([1, 1, 1]))
-    assert float(w[2] / w[0]) < 0.0011           # eps / (cos + eps) with cos close to 1
+    assert float(w[2] / w[0]) < 0.0011  # eps / (cos + eps) with cos close to 1
 
 
 # ====================================================================== strategies
@@ -369,8 +391,9 @@ def _updates(model, m=4, seed=0, oui_values=None):
     params = get_params(model)
     deltas = {k: 0.1 * torch.randn((m, *v.shape), generator=g) for k, v in params.items()}
     signals = {} if oui_values is None else {"oui": torch.tensor(oui_values, dtype=torch.float64)}
-    return params, ClientUpdates(1, torch.arange(m), deltas, torch.tensor([10, 20, 30, 40][:m]),
-                                 torch.zeros(m), model, signals)
+    return params, ClientUpdates(
+        1, torch.arange(m), deltas, torch.tensor([10, 20, 30, 40][:m]), torch.zeros(m), model, signals
+    )
 
 
 def test_fedoui_aggregate_applies_the_weighted_mean_of_deltas():
@@ -412,11 +435,15 @@ def test_client_signals_use_each_clients_own_fixed_probe():
     model = make_model("smallcnn", (1, 8, 8), 10, seed=0)
     g = torch.Generator().manual_seed(1)
     datasets = [(torch.rand(n, 1, 8, 8, generator=g), torch.zeros(n, dtype=torch.long)) for n in (50, 12, 40)]
-    clients = [{k: v + 0.05 * torch.randn(v.shape, generator=g) for k, v in get_params(model).items()} for _ in range(3)]
+    clients = [
+        {k: v + 0.05 * torch.randn(v.shape, generator=g) for k, v in get_params(model).items()} for _ in range(3)
+    ]
     local = LocalResult(stack_params(clients), torch.zeros(3), torch.ones(3, dtype=torch.long))
     strategy = FedOUI(probe_size=16, probe_seed=7)
     got = strategy.client_signals(model, get_params(model), local, datasets)["oui"]
-    expected = [oui(penultimate_preactivations(model, probe_batch(x, 16, 7), p)) for (x, _), p in zip(datasets, clients)]
+    expected = [
+        oui(penultimate_preactivations(model, probe_batch(x, 16, 7), p)) for (x, _), p in zip(datasets, clients)
+    ]
     assert got.tolist() == pytest.approx(expected, abs=1e-12)
     again = strategy.client_signals(model, get_params(model), local, datasets)["oui"]
     assert torch.equal(got, again)

@@ -4,12 +4,18 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from fedlearn_edu import FedAvg, FedAvgM, FedProx, FedVG, federated_dataset, make_model, simulate
-from fedlearn_edu.aggregators import (fedavg, fedvg_aggregate, fedvg_layerwise_weights, fedvg_mixed_weights,
-                                      fedvg_weights)
+from fedlearn_edu.aggregators import (
+    fedavg,
+    fedvg_aggregate,
+    fedvg_layerwise_weights,
+    fedvg_mixed_weights,
+    fedvg_weights,
+)
 from fedlearn_edu.data import external_validation_set, resize_images, server_validation_split
 from fedlearn_edu.engine import LocalTraining
 from fedlearn_edu.params import get_params, stack_params, unstack_params
@@ -23,8 +29,7 @@ def _clients(model, m, scale=0.3, seed=0):
     """m perturbed copies of the model's parameters, stacked."""
     g = torch.Generator().manual_seed(seed)
     base = get_params(model)
-    return stack_params([{k: v + scale * torch.randn(v.shape, generator=g) for k, v in base.items()}
-                         for _ in range(m)])
+    return stack_params([{k: v + scale * torch.randn(v.shape, generator=g) for k, v in base.items()} for _ in range(m)])
 
 
 def _val(n, shape=(1, 8, 8), seed=1):
@@ -43,7 +48,7 @@ def _loop_reference(model, stacked, x, y, batch_size=32):
         net.zero_grad()
         batches = 0
         for s in range(0, y.shape[0], batch_size):
-            F.cross_entropy(net(x[s:s + batch_size]), y[s:s + batch_size], reduction="sum").backward()
+            F.cross_entropy(net(x[s : s + batch_size]), y[s : s + batch_size], reduction="sum").backward()
             batches += 1
         out.append({k: p.grad.detach().clone() / batches for k, p in net.named_parameters()})
     return out
@@ -106,8 +111,10 @@ def test_mixed_weights_equal_the_authors_formula():
 
 def test_aggregate_clientwise_is_fedavg_and_layerwise_is_per_tensor():
     g = torch.Generator().manual_seed(0)
-    deltas = {"a.weight": torch.randn(3, 4, 2, generator=g, dtype=torch.float64),
-              "a.bias": torch.randn(3, 4, generator=g, dtype=torch.float64)}
+    deltas = {
+        "a.weight": torch.randn(3, 4, 2, generator=g, dtype=torch.float64),
+        "a.bias": torch.randn(3, 4, generator=g, dtype=torch.float64),
+    }
     s = torch.tensor([0.2, 0.5, 0.3], dtype=torch.float64)
     got = fedvg_aggregate(deltas, s)
     ref = fedavg(deltas, s)
@@ -160,8 +167,9 @@ def test_norms_p1_p2_equal_numpy_on_the_reference_gradients(p):
     ref = _loop_reference(model, stacked, x, y)
     norms = validation_gradient_norms(model, stacked, (x, y), norm_order=p)
     assert norms.shape == (3, len(stacked))
-    expected = np.array([[np.abs(r[k].numpy()).sum() if p == 1 else np.sqrt((r[k].numpy() ** 2).sum())
-                          for k in stacked] for r in ref])
+    expected = np.array(
+        [[np.abs(r[k].numpy()).sum() if p == 1 else np.sqrt((r[k].numpy() ** 2).sum()) for k in stacked] for r in ref]
+    )
     np.testing.assert_allclose(norms.numpy(), expected, rtol=1e-4)
 
 
@@ -223,8 +231,9 @@ def round_data():
     return model, params, thetas, deltas, _val(50), [10, 20, 70]
 
 
-@pytest.mark.parametrize("mode,mix", [("clientwise", False), ("layerwise", False), ("clientwise", True),
-                                      ("layerwise", True)])
+@pytest.mark.parametrize(
+    "mode,mix", [("clientwise", False), ("layerwise", False), ("clientwise", True), ("layerwise", True)]
+)
 def test_strategy_aggregate_equals_the_formula(round_data, mode, mix):
     model, params, thetas, deltas, val, n = round_data
     strategy = FedVG(val, mode=mode, mix=mix, server_lr=0.5)
@@ -247,14 +256,14 @@ def test_server_momentum_is_fedavgm_on_the_fedvg_weighted_pseudo_gradient(round_
     s = FedVG(val, server_momentum=0.9, server_lr=0.7)
     s.init(params)
     p1, d1 = s.aggregate(params, _updates(model, deltas, n))
-    step1 = fedvg_aggregate(deltas, d1["weights"])          # v1 = -step1
+    step1 = fedvg_aggregate(deltas, d1["weights"])  # v1 = -step1
     for k in params:
         torch.testing.assert_close(p1[k], params[k] + 0.7 * step1[k], rtol=1e-5, atol=1e-6)
     p2, d2 = s.aggregate(p1, _updates(model, deltas, n, 2))  # v2 = 0.9 v1 - step2
     step2 = fedvg_aggregate(deltas, d2["weights"])
     for k in params:
         torch.testing.assert_close(p2[k], p1[k] + 0.7 * (0.9 * step1[k] + step2[k]), rtol=1e-5, atol=1e-6)
-    s.init(params)                                            # init resets the momentum
+    s.init(params)  # init resets the momentum
     p1b, _ = s.aggregate(params, _updates(model, deltas, n))
     for k in params:
         torch.testing.assert_close(p1b[k], p1[k])
@@ -304,8 +313,11 @@ def test_server_validation_split_moves_samples_without_loss():
         assert after.num_train == before.num_train - k
         assert torch.equal(after.test_y, before.test_y)
     assert yv.shape[0] == sum(c.info["num_val"] for c in clients)
+
     # every training sample ends up exactly once on a client or at the server
-    rows = lambda x: sorted(map(tuple, x.reshape(x.shape[0], -1).tolist()))
+    def rows(x):
+        return sorted(map(tuple, x.reshape(x.shape[0], -1).tolist()))
+
     assert rows(torch.cat([c.train_x for c in clients] + [xv])) == rows(torch.cat([c.train_x for c in fed]))
     with pytest.raises(ValueError, match="fraction"):
         server_validation_split(fed, fraction=1.0)
@@ -327,12 +339,29 @@ def test_external_validation_set_from_digits():
     assert x.shape == (50, 1, 28, 28) and y.shape == (50,)
     assert float(x.min()) >= 0 and float(x.max()) <= 1
     with pytest.raises(ValueError, match="num_samples"):
-        external_validation_set("digits", (1, 8, 8), num_samples=10 ** 6)
+        external_validation_set("digits", (1, 8, 8), num_samples=10**6)
 
 
 def test_cli_runs_fedvg(capsys):
     from fedlearn_edu.cli import main
 
-    assert main(["run", "--strategy", "fedvg", "--rounds", "2", "--clients", "6", "--clients-per-round", "3",
-                 "--alpha", "1.0", "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--strategy",
+                "fedvg",
+                "--rounds",
+                "2",
+                "--clients",
+                "6",
+                "--clients-per-round",
+                "3",
+                "--alpha",
+                "1.0",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     assert "fedvg" in capsys.readouterr().out

@@ -1,4 +1,5 @@
 """Strategies of the FedAvg family, the simulator, History, plots and the command line."""
+
 import subprocess
 import sys
 
@@ -9,8 +10,17 @@ import torch
 
 matplotlib.use("Agg")
 
-from fedlearn_edu import (FedAvg, FedAvgM, FedProx, History, evaluate_clients, federated_dataset,
-                          make_model, make_strategy, simulate)
+from fedlearn_edu import (
+    FedAvg,
+    FedAvgM,
+    FedProx,
+    History,
+    evaluate_clients,
+    federated_dataset,
+    make_model,
+    make_strategy,
+    simulate,
+)
 from fedlearn_edu.engine import LocalTraining
 from fedlearn_edu.params import get_params
 from fedlearn_edu.plotting import plot_client_accuracy, plot_curves
@@ -38,11 +48,11 @@ def test_fedavg_fedavgm_fedprox_formulas():
     s = FedAvgM(server_lr=1.0, momentum=0.9)
     s.init(params)
     mean = torch.tensor([0.25, 3.0])
-    p1, _ = s.aggregate(params, _updates(deltas, n))          # v1 = -mean
+    p1, _ = s.aggregate(params, _updates(deltas, n))  # v1 = -mean
     torch.testing.assert_close(p1["w"], params["w"] + mean)
-    p2, _ = s.aggregate(p1, _updates(deltas, n))              # v2 = 0.9 v1 - mean
+    p2, _ = s.aggregate(p1, _updates(deltas, n))  # v2 = 0.9 v1 - mean
     torch.testing.assert_close(p2["w"], p1["w"] + 1.9 * mean)
-    s.init(params)                                            # init resets the momentum
+    s.init(params)  # init resets the momentum
     p1b, _ = s.aggregate(params, _updates(deltas, n))
     torch.testing.assert_close(p1b["w"], p1["w"])
 
@@ -150,12 +160,33 @@ def test_plots_draw(fed):
 def test_cli_prints_metrics_table_and_saves_plot(tmp_path):
     png = tmp_path / "curves.png"
     out = subprocess.run(
-        [sys.executable, "-m", "fedlearn_edu", "run", "--dataset", "digits", "--strategy", "fedavg",
-         "--clients", "20", "--alpha", "0.1", "--rounds", "4", "--no-progress", "--plot", str(png)],
-        capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "fedlearn_edu",
+            "run",
+            "--dataset",
+            "digits",
+            "--strategy",
+            "fedavg",
+            "--clients",
+            "20",
+            "--alpha",
+            "0.1",
+            "--rounds",
+            "4",
+            "--no-progress",
+            "--plot",
+            str(png),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr
     assert "worst10" in out.stdout and "fedavg" in out.stdout
     assert png.stat().st_size > 1000
-    bad = subprocess.run([sys.executable, "-m", "fedlearn_edu", "run", "--strategy", "nope"],
-                         capture_output=True, text=True, timeout=120)
+    bad = subprocess.run(
+        [sys.executable, "-m", "fedlearn_edu", "run", "--strategy", "nope"], capture_output=True, text=True, timeout=120
+    )
     assert bad.returncode != 0 and "invalid choice" in bad.stderr

@@ -16,6 +16,7 @@ on ``build-finished`` we copy the parts of MathJax's ``es5`` folder that page ne
 combined TeX/MathML-to-CHTML bundle, its fonts and the lazily loaded extensions) into the
 output. Without the package the build fails with a message saying what to install.
 """
+
 from __future__ import annotations
 
 import shutil
@@ -30,7 +31,8 @@ def _mathjax_es5() -> Path:
     except ImportError as err:  # pragma: no cover - environment problem
         raise RuntimeError(
             "The book serves MathJax offline from the package 'django-static-mathjax'. "
-            "Install the book extra: pip install -e '.[book]'") from err
+            "Install the book extra: pip install -e '.[book]'"
+        ) from err
     root = Path(mathjax.__file__).parent / "static" / "mathjax" / "es5"
     if not (root / PARTS[0]).is_file():
         raise RuntimeError(f"MathJax files not found under {root}; reinstall django-static-mathjax.")

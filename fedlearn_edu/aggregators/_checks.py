@@ -1,12 +1,13 @@
 """Input validation shared by the pure aggregation functions."""
+
 from __future__ import annotations
 
-from typing import Mapping, Union
+from collections.abc import Mapping
 
 import torch
 from torch import Tensor
 
-Updates = Union[Tensor, Mapping[str, Tensor]]
+Updates = Tensor | Mapping[str, Tensor]
 
 
 def check_updates(updates: Updates, what: str = "deltas", finite: bool = True) -> int:

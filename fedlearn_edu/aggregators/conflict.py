@@ -5,10 +5,11 @@ All three take **pseudo-gradients** ``g_i = theta_t - theta_i = -Delta_i`` (pass
 ``theta_{t+1} = theta_t - eta_s * s``. Inputs are ``Tensor[m, d]`` or a dict of
 ``Tensor[m, ...]``.
 """
+
 from __future__ import annotations
 
 import math
-from typing import Mapping, Optional, Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 from torch import Tensor
@@ -29,9 +30,14 @@ def _as_matrices(pseudo_grads: Updates) -> list[Tensor]:
 
 def _combine(coef: Tensor, pseudo_grads: Updates) -> Updates:
     """``sum_k coef_k g_k`` for ``coef: Tensor[m]``, in the input's structure and dtype."""
+
     def one(t: Tensor) -> Tensor:
-        return torch.tensordot(coef.to(device=t.device, dtype=torch.promote_types(t.dtype, coef.dtype)),
-                               t.to(torch.promote_types(t.dtype, coef.dtype)), dims=1).to(t.dtype)
+        return torch.tensordot(
+            coef.to(device=t.device, dtype=torch.promote_types(t.dtype, coef.dtype)),
+            t.to(torch.promote_types(t.dtype, coef.dtype)),
+            dims=1,
+        ).to(t.dtype)
+
     if isinstance(pseudo_grads, Tensor):
         return one(pseudo_grads)
     return {k: one(v) for k, v in pseudo_grads.items()}
@@ -48,7 +54,7 @@ def _gram(pseudo_grads: Updates) -> Tensor:
     return out
 
 
-def _config_one(G: Tensor, rcond: Optional[float]) -> Tensor:
+def _config_one(G: Tensor, rcond: float | None) -> Tensor:
     """ConFIG for one ``Tensor[m, d]`` block."""
     m, d = G.shape
     work = _work_dtype(G.device)
@@ -65,16 +71,17 @@ def _config_one(G: Tensor, rcond: Optional[float]) -> Tensor:
     K = raw / (norms.unsqueeze(1) * norms.unsqueeze(0))
     rtol = _default_rtol(G.dtype, k, d) if rcond is None else float(rcond)
     c = gram_pinv_apply(K, torch.ones(k, dtype=work, device=G.device), rtol, d)
-    g_u = Gw.T @ (c / norms)                        # U^+ 1
+    g_u = Gw.T @ (c / norms)  # U^+ 1
     n = torch.linalg.vector_norm(g_u)
     if not bool(n > 0):
         return torch.zeros(d, dtype=G.dtype, device=G.device)
     g_u = g_u / n
-    return ((Gw @ g_u).sum() * g_u).to(G.dtype)     # (sum_i g_i . g_u) g_u
+    return ((Gw @ g_u).sum() * g_u).to(G.dtype)  # (sum_i g_i . g_u) g_u
 
 
-def config_direction(pseudo_grads: Updates, *, groups: Optional[Mapping[str, Sequence[str]]] = None,
-                     rcond: Optional[float] = None) -> Updates:
+def config_direction(
+    pseudo_grads: Updates, *, groups: Mapping[str, Sequence[str]] | None = None, rcond: float | None = None
+) -> Updates:
     """ConFIG's conflict-free direction (Liu et al., 2025).
 
     ``g_u = normalise(U^+ 1_m)`` with ``U`` the row-normalised pseudo-gradients (the
@@ -133,7 +140,7 @@ def fedfv_kept(losses, alpha: float) -> Tensor:
     keep = torch.zeros(m, dtype=torch.bool)
     if alpha > 0:
         order = torch.sort(x, stable=True).indices
-        keep[order[math.ceil((m - 1) * (1 - alpha)):]] = True
+        keep[order[math.ceil((m - 1) * (1 - alpha)) :]] = True
     return keep
 
 
@@ -174,17 +181,17 @@ def fedfv_direction(pseudo_grads: Updates, losses, alpha: float = 0.1) -> Update
     work, device = K.dtype, K.device
     kept = fedfv_kept(x, alpha).to(device)
     order = torch.sort(x, stable=True).indices.tolist()
-    C = torch.eye(m, dtype=work, device=device)             # o_i = sum_k C[i, k] g_k
+    C = torch.eye(m, dtype=work, device=device)  # o_i = sum_k C[i, k] g_k
     sq = torch.diagonal(K)
     movable = ~kept
     for j in order:
         if not bool(sq[j] > 0):
             continue
-        dots = C @ K[:, j]                                 # o_i . g_j for every i
+        dots = C @ K[:, j]  # o_i . g_j for every i
         hit = (dots < 0) & movable
         hit[j] = False
         C[:, j] -= torch.where(hit, dots / sq[j], torch.zeros_like(dots))
-    a = C.mean(0)                                          # g_t = sum_k a_k g_k
+    a = C.mean(0)  # g_t = sum_k a_k g_k
     norm_t = torch.sqrt(torch.clamp(a @ K @ a, min=0))
     mean = torch.full((m,), 1.0 / m, dtype=work, device=device)
     norm_mean = torch.sqrt(torch.clamp(mean @ K @ mean, min=0))
@@ -229,10 +236,10 @@ def qfedavg_step(pseudo_grads: Updates, losses, lr: float, q: float = 1.0) -> Up
         raise ValueError(f"q must be a finite number >= 0, got {q}.")
     K = _gram(pseudo_grads)
     F = F.to(device=K.device, dtype=K.dtype)
-    sq_dw = torch.diagonal(K) / lr ** 2                              # ||Delta W_k||^2
-    Fq = F ** q
+    sq_dw = torch.diagonal(K) / lr**2  # ||Delta W_k||^2
+    Fq = F**q
     dFq = q * F ** (q - 1) if q != 0 else torch.zeros_like(F)
-    dFq = torch.nan_to_num(dFq, nan=0.0, posinf=0.0)                 # F_k = 0 with q < 1
+    dFq = torch.nan_to_num(dFq, nan=0.0, posinf=0.0)  # F_k = 0 with q < 1
     h = dFq * sq_dw + Fq / lr
     total = h.sum()
     if not bool(total > 0):

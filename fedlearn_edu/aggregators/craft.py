@@ -18,9 +18,10 @@ eigendecomposition, U^+ r = U^T K^+ r, so the cost is O(d m^2) for the Gram
 product plus O(m^3) for the eigendecomposition, and memory stays O(m d): no
 d x m pseudo-inverse is ever formed.
 """
+
 from __future__ import annotations
 
-from typing import Mapping, Optional, Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 from torch import Tensor
@@ -63,7 +64,7 @@ def gram_pinv_apply(gram: Tensor, r: Tensor, rtol: float, width: int) -> Tensor:
     lam_max = evals[-1]
     if not bool(lam_max > 0):
         return torch.zeros_like(r)
-    floor = max(rtol ** 2, torch.finfo(gram.dtype).eps * max(m, width))
+    floor = max(rtol**2, torch.finfo(gram.dtype).eps * max(m, width))
     keep = evals > floor * lam_max
     inv = torch.where(keep, 1.0 / torch.where(keep, evals, torch.ones_like(evals)), torch.zeros_like(evals))
     proj = evecs.T @ r
@@ -71,7 +72,7 @@ def gram_pinv_apply(gram: Tensor, r: Tensor, rtol: float, width: int) -> Tensor:
     return evecs @ proj
 
 
-def pinv_solve(matrix: Tensor, r: Tensor, rcond: Optional[float] = None) -> Tensor:
+def pinv_solve(matrix: Tensor, r: Tensor, rcond: float | None = None) -> Tensor:
     """``x = A^+ r`` for a wide matrix ``A`` (``Tensor[m, d]``), through its m x m Gram matrix.
 
     Equals ``torch.linalg.pinv(A) @ r`` (SVD-based, default cut-off ``eps * max(m, d)``
@@ -117,14 +118,14 @@ def _gram_of_rows(G: Tensor, what: str) -> tuple[Tensor, Tensor]:
     nor g).
     """
     Gw = G.to(_work_dtype(G.device))
-    raw = Gw @ Gw.T                                 # the one O(d m^2) product: Gram of the raw g_i
+    raw = Gw @ Gw.T  # the one O(d m^2) product: Gram of the raw g_i
     diag = torch.diagonal(raw)
     rescale = not bool(torch.isfinite(diag).all())
     if rescale:
-        check_updates(G, what)                      # raises, naming the client with NaN/Inf
+        check_updates(G, what)  # raises, naming the client with NaN/Inf
     zero = diag == 0
     if bool(zero.any()) and bool((Gw[zero] != 0).any()):
-        rescale = True                              # a tiny non-zero row whose squares underflow
+        rescale = True  # a tiny non-zero row whose squares underflow
     if rescale:
         scale = Gw.abs().amax(dim=1, keepdim=True)
         Gw = Gw / torch.where(scale > 0, scale, torch.ones_like(scale))
@@ -132,24 +133,30 @@ def _gram_of_rows(G: Tensor, what: str) -> tuple[Tensor, Tensor]:
     return Gw, raw
 
 
-def _solve_group(G: Tensor, rho: Tensor, ref: Optional[Tensor], normalize_reference: bool,
-                 rcond: Optional[float], what: str = "pseudo_grads") -> Tensor:
+def _solve_group(
+    G: Tensor,
+    rho: Tensor,
+    ref: Tensor | None,
+    normalize_reference: bool,
+    rcond: float | None,
+    what: str = "pseudo_grads",
+) -> Tensor:
     """CRAFT's correction for one group: ``G`` is ``Tensor[m, d]`` of pseudo-gradients."""
     m, d = G.shape
     work = _work_dtype(G.device)
     Gw, raw = _gram_of_rows(G, what)
     sq = torch.diagonal(raw)
-    keep = sq > 0                                   # clients with a zero update here are dropped
+    keep = sq > 0  # clients with a zero update here are dropped
     k = int(keep.sum())
     if k == 0:
         return torch.zeros(d, dtype=G.dtype, device=G.device)
-    if k == 1:                                      # one client left: its raw update
+    if k == 1:  # one client left: its raw update
         return G[keep][0].clone()
     if k < m:
         Gw, raw, sq, rho = Gw[keep], raw[keep][:, keep], sq[keep], rho[keep]
     r = rho.to(device=G.device, dtype=work)
     total = r.sum()
-    r = r / total if bool(total > 0) else torch.full_like(r, 1.0 / k)   # rho renormalised over the rest
+    r = r / total if bool(total > 0) else torch.full_like(r, 1.0 / k)  # rho renormalised over the rest
     norms = sq.sqrt()
     # Gram of the unit rows u_i = g_i / ||g_i|| without forming U: K = D^-1 (G G^T) D^-1.
     K = raw / (norms.unsqueeze(1) * norms.unsqueeze(0))
@@ -159,17 +166,18 @@ def _solve_group(G: Tensor, rho: Tensor, ref: Optional[Tensor], normalize_refere
         if normalize_reference:
             n = torch.linalg.vector_norm(g_hat)
             g_hat = g_hat / n if bool(n > 0) else None
-    residual = r if g_hat is None else r - (Gw @ g_hat) / norms          # rho - U g_hat
+    residual = r if g_hat is None else r - (Gw @ g_hat) / norms  # rho - U g_hat
     rtol = _default_rtol(G.dtype, k, d) if rcond is None else float(rcond)
     c = gram_pinv_apply(K, residual, rtol, d)
-    g = Gw.T @ (c / norms)                                               # U^T c = U^+ (rho - U g_hat)
+    g = Gw.T @ (c / norms)  # U^T c = U^+ (rho - U g_hat)
     if g_hat is not None:
         g = g + g_hat
     return g.to(G.dtype)
 
 
-def group_matrices(tensors: Mapping[str, Tensor], groups: Mapping[str, Sequence[str]],
-                   stacked: bool = True, what: str = "pseudo_grads") -> dict[str, Tensor]:
+def group_matrices(
+    tensors: Mapping[str, Tensor], groups: Mapping[str, Sequence[str]], stacked: bool = True, what: str = "pseudo_grads"
+) -> dict[str, Tensor]:
     """Concatenate named tensors into one matrix per group: ``{group: Tensor[m, d_q]}``.
 
     With ``stacked=False`` (one model, e.g. a reference direction) the result is
@@ -183,13 +191,16 @@ def group_matrices(tensors: Mapping[str, Tensor], groups: Mapping[str, Sequence[
             if name in seen:
                 raise ValueError(f"{what}[{name!r}] is in two layer groups: {seen[name]!r} and {group!r}.")
             if name not in tensors:
-                raise ValueError(f"Layer group {group!r} names {name!r}, which is not in {what} "
-                                 f"(keys: {sorted(tensors)[:6]}...).")
+                raise ValueError(
+                    f"Layer group {group!r} names {name!r}, which is not in {what} (keys: {sorted(tensors)[:6]}...)."
+                )
             seen[name] = group
     missing = [k for k in tensors if k not in seen]
     if missing:
-        raise ValueError(f"{what} entries {missing[:5]} belong to no layer group; list every "
-                         "parameter in `groups` (see fedlearn_edu.params.layer_groups).")
+        raise ValueError(
+            f"{what} entries {missing[:5]} belong to no layer group; list every "
+            "parameter in `groups` (see fedlearn_edu.params.layer_groups)."
+        )
     out = {}
     for group, names in groups.items():
         if stacked:
@@ -200,8 +211,9 @@ def group_matrices(tensors: Mapping[str, Tensor], groups: Mapping[str, Sequence[
     return out
 
 
-def split_groups(vectors: Mapping[str, Tensor], groups: Mapping[str, Sequence[str]],
-                 like: Mapping[str, Tensor]) -> dict[str, Tensor]:
+def split_groups(
+    vectors: Mapping[str, Tensor], groups: Mapping[str, Sequence[str]], like: Mapping[str, Tensor]
+) -> dict[str, Tensor]:
     """Inverse of :func:`group_matrices` for one model: cut ``{group: Tensor[d_q]}`` back into
     ``{name: Tensor[...]}`` shaped like ``like[name]`` without its leading client axis, in
     ``like``'s key order."""
@@ -211,7 +223,7 @@ def split_groups(vectors: Mapping[str, Tensor], groups: Mapping[str, Sequence[st
         for n in names:
             shape = like[n].shape[1:]
             size = shape.numel()
-            out[n] = vectors[group][offset:offset + size].reshape(shape)
+            out[n] = vectors[group][offset : offset + size].reshape(shape)
             offset += size
     return {k: out[k] for k in like}
 
@@ -224,18 +236,19 @@ def _check_reference(reference, pseudo_grads, what: str = "reference"):
         if not isinstance(reference, Tensor):
             raise TypeError(f"{what} must be a Tensor[d] (or None) for Tensor[m, d] pseudo_grads.")
         if reference.shape != pseudo_grads.shape[1:]:
-            raise ValueError(f"{what} must have shape {tuple(pseudo_grads.shape[1:])} (d); "
-                             f"got {tuple(reference.shape)}.")
+            raise ValueError(
+                f"{what} must have shape {tuple(pseudo_grads.shape[1:])} (d); got {tuple(reference.shape)}."
+            )
         if not bool(torch.isfinite(reference).all()):
             raise ValueError(f"{what} contains NaN or Inf.")
         return reference
     if not isinstance(reference, Mapping) or set(reference) != set(pseudo_grads):
-        raise ValueError(f"{what} must be a dict with the same keys as pseudo_grads "
-                         f"({sorted(pseudo_grads)[:6]}...), or None.")
+        raise ValueError(
+            f"{what} must be a dict with the same keys as pseudo_grads ({sorted(pseudo_grads)[:6]}...), or None."
+        )
     for k, v in reference.items():
         if tuple(v.shape) != tuple(pseudo_grads[k].shape[1:]):
-            raise ValueError(f"{what}[{k!r}] must have shape {tuple(pseudo_grads[k].shape[1:])}; "
-                             f"got {tuple(v.shape)}.")
+            raise ValueError(f"{what}[{k!r}] must have shape {tuple(pseudo_grads[k].shape[1:])}; got {tuple(v.shape)}.")
         if not bool(torch.isfinite(v).all()):
             raise ValueError(f"{what}[{k!r}] contains NaN or Inf.")
     return reference
@@ -244,11 +257,11 @@ def _check_reference(reference, pseudo_grads, what: str = "reference"):
 def craft_direction(
     pseudo_grads: Updates,
     rho,
-    reference: Optional[Updates] = None,
+    reference: Updates | None = None,
     *,
-    groups: Optional[Mapping[str, Sequence[str]]] = None,
+    groups: Mapping[str, Sequence[str]] | None = None,
     normalize_reference: bool = True,
-    rcond: Optional[float] = None,
+    rcond: float | None = None,
 ) -> Updates:
     """CRAFT's aggregate: the minimum-norm correction of a reference that agrees with every client.
 
@@ -308,7 +321,7 @@ def craft_direction(
         >>> torch.allclose(u @ g, torch.tensor([0.5, 0.5]))     # U g = rho: no conflict
         True
     """
-    m = check_updates(pseudo_grads, "pseudo_grads", finite=False)   # NaN/Inf: checked per group below
+    m = check_updates(pseudo_grads, "pseudo_grads", finite=False)  # NaN/Inf: checked per group below
     w = check_weights(rho, m, "rho")
     reference = _check_reference(reference, pseudo_grads)
     if isinstance(pseudo_grads, Tensor):
@@ -319,12 +332,16 @@ def craft_direction(
         out = {}
         for k, v in pseudo_grads.items():
             ref = None if reference is None else reference[k].reshape(-1)
-            out[k] = _solve_group(v.reshape(m, -1), w, ref, normalize_reference, rcond,
-                                  f"pseudo_grads[{k!r}]").reshape(v.shape[1:])
+            out[k] = _solve_group(v.reshape(m, -1), w, ref, normalize_reference, rcond, f"pseudo_grads[{k!r}]").reshape(
+                v.shape[1:]
+            )
         return out
     mats = group_matrices(pseudo_grads, groups)
     refs = None if reference is None else group_matrices(reference, groups, stacked=False, what="reference")
-    sol = {q: _solve_group(G, w, None if refs is None else refs[q], normalize_reference, rcond,
-                           f"pseudo_grads (layer group {q!r})")
-           for q, G in mats.items()}
+    sol = {
+        q: _solve_group(
+            G, w, None if refs is None else refs[q], normalize_reference, rcond, f"pseudo_grads (layer group {q!r})"
+        )
+        for q, G in mats.items()
+    }
     return split_groups(sol, groups, pseudo_grads)

@@ -1,6 +1,6 @@
 """FedAvg's weighted mean and the conflict count: pure functions of stacked client tensors."""
-from __future__ import annotations
 
+from __future__ import annotations
 
 import torch
 from torch import Tensor

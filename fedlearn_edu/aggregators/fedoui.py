@@ -12,6 +12,7 @@ FedOUI (Fernandez-Hernandez et al., 2026). Each selected client k reports the OU
 FedAlign (the baseline of the FedOUI paper): ``w_k ∝ n_k (max(cos(Delta_k, Delta_bar), 0) + eps)``
 with ``Delta_bar`` the size-weighted mean update (:func:`fedalign_weights`).
 """
+
 from __future__ import annotations
 
 import math
@@ -23,8 +24,16 @@ from torch import Tensor
 
 from ._checks import Updates, check_updates, check_weights
 
-__all__ = ["fit_beta", "beta_moments", "empirical_rank_scores", "fedoui_scores", "fedoui_weights",
-           "fedalign_weights", "FIT_CLIP", "CDF_CLIP"]
+__all__ = [
+    "fit_beta",
+    "beta_moments",
+    "empirical_rank_scores",
+    "fedoui_scores",
+    "fedoui_weights",
+    "fedalign_weights",
+    "FIT_CLIP",
+    "CDF_CLIP",
+]
 
 FIT_CLIP = 1e-3
 """OUI values are clipped to ``[FIT_CLIP, 1 - FIT_CLIP]`` before the Beta fit (authors' code)."""
@@ -52,8 +61,10 @@ def _as_unit_values(values, what: str = "oui_values") -> np.ndarray:
     out = (arr < 0) | (arr > 1)
     if out.any():
         i = int(np.flatnonzero(out)[0])
-        raise ValueError(f"{what}[{i}] (client {i}) = {arr[i]:g} lies outside [0, 1]; OUI is a fraction "
-                         "(see fedlearn_edu.signals.oui).")
+        raise ValueError(
+            f"{what}[{i}] (client {i}) = {arr[i]:g} lies outside [0, 1]; OUI is a fraction "
+            "(see fedlearn_edu.signals.oui)."
+        )
     return arr
 
 
@@ -198,8 +209,14 @@ def fedoui_scores(oui_values, clip: float = FIT_CLIP) -> Tensor:
     return _scores_and_fit(oui_values, clip)[0]
 
 
-def fedoui_weights(oui_values, num_samples, eps: float = 1e-3, size_power: float = 1.0,
-                   score_power: float = 1.0, clip: float = FIT_CLIP) -> Tensor:
+def fedoui_weights(
+    oui_values,
+    num_samples,
+    eps: float = 1e-3,
+    size_power: float = 1.0,
+    score_power: float = 1.0,
+    clip: float = FIT_CLIP,
+) -> Tensor:
     """FedOUI's aggregation weights ``w_k ∝ n_k^a (eps + s_k)^b``, normalised to sum to 1.
 
     ``s_k`` from :func:`fedoui_scores`; ``a = size_power``, ``b = score_power`` (both 1 in
@@ -231,13 +248,14 @@ def fedoui_weights(oui_values, num_samples, eps: float = 1e-3, size_power: float
     return _weights_from_scores(fedoui_scores(oui_values, clip), num_samples, eps, size_power, score_power)
 
 
-def _weights_from_scores(scores: Tensor, num_samples, eps: float, size_power: float = 1.0,
-                         score_power: float = 1.0) -> Tensor:
+def _weights_from_scores(
+    scores: Tensor, num_samples, eps: float, size_power: float = 1.0, score_power: float = 1.0
+) -> Tensor:
     n = check_weights(num_samples, scores.shape[0], "num_samples").cpu().to(torch.float64)
     if bool((n <= 0).any()):
         i = int((n <= 0).nonzero()[0])
         raise ValueError(f"num_samples[{i}] (client {i}) is {n[i].item():g}; every client needs n_k > 0.")
-    w = n ** size_power * (eps + scores.cpu().to(torch.float64)) ** score_power
+    w = n**size_power * (eps + scores.cpu().to(torch.float64)) ** score_power
     return (w / w.sum()).to(dtype=scores.dtype, device=scores.device)
 
 
@@ -279,7 +297,8 @@ def fedalign_weights(deltas: Updates, num_samples, eps: float = 1e-3) -> Tensor:
     n = n.to(device=flat.device, dtype=dtype)
     mean = (n / n.sum()) @ flat
     norms = flat.norm(dim=1) * mean.norm()
-    cos = torch.where(norms > 0, (flat @ mean) / torch.where(norms > 0, norms, torch.ones_like(norms)),
-                      torch.zeros_like(norms)).clamp(-1.0, 1.0)
+    cos = torch.where(
+        norms > 0, (flat @ mean) / torch.where(norms > 0, norms, torch.ones_like(norms)), torch.zeros_like(norms)
+    ).clamp(-1.0, 1.0)
     w = n * (cos.clamp(min=0.0) + eps)
     return w / w.sum()

@@ -15,9 +15,10 @@ models, no loops over clients, any device.
 Signs: the functions take client deltas ``Delta_k = theta_k - theta_t``; the
 pseudo-gradient is ``g_k = -Delta_k``.
 """
+
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import torch
 from torch import Tensor
@@ -32,8 +33,10 @@ def _check_norms(grad_norms) -> Tensor:
     if not g.is_floating_point():
         g = g.to(torch.get_default_dtype())
     if g.dim() not in (1, 2):
-        raise ValueError("grad_norms must be Tensor[m, L] (client x parameter tensor) or Tensor[m] "
-                         f"(already summed per client); got shape {tuple(g.shape)}.")
+        raise ValueError(
+            "grad_norms must be Tensor[m, L] (client x parameter tensor) or Tensor[m] "
+            f"(already summed per client); got shape {tuple(g.shape)}."
+        )
     if g.shape[0] == 0:
         raise ValueError("grad_norms holds no clients (m = 0): select at least one client.")
     if g.dim() == 2 and g.shape[1] == 0:
@@ -42,8 +45,10 @@ def _check_norms(grad_norms) -> Tensor:
     bad = ~torch.isfinite(rows).all(dim=1)
     if bool(bad.any()):
         i = int(bad.nonzero()[0])
-        raise ValueError(f"The validation-gradient norms of client {i} (row {i}) contain NaN or Inf: "
-                         f"{rows[i].tolist()}. Its model diverged; lower the client learning rate.")
+        raise ValueError(
+            f"The validation-gradient norms of client {i} (row {i}) contain NaN or Inf: "
+            f"{rows[i].tolist()}. Its model diverged; lower the client learning rate."
+        )
     neg = (rows < 0).any(dim=1)
     if bool(neg.any()):
         i = int(neg.nonzero()[0])
@@ -168,10 +173,13 @@ def fedvg_aggregate(deltas: Mapping[str, Tensor], weights) -> dict[str, Tensor]:
         cols = {name: w for name in names}
     elif w.dim() == 2:
         if w.shape != (m, len(names)):
-            raise ValueError(f"Layer-wise weights must be Tensor[m, L] = [{m}, {len(names)}] "
-                             f"(clients x parameter tensors); got {tuple(w.shape)}.")
+            raise ValueError(
+                f"Layer-wise weights must be Tensor[m, L] = [{m}, {len(names)}] "
+                f"(clients x parameter tensors); got {tuple(w.shape)}."
+            )
         cols = {name: w[:, j] for j, name in enumerate(names)}
     else:
         raise ValueError(f"weights must be Tensor[m] or Tensor[m, L]; got shape {tuple(w.shape)}.")
-    return {name: torch.tensordot(cols[name].to(device=v.device, dtype=v.dtype), v, dims=1)
-            for name, v in deltas.items()}
+    return {
+        name: torch.tensordot(cols[name].to(device=v.device, dtype=v.dtype), v, dims=1) for name, v in deltas.items()
+    }

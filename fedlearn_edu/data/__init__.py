@@ -5,6 +5,7 @@
 >>> fed.num_clients
 10
 """
+
 from .datasets import (
     DATASETS,
     PARTITIONS,
@@ -38,15 +39,36 @@ from .synthetic import SYNTHETIC_CLASSES, SYNTHETIC_DIM, synthetic_federated
 from .validation import external_validation_set, resize_images, server_validation_split
 
 __all__ = [
-    "ClientData", "Federation", "make_federation",
-    "DATASETS", "DatasetInfo", "dataset_info", "load_dataset", "read_idx",
-    "federated_dataset", "PARTITIONS",
-    "iid_partition", "dirichlet_partition", "shard_partition", "quantity_skew_partition",
+    "ClientData",
+    "Federation",
+    "make_federation",
+    "DATASETS",
+    "DatasetInfo",
+    "dataset_info",
+    "load_dataset",
+    "read_idx",
+    "federated_dataset",
+    "PARTITIONS",
+    "iid_partition",
+    "dirichlet_partition",
+    "shard_partition",
+    "quantity_skew_partition",
     "partition_label_counts",
-    "flip_labels", "add_label_noise",
-    "synthetic_federated", "SYNTHETIC_DIM", "SYNTHETIC_CLASSES",
+    "flip_labels",
+    "add_label_noise",
+    "synthetic_federated",
+    "SYNTHETIC_DIM",
+    "SYNTHETIC_CLASSES",
     "plot_partition",
-    "server_validation_split", "external_validation_set", "resize_images",
-    "SHIFTS", "shifted_federation", "cluster_ids", "parse_shift", "rotate_images", "permute_labels",
-    "label_shift_classes", "concept_permutations",
+    "server_validation_split",
+    "external_validation_set",
+    "resize_images",
+    "SHIFTS",
+    "shifted_federation",
+    "cluster_ids",
+    "parse_shift",
+    "rotate_images",
+    "permute_labels",
+    "label_shift_classes",
+    "concept_permutations",
 ]

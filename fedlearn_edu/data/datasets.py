@@ -20,6 +20,7 @@ Where the files come from (nothing is downloaded unless ``download=True``):
 ``"cifar100"``      ``cifar-100-python`` below the same places
 ==================  =========================================================
 """
+
 from __future__ import annotations
 
 import functools
@@ -99,20 +100,26 @@ DATASETS: dict[str, DatasetInfo] = {
     "digits": DatasetInfo("digits", 10, (1, 8, 8), 1437, 360, tuple(str(i) for i in range(10))),
     "mnist": DatasetInfo("mnist", 10, (1, 28, 28), 60000, 10000, tuple(str(i) for i in range(10))),
     "fashion_mnist": DatasetInfo(
-        "fashion_mnist", 10, (1, 28, 28), 60000, 10000,
-        ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
-         "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"),
+        "fashion_mnist",
+        10,
+        (1, 28, 28),
+        60000,
+        10000,
+        ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"),
     ),
     "cifar10": DatasetInfo(
-        "cifar10", 10, (3, 32, 32), 50000, 10000,
+        "cifar10",
+        10,
+        (3, 32, 32),
+        50000,
+        10000,
         ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"),
     ),
     "cifar100": DatasetInfo("cifar100", 100, (3, 32, 32), 50000, 10000, tuple(_CIFAR100_CLASSES)),
 }
 assert len(_CIFAR100_CLASSES) == 100
 
-_ALIASES = {"fashion": "fashion_mnist", "fmnist": "fashion_mnist", "cifar_10": "cifar10",
-            "cifar_100": "cifar100"}
+_ALIASES = {"fashion": "fashion_mnist", "fmnist": "fashion_mnist", "cifar_10": "cifar10", "cifar_100": "cifar100"}
 
 
 def _canonical(name: str) -> str:
@@ -208,8 +215,14 @@ def _search_dirs(name: str, root) -> list[Path]:
 # --------------------------------------------------------------------------- #
 # IDX files (MNIST, Fashion-MNIST)
 # --------------------------------------------------------------------------- #
-_IDX_DTYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: np.dtype(">i2"), 0x0C: np.dtype(">i4"),
-               0x0D: np.dtype(">f4"), 0x0E: np.dtype(">f8")}
+_IDX_DTYPES = {
+    0x08: np.uint8,
+    0x09: np.int8,
+    0x0B: np.dtype(">i2"),
+    0x0C: np.dtype(">i4"),
+    0x0D: np.dtype(">f4"),
+    0x0E: np.dtype(">f8"),
+}
 
 
 def _read_bytes(path: Path) -> bytes:
@@ -326,11 +339,12 @@ def _load_idx_dataset(name: str, root, download: bool):
     if folder is None:
         fixes = []
         if name == "fashion_mnist":
-            fixes.append("sudo apt-get install dataset-fashion-mnist   (Debian/Ubuntu, no internet needed "
-                         "beyond the package mirror; installs /usr/share/datasets/fashion-mnist)")
+            fixes.append(
+                "sudo apt-get install dataset-fashion-mnist   (Debian/Ubuntu, no internet needed "
+                "beyond the package mirror; installs /usr/share/datasets/fashion-mnist)"
+            )
         fixes += [
-            f'load_dataset("{name}", download=True)   (downloads with torchvision into '
-            f"{_download_root(root)})",
+            f'load_dataset("{name}", download=True)   (downloads with torchvision into {_download_root(root)})',
             f"put the four files ({', '.join(s[0] for s in _IDX_STEMS.values())}, .gz or not) "
             f"in a folder and pass root=that_folder or set {ENV_VAR}=that_folder",
         ]
@@ -348,8 +362,7 @@ def _load_idx_dataset(name: str, root, download: bool):
         x, y = arrays[f"{split}_images"], arrays[f"{split}_labels"]
         if x.ndim != 3 or y.ndim != 1 or x.shape[0] != y.shape[0]:
             raise ValueError(
-                f"{folder}: {split} images {x.shape} and labels {y.shape} do not match "
-                "(expected [n, H, W] and [n])."
+                f"{folder}: {split} images {x.shape} and labels {y.shape} do not match (expected [n, H, W] and [n])."
             )
         if y.size and (int(y.min()) < 0 or int(y.max()) > 9):
             raise ValueError(f"{folder}: {split} labels outside 0..9.")
@@ -450,8 +463,10 @@ def _digits_arrays():
 
 def _load_digits():
     x_tr, x_te, y_tr, y_te = _digits_arrays()
-    return (TensorDataset(torch.tensor(x_tr), torch.tensor(y_tr)),
-            TensorDataset(torch.tensor(x_te), torch.tensor(y_te)))
+    return (
+        TensorDataset(torch.tensor(x_tr), torch.tensor(y_tr)),
+        TensorDataset(torch.tensor(x_te), torch.tensor(y_te)),
+    )
 
 
 # --------------------------------------------------------------------------- #
@@ -620,6 +635,11 @@ def federated_dataset(
         parts = quantity_skew_partition(labels, k, sigma=sigma, min_size=min_size, seed=seed)
         desc = f"quantity skew sigma={sigma:g}"
     return make_federation(
-        x, y, parts, test_fraction=test_fraction, num_classes=info.num_classes, seed=seed,
+        x,
+        y,
+        parts,
+        test_fraction=test_fraction,
+        num_classes=info.num_classes,
+        seed=seed,
         name=f"{info.name}, {desc}, {k} clients",
     )

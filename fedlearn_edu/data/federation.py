@@ -5,10 +5,11 @@ layer: a list of :class:`ClientData`, each holding its own local training and
 local test tensors. Build one from a dataset and a partition (one index array
 per client) with :func:`make_federation`.
 """
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 import torch
@@ -44,10 +45,13 @@ class ClientData:
     def num_test(self) -> int:
         return int(self.test_y.shape[0])
 
-    def to(self, device) -> "ClientData":
+    def to(self, device) -> ClientData:
         return ClientData(
-            self.train_x.to(device), self.train_y.to(device),
-            self.test_x.to(device), self.test_y.to(device), dict(self.info),
+            self.train_x.to(device),
+            self.train_y.to(device),
+            self.test_x.to(device),
+            self.test_y.to(device),
+            dict(self.info),
         )
 
 
@@ -79,9 +83,7 @@ class Federation:
                 )
             for split, y in (("train", c.train_y), ("test", c.test_y)):
                 if y.numel() and (int(y.min()) < 0 or int(y.max()) >= self.num_classes):
-                    raise ValueError(
-                        f"Client {i} has {split} labels outside [0, {self.num_classes - 1}]."
-                    )
+                    raise ValueError(f"Client {i} has {split} labels outside [0, {self.num_classes - 1}].")
 
     def __len__(self) -> int:
         return len(self.clients)
@@ -126,7 +128,7 @@ class Federation:
             counts[i] = np.bincount(y.numpy(), minlength=self.num_classes)
         return counts
 
-    def to(self, device) -> "Federation":
+    def to(self, device) -> Federation:
         """A copy with every client's tensors on ``device``."""
         return Federation([c.to(device) for c in self.clients], self.num_classes, self.name)
 

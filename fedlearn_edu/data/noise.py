@@ -3,9 +3,11 @@
 The FedOUI chapter's "noisy clients" setting: a few clients have a fraction of
 their training labels flipped uniformly to *another* class.
 """
+
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -16,8 +18,7 @@ from .partition import _as_labels, _check_float, _check_int
 __all__ = ["flip_labels", "add_label_noise"]
 
 
-def flip_labels(labels: Any, fraction: float, num_classes: int, seed: int = 0,
-                return_mask: bool = False):
+def flip_labels(labels: Any, fraction: float, num_classes: int, seed: int = 0, return_mask: bool = False):
     """Flip a fraction of labels, each uniformly to one of the *other* classes.
 
     Exactly ``round(fraction * n)`` positions, chosen without replacement, get
@@ -69,8 +70,9 @@ def flip_labels(labels: Any, fraction: float, num_classes: int, seed: int = 0,
     return (out, mask) if return_mask else out
 
 
-def add_label_noise(federation: Federation, noisy_clients: int | Sequence[int], fraction: float,
-                    seed: int = 0) -> Federation:
+def add_label_noise(
+    federation: Federation, noisy_clients: int | Sequence[int], fraction: float, seed: int = 0
+) -> Federation:
     """A copy of ``federation`` where some clients' *training* labels are flipped.
 
     Local test labels stay clean, so a client's test accuracy still measures
@@ -119,8 +121,9 @@ def add_label_noise(federation: Federation, noisy_clients: int | Sequence[int], 
         train_y = c.train_y
         flipped = 0
         if i in chosen and c.num_train > 0:
-            train_y, mask = flip_labels(c.train_y, fraction, federation.num_classes,
-                                        seed=int(rng.integers(2**31)), return_mask=True)
+            train_y, mask = flip_labels(
+                c.train_y, fraction, federation.num_classes, seed=int(rng.integers(2**31)), return_mask=True
+            )
             flipped = int(mask.sum())
         info.update(noisy=i in chosen, num_flipped=flipped)
         clients.append(ClientData(c.train_x, train_y, c.test_x, c.test_y, info))

@@ -15,6 +15,7 @@ function                               heterogeneity it creates
 :func:`quantity_skew_partition`        unequal client sizes, IID labels
 =====================================  =============================================
 """
+
 from __future__ import annotations
 
 import math
@@ -93,8 +94,7 @@ def _num_samples(num_samples_or_labels: Any) -> int:
     if hasattr(num_samples_or_labels, "shape") or isinstance(num_samples_or_labels, (list, tuple)):
         return int(_as_labels(num_samples_or_labels).shape[0])
     raise TypeError(
-        "Expected the number of samples (int) or an array of labels, "
-        f"got {type(num_samples_or_labels).__name__}."
+        f"Expected the number of samples (int) or an array of labels, got {type(num_samples_or_labels).__name__}."
     )
 
 
@@ -180,8 +180,9 @@ def iid_partition(num_samples_or_labels: Any, num_clients: int, seed: int = 0) -
 # --------------------------------------------------------------------------- #
 # Dirichlet label skew
 # --------------------------------------------------------------------------- #
-def _dirichlet_counts(class_sizes: np.ndarray, num_clients: int, alpha: float, balance: bool,
-                      rng: np.random.Generator) -> np.ndarray:
+def _dirichlet_counts(
+    class_sizes: np.ndarray, num_clients: int, alpha: float, balance: bool, rng: np.random.Generator
+) -> np.ndarray:
     """One draw: ``counts[k, c]`` = samples of class c that client k receives."""
     n = int(class_sizes.sum())
     counts = np.zeros((num_clients, class_sizes.size), dtype=np.int64)
@@ -348,8 +349,7 @@ def dirichlet_partition(
 # --------------------------------------------------------------------------- #
 # shards
 # --------------------------------------------------------------------------- #
-def shard_partition(labels: Any, num_clients: int, shards_per_client: int = 2,
-                    seed: int = 0) -> list[np.ndarray]:
+def shard_partition(labels: Any, num_clients: int, shards_per_client: int = 2, seed: int = 0) -> list[np.ndarray]:
     """Pathological label skew (McMahan et al., 2017): sort by label, cut into shards, deal.
 
     The samples are sorted by label (ties in random order), cut into
@@ -395,14 +395,15 @@ def shard_partition(labels: Any, num_clients: int, shards_per_client: int = 2,
     order = perm[np.argsort(y[perm], kind="stable")]
     shards = np.array_split(order, k * s)
     deal = rng.permutation(k * s)
-    return _sorted_parts(np.concatenate([shards[j] for j in deal[i * s:(i + 1) * s]]) for i in range(k))
+    return _sorted_parts(np.concatenate([shards[j] for j in deal[i * s : (i + 1) * s]]) for i in range(k))
 
 
 # --------------------------------------------------------------------------- #
 # quantity skew
 # --------------------------------------------------------------------------- #
-def quantity_skew_partition(num_samples: Any, num_clients: int, sigma: float = 1.0,
-                            min_size: int = 10, seed: int = 0) -> list[np.ndarray]:
+def quantity_skew_partition(
+    num_samples: Any, num_clients: int, sigma: float = 1.0, min_size: int = 10, seed: int = 0
+) -> list[np.ndarray]:
     r"""Unequal client sizes with IID labels.
 
     Sizes: every client first gets ``min_size`` samples; the remaining

@@ -1,7 +1,9 @@
 """Pictures of a partition: which client holds how many samples of which class."""
+
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -17,8 +19,7 @@ def _counts_of(federation_or_counts: Any, split: str) -> tuple[np.ndarray, str]:
     counts = np.asarray(federation_or_counts)
     if counts.ndim != 2 or counts.size == 0:
         raise ValueError(
-            f"Expected a Federation or a counts array of shape (num_clients, num_classes); "
-            f"got shape {counts.shape}."
+            f"Expected a Federation or a counts array of shape (num_clients, num_classes); got shape {counts.shape}."
         )
     if counts.dtype.kind not in "iuf" or not np.all(np.isfinite(counts)) or np.any(counts < 0):
         raise ValueError("Counts must be finite and non-negative.")
@@ -83,16 +84,14 @@ def plot_partition(
         _, ax = plt.subplots(figsize=(width, height))
     clients = np.arange(num_clients)
     cmap = plt.get_cmap("tab10" if num_classes <= 10 else "tab20" if num_classes <= 20 else "viridis")
-    colours = [cmap(c % cmap.N) if num_classes <= 20 else cmap(c / max(num_classes - 1, 1))
-               for c in range(num_classes)]
+    colours = [cmap(c % cmap.N) if num_classes <= 20 else cmap(c / max(num_classes - 1, 1)) for c in range(num_classes)]
 
     if kind == "bubble":
         cc, kk = np.meshgrid(clients, np.arange(num_classes), indexing="ij")
         top = counts.max() if counts.max() > 0 else 1
         area = 300.0 * counts / top
         mask = counts > 0
-        ax.scatter(cc[mask], kk[mask], s=area[mask], c=[colours[k] for k in kk[mask]],
-                   alpha=0.8, edgecolors="none")
+        ax.scatter(cc[mask], kk[mask], s=area[mask], c=[colours[k] for k in kk[mask]], alpha=0.8, edgecolors="none")
         ax.set_xlabel("client")
         ax.set_ylabel("class")
         ax.set_yticks(np.arange(num_classes))
@@ -103,8 +102,14 @@ def plot_partition(
     elif kind == "bar":
         left = np.zeros(num_clients)
         for k in range(num_classes):
-            ax.barh(clients, counts[:, k], left=left, color=colours[k], height=0.8,
-                    label=names[k] if num_classes <= 20 else None)
+            ax.barh(
+                clients,
+                counts[:, k],
+                left=left,
+                color=colours[k],
+                height=0.8,
+                label=names[k] if num_classes <= 20 else None,
+            )
             left += counts[:, k]
         ax.set_xlabel("samples")
         ax.set_ylabel("client")

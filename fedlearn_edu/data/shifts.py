@@ -20,10 +20,11 @@ which is what the Oracle baseline and the plots read.
 samples per client. Samples are drawn without replacement, so no two clients
 share a sample; within its class subset a client is class-balanced.
 """
+
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -33,13 +34,23 @@ from .federation import ClientData, Federation
 from .partition import _check_int
 
 __all__ = [
-    "SHIFTS", "parse_shift", "rotate_images", "permute_labels", "label_shift_classes",
-    "concept_permutations", "shifted_federation", "cluster_ids",
+    "SHIFTS",
+    "parse_shift",
+    "rotate_images",
+    "permute_labels",
+    "label_shift_classes",
+    "concept_permutations",
+    "shifted_federation",
+    "cluster_ids",
 ]
 
 SHIFTS = ("label", "covariate", "concept")
-_ALIASES = {"combined": ("label", "covariate", "concept"), "all": ("label", "covariate", "concept"),
-            "none": (), "iid": ()}
+_ALIASES = {
+    "combined": ("label", "covariate", "concept"),
+    "all": ("label", "covariate", "concept"),
+    "none": (),
+    "iid": (),
+}
 
 
 def parse_shift(shift: str | Sequence[str]) -> tuple[str, ...]:
@@ -53,8 +64,10 @@ def parse_shift(shift: str | Sequence[str]) -> tuple[str, ...]:
         parts = [str(p).strip().lower() for p in shift]
     bad = [p for p in parts if p not in SHIFTS]
     if bad:
-        raise ValueError(f"Unknown shift type(s) {bad}; use {SHIFTS}, a '+'-joined combination "
-                         f"such as 'label+concept', or one of {sorted(_ALIASES)}.")
+        raise ValueError(
+            f"Unknown shift type(s) {bad}; use {SHIFTS}, a '+'-joined combination "
+            f"such as 'label+concept', or one of {sorted(_ALIASES)}."
+        )
     return tuple(s for s in SHIFTS if s in parts)
 
 
@@ -93,8 +106,9 @@ def permute_labels(y: Tensor, permutation: Sequence[int]) -> Tensor:
     return perm.to(y.device)[y.long()]
 
 
-def label_shift_classes(num_classes: int, num_clusters: int, classes_per_cluster: int | None = None,
-                        seed: int = 0) -> list[list[int]]:
+def label_shift_classes(
+    num_classes: int, num_clusters: int, classes_per_cluster: int | None = None, seed: int = 0
+) -> list[list[int]]:
     """Class subsets, one per cluster.
 
     ``classes_per_cluster=None`` (default): the classes, in a seeded random order, are
@@ -107,8 +121,10 @@ def label_shift_classes(num_classes: int, num_clusters: int, classes_per_cluster
     rng = np.random.default_rng(seed)
     if classes_per_cluster is None:
         if k > c:
-            raise ValueError(f"Cannot split {c} classes into {k} disjoint non-empty groups; "
-                             "pass classes_per_cluster to let subsets overlap.")
+            raise ValueError(
+                f"Cannot split {c} classes into {k} disjoint non-empty groups; "
+                "pass classes_per_cluster to let subsets overlap."
+            )
         return [sorted(int(v) for v in g) for g in np.array_split(rng.permutation(c), k)]
     m = _check_int(classes_per_cluster, "classes_per_cluster", 1)
     if m > c:
@@ -231,8 +247,11 @@ def shifted_federation(
 
     # -- what distinguishes the clusters -------------------------------------------------
     if "label" in kinds:
-        subsets = ([sorted(int(v) for v in s) for s in class_subsets] if class_subsets is not None
-                   else label_shift_classes(c, k, classes_per_cluster, seed=seed))
+        subsets = (
+            [sorted(int(v) for v in s) for s in class_subsets]
+            if class_subsets is not None
+            else label_shift_classes(c, k, classes_per_cluster, seed=seed)
+        )
         if len(subsets) != k or any(len(s) == 0 or min(s) < 0 or max(s) >= c for s in subsets):
             raise ValueError(f"class_subsets must hold {k} non-empty lists of classes in [0, {c - 1}].")
     else:
@@ -246,8 +265,11 @@ def shifted_federation(
     else:
         rot = [0.0] * k
     if "concept" in kinds:
-        perms = ([list(map(int, p)) for p in permutations] if permutations is not None
-                 else concept_permutations(c, k, seed=seed + 1))
+        perms = (
+            [list(map(int, p)) for p in permutations]
+            if permutations is not None
+            else concept_permutations(c, k, seed=seed + 1)
+        )
         if len(perms) != k or any(sorted(p) != list(range(c)) for p in perms):
             raise ValueError(f"permutations must hold {k} permutations of 0..{c - 1}.")
     else:
@@ -257,7 +279,7 @@ def shifted_federation(
     n_clients = k * per
     cluster_of = np.repeat(np.arange(k), per)
     class_pool = [rng.permutation(np.flatnonzero(y.numpy() == cls)) for cls in range(c)]
-    demand = np.zeros(c, dtype=np.int64)                      # clients that need each class
+    demand = np.zeros(c, dtype=np.int64)  # clients that need each class
     for j in cluster_of:
         demand[subsets[j]] += 1
     n_test_fixed = None if test_samples is None else _check_int(test_samples, "test_samples", 1)
@@ -270,8 +292,9 @@ def shifted_federation(
                 raise ValueError(f"Not enough data for {n_test_fixed} test samples per client.")
             sizes = sizes - n_test_fixed
     else:
-        sizes = np.full(n_clients, _check_int(samples_per_client, "samples_per_client",
-                                              2 if n_test_fixed is None else 1))
+        sizes = np.full(
+            n_clients, _check_int(samples_per_client, "samples_per_client", 2 if n_test_fixed is None else 1)
+        )
     if n_test_fixed is not None:
         sizes = sizes + n_test_fixed
     quotas = np.zeros((n_clients, c), dtype=np.int64)
@@ -284,8 +307,10 @@ def shifted_federation(
     short = [(cls, int(need[cls]), len(class_pool[cls])) for cls in range(c) if need[cls] > len(class_pool[cls])]
     if short:
         cls, want, have = short[0]
-        raise ValueError(f"Not enough data: class {cls} is needed {want} times but has {have} samples. "
-                         "Lower samples_per_client or use fewer clients.")
+        raise ValueError(
+            f"Not enough data: class {cls} is needed {want} times but has {have} samples. "
+            "Lower samples_per_client or use fewer clients."
+        )
 
     # -- deal the samples, transform per cluster, split train/test -----------------------
     taken = np.zeros(c, dtype=np.int64)
@@ -295,7 +320,7 @@ def shifted_federation(
         for cls in range(c):
             q = int(quotas[i, cls])
             if q:
-                idx.append(class_pool[cls][taken[cls]:taken[cls] + q])
+                idx.append(class_pool[cls][taken[cls] : taken[cls] + q])
                 taken[cls] += q
         idx = rng.permutation(np.concatenate(idx))
         xi, yi = x[torch.as_tensor(idx)], y[torch.as_tensor(idx)]
@@ -307,8 +332,13 @@ def shifted_federation(
             n_test = n_test_fixed
         else:
             n_test = int(min(max(round(test_fraction * n), 1), n - 1)) if test_fraction > 0 and n >= 2 else 0
-        info = {"cluster": int(j), "classes": [perms[j][v] for v in subsets[j]], "angle": rot[j],
-                "permutation": list(perms[j]), "shift": "+".join(kinds) or "none"}
+        info = {
+            "cluster": int(j),
+            "classes": [perms[j][v] for v in subsets[j]],
+            "angle": rot[j],
+            "permutation": list(perms[j]),
+            "shift": "+".join(kinds) or "none",
+        }
         clients.append(ClientData(xi[n_test:], yi[n_test:], xi[:n_test], yi[:n_test], info))
     name = f"{dname}, {'+'.join(kinds) or 'no'} shift, {k} clusters x {per} clients"
     return Federation(clients, c, name)
@@ -319,5 +349,7 @@ def cluster_ids(federation: Federation) -> np.ndarray:
     try:
         return np.array([int(cl.info["cluster"]) for cl in federation], dtype=np.int64)
     except KeyError:
-        raise ValueError("These clients carry no 'cluster' in their info; build the federation "
-                         "with shifted_federation (or set client.info['cluster']).") from None
+        raise ValueError(
+            "These clients carry no 'cluster' in their info; build the federation "
+            "with shifted_federation (or set client.info['cluster'])."
+        ) from None

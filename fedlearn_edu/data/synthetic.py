@@ -17,6 +17,7 @@ distribution:
 differ, ``beta`` how much the local input distributions differ. In the IID
 variant every client has ``v_k = 0`` and one global ``W, b ~ N(0, 1)``.
 """
+
 from __future__ import annotations
 
 import numpy as np

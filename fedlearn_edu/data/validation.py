@@ -9,9 +9,10 @@ Two kinds, as in the FedVG paper:
   digits enlarged to 28x28 for clients on MNIST), resized with
   :func:`resize_images` to the clients' input shape.
 """
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -25,8 +26,11 @@ from .partition import _check_float, _check_int
 __all__ = ["server_validation_split", "resize_images", "external_validation_set"]
 
 
-def server_validation_split(federation: Federation, fraction: float = 0.1, seed: int = 0,
-                            ) -> tuple[Federation, tuple[Tensor, Tensor]]:
+def server_validation_split(
+    federation: Federation,
+    fraction: float = 0.1,
+    seed: int = 0,
+) -> tuple[Federation, tuple[Tensor, Tensor]]:
     """Move a share of every client's *training* samples to one pooled server validation set.
 
     Client i gives ``round(fraction * n_i)`` of its training samples (at least 1 when
@@ -74,17 +78,20 @@ def server_validation_split(federation: Federation, fraction: float = 0.1, seed:
         val_idx, keep_idx = perm[:k], perm[k:].sort().values
         xs.append(c.train_x[val_idx])
         ys.append(c.train_y[val_idx])
-        clients.append(ClientData(c.train_x[keep_idx], c.train_y[keep_idx], c.test_x, c.test_y,
-                                  {**c.info, "num_val": k}))
+        clients.append(
+            ClientData(c.train_x[keep_idx], c.train_y[keep_idx], c.test_x, c.test_y, {**c.info, "num_val": k})
+        )
     x_val, y_val = torch.cat(xs), torch.cat(ys)
     if y_val.numel() == 0:
-        raise ValueError("The pooled validation set is empty: raise fraction (clients need >= 2 training "
-                         "samples to give one away).")
+        raise ValueError(
+            "The pooled validation set is empty: raise fraction (clients need >= 2 training samples to give one away)."
+        )
     return Federation(clients, federation.num_classes, federation.name), (x_val, y_val)
 
 
-def resize_images(x: Tensor, size: int | Sequence[int], *, channels: int | None = None, crop: int = 0,
-                  pad: int = 0) -> Tensor:
+def resize_images(
+    x: Tensor, size: int | Sequence[int], *, channels: int | None = None, crop: int = 0, pad: int = 0
+) -> Tensor:
     """Resize a batch of images ``Tensor[n, C, H, W]`` to another resolution.
 
     Steps: drop ``crop`` pixels at every border; resize to ``size - 2 * pad`` (area
@@ -126,8 +133,11 @@ def resize_images(x: Tensor, size: int | Sequence[int], *, channels: int | None 
         raise ValueError(f"pad={pad} leaves no room in a {h}x{w} image.")
     x = x.float()
     shrink = inner[0] <= x.shape[-2] and inner[1] <= x.shape[-1]
-    x = F.interpolate(x, size=inner, mode="area") if shrink else \
-        F.interpolate(x, size=inner, mode="bilinear", align_corners=False)
+    x = (
+        F.interpolate(x, size=inner, mode="area")
+        if shrink
+        else F.interpolate(x, size=inner, mode="bilinear", align_corners=False)
+    )
     if pad:
         x = F.pad(x, (pad, pad, pad, pad))
     if channels is not None and channels != x.shape[1]:
@@ -140,9 +150,18 @@ def resize_images(x: Tensor, size: int | Sequence[int], *, channels: int | None 
     return x.clamp(0, 1)
 
 
-def external_validation_set(name: str, input_shape: Sequence[int], num_samples: int | None = None, *,
-                            split: str = "test", crop: int = 0, pad: int = 0, seed: int = 0,
-                            root=None, download: bool = False) -> tuple[Tensor, Tensor]:
+def external_validation_set(
+    name: str,
+    input_shape: Sequence[int],
+    num_samples: int | None = None,
+    *,
+    split: str = "test",
+    crop: int = 0,
+    pad: int = 0,
+    seed: int = 0,
+    root=None,
+    download: bool = False,
+) -> tuple[Tensor, Tensor]:
     """A validation set from another dataset, resized to the clients' ``input_shape``.
 
     Parameters

@@ -27,17 +27,23 @@ eigenvalues of ``A_c^T A_c`` and ``A_c A_c^T`` (``A_c`` centred) coincide, so
 the smaller of the two Gram matrices (``min(n, p)`` squared) is
 diagonalised.
 """
+
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
 
 __all__ = [
-    "pca_fingerprint", "client_fingerprints", "reference_fingerprint", "RandomProjection", "label_encoding_matrix",
-    "NORMALIZATIONS", "LABEL_ENCODINGS",
+    "pca_fingerprint",
+    "client_fingerprints",
+    "reference_fingerprint",
+    "RandomProjection",
+    "label_encoding_matrix",
+    "NORMALIZATIONS",
+    "LABEL_ENCODINGS",
 ]
 
 NORMALIZATIONS = (None, "trace")
@@ -76,8 +82,7 @@ class RandomProjection:
     def __call__(self, x: Tensor) -> Tensor:
         flat = x.reshape(x.shape[0], -1)
         if flat.shape[1] != self.in_features:
-            raise ValueError(f"RandomProjection expects inputs with {self.in_features} entries, "
-                             f"got {flat.shape[1]}.")
+            raise ValueError(f"RandomProjection expects inputs with {self.in_features} entries, got {flat.shape[1]}.")
         return flat.to(torch.float64) @ self.matrix.to(flat.device).T
 
     def __repr__(self) -> str:
@@ -120,8 +125,10 @@ def _feature_matrix(features: Tensor, feature_map) -> Tensor:
     if callable(feature_map):
         out = feature_map(features)
         if not isinstance(out, Tensor) or out.dim() != 2 or out.shape[0] != features.shape[0]:
-            raise ValueError("feature_map must return a Tensor[n, k] with one row per sample; got "
-                             f"{type(out).__name__} {tuple(getattr(out, 'shape', ()))}.")
+            raise ValueError(
+                "feature_map must return a Tensor[n, k] with one row per sample; got "
+                f"{type(out).__name__} {tuple(getattr(out, 'shape', ()))}."
+            )
         return out
     raise ValueError(f"feature_map must be None, 'flatten' or a callable; got {feature_map!r}.")
 
@@ -201,8 +208,10 @@ def pca_fingerprint(
             raise ValueError("labels must be integer class ids; got non-integer or NaN values.")
     labels = labels.long()
     if int(labels.min()) < 0 or int(labels.max()) >= c:
-        raise ValueError(f"labels must lie in [0, {c - 1}] (num_classes={c}); "
-                         f"found values in [{int(labels.min())}, {int(labels.max())}].")
+        raise ValueError(
+            f"labels must lie in [0, {c - 1}] (num_classes={c}); "
+            f"found values in [{int(labels.min())}, {int(labels.max())}]."
+        )
     if features.is_floating_point() and not bool(torch.isfinite(features).all()):
         bad = (~torch.isfinite(features.reshape(n, -1))).any(1).nonzero()[0].item()
         raise ValueError(f"features contain NaN or Inf (first at sample {bad}); clean the data first.")
@@ -213,11 +222,11 @@ def pca_fingerprint(
     if not bool(torch.isfinite(phi).all()):
         raise ValueError("feature_map produced NaN or Inf values.")
     enc = float(label_scale) * label_encoding_matrix(c, label_encoding).to(phi.device)
-    a = torch.cat([phi, enc[labels.to(phi.device)]], dim=1)            # A = [phi(X), E(y)], n x p
-    a = a - a.mean(dim=0, keepdim=True)                                # centre the columns
+    a = torch.cat([phi, enc[labels.to(phi.device)]], dim=1)  # A = [phi(X), E(y)], n x p
+    a = a - a.mean(dim=0, keepdim=True)  # centre the columns
     p = a.shape[1]
-    gram = a @ a.T if n <= p else a.T @ a                              # the smaller Gram matrix
-    eig = torch.linalg.eigvalsh(gram / (n - 1)).flip(0).clamp(min=0)   # descending, >= 0
+    gram = a @ a.T if n <= p else a.T @ a  # the smaller Gram matrix
+    eig = torch.linalg.eigvalsh(gram / (n - 1)).flip(0).clamp(min=0)  # descending, >= 0
     if normalize == "trace":
         total = eig.sum()
         eig = eig / total if float(total) > 0 else eig
@@ -243,10 +252,19 @@ def client_fingerprints(
     :func:`fedlearn_edu.conditional.condition_federation` stores each row with its
     own client's data.
     """
-    rows = [pca_fingerprint(c.train_x, c.train_y, federation.num_classes, num_eigenvalues, normalize,
-                            feature_map=feature_map, label_encoding=label_encoding,
-                            label_scale=label_scale)
-            for c in federation]
+    rows = [
+        pca_fingerprint(
+            c.train_x,
+            c.train_y,
+            federation.num_classes,
+            num_eigenvalues,
+            normalize,
+            feature_map=feature_map,
+            label_encoding=label_encoding,
+            label_scale=label_scale,
+        )
+        for c in federation
+    ]
     return torch.stack(rows)
 
 

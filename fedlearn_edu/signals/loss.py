@@ -1,7 +1,8 @@
 """The global model's loss on each selected client's training data, F_k(theta_t)."""
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -14,8 +15,9 @@ __all__ = ["global_model_loss"]
 
 
 @torch.no_grad()
-def global_model_loss(model: nn.Module, global_params: Params, datasets: Sequence[tuple[Tensor, Tensor]],
-                      batch_size: int = 2048) -> Tensor:
+def global_model_loss(
+    model: nn.Module, global_params: Params, datasets: Sequence[tuple[Tensor, Tensor]], batch_size: int = 2048
+) -> Tensor:
     """Mean cross-entropy of the global model ``theta_t`` on each client's training data.
 
     This is F_k(theta_t) of q-FedAvg and the loss FedFV sorts clients by: what each
@@ -46,8 +48,7 @@ def global_model_loss(model: nn.Module, global_params: Params, datasets: Sequenc
     sizes = [int(d[1].shape[0]) for d in datasets]
     if min(sizes) < 1:
         raise ValueError(f"Every client needs training samples; sizes were {sizes}.")
-    owner = torch.repeat_interleave(torch.arange(len(datasets), device=y.device),
-                                    torch.tensor(sizes, device=y.device))
+    owner = torch.repeat_interleave(torch.arange(len(datasets), device=y.device), torch.tensor(sizes, device=y.device))
     total = torch.zeros(len(datasets), dtype=torch.float64, device=y.device)
     for start in range(0, y.shape[0], batch_size):
         sl = slice(start, start + batch_size)

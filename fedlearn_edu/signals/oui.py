@@ -37,9 +37,10 @@ model                   the layer it returns (``Tensor[B, d]``)
 For any other module pass ``layer="<submodule name>"``: a forward hook captures
 that submodule's output (flattened to ``[B, -1]``).
 """
+
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -48,8 +49,14 @@ from torch.func import functional_call, vmap
 from ..utils import derive_seed
 
 __all__ = [
-    "oui", "oui_pairwise", "activation_counts", "hamming_distances",
-    "penultimate_preactivations", "probe_indices", "probe_batch", "client_oui",
+    "oui",
+    "oui_pairwise",
+    "activation_counts",
+    "hamming_distances",
+    "penultimate_preactivations",
+    "probe_indices",
+    "probe_batch",
+    "client_oui",
 ]
 
 
@@ -62,7 +69,8 @@ def _check_preactivations(z, what: str = "preactivations") -> Tensor:
     if z.dim() != 2:
         raise ValueError(
             f"{what} must be Tensor[B, d] (one row per probe sample, one column per unit); "
-            f"got shape {tuple(z.shape)}. Flatten extra axes first, e.g. z.flatten(1).")
+            f"got shape {tuple(z.shape)}. Flatten extra axes first, e.g. z.flatten(1)."
+        )
     b, d = z.shape
     if b < 2:
         raise ValueError(f"OUI needs a batch of at least B = 2 samples; got B = {b}.")
@@ -209,8 +217,9 @@ class _EvalMode:
         return False
 
 
-def penultimate_preactivations(model: nn.Module, x: Tensor, params: Mapping[str, Tensor] | None = None,
-                               layer: str | None = None) -> Tensor:
+def penultimate_preactivations(
+    model: nn.Module, x: Tensor, params: Mapping[str, Tensor] | None = None, layer: str | None = None
+) -> Tensor:
     """The layer FedOUI reads, on a batch: ``Tensor[B, d]`` pre-activations, in eval mode, no grad.
 
     Args:
@@ -300,8 +309,9 @@ def probe_batch(x: Tensor, probe_size: int = 32, seed: int = 0) -> Tensor:
     return x[idx.to(x.device)]
 
 
-def client_oui(model: nn.Module, params: Mapping[str, Tensor], probes: Tensor | Sequence[Tensor],
-               layer: str | None = None) -> Tensor:
+def client_oui(
+    model: nn.Module, params: Mapping[str, Tensor], probes: Tensor | Sequence[Tensor], layer: str | None = None
+) -> Tensor:
     """OUI of m clients' models, each on its own probe batch.
 
     Args:
@@ -331,8 +341,10 @@ def client_oui(model: nn.Module, params: Mapping[str, Tensor], probes: Tensor | 
         if v.shape[0] != m:
             raise ValueError(f"params[{k!r}] has {v.shape[0]} clients on its leading axis but there are {m} probes.")
     if layer is None:
+
         def features(p, x):
             return functional_call(model, p, (x,), {"features": True}).flatten(1)
+
         with _EvalMode(model), torch.no_grad():
             try:
                 z = vmap(features)(dict(params), probes)
@@ -343,8 +355,12 @@ def client_oui(model: nn.Module, params: Mapping[str, Tensor], probes: Tensor | 
                     f"{type(model).__name__}.forward does not accept features=True; pass layer='<module name>'."
                 ) from err
     else:
-        z = torch.stack([penultimate_preactivations(model, probes[i], {k: v[i] for k, v in params.items()}, layer)
-                         for i in range(m)])
+        z = torch.stack(
+            [
+                penultimate_preactivations(model, probes[i], {k: v[i] for k, v in params.items()}, layer)
+                for i in range(m)
+            ]
+        )
     if not bool(torch.isfinite(z).all()):
         bad = (~torch.isfinite(z.reshape(m, -1))).any(dim=1).nonzero()[0].item()
         raise ValueError(f"The pre-activations of client {bad} (row {bad}) contain NaN or Inf.")

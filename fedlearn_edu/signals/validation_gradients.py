@@ -30,10 +30,12 @@ Two engines give the same numbers:
 * ``engine="loop"``: the readable reference, one client after another, batches
   of ``batch_size`` with ``torch.autograd.grad``, exactly the authors' loop.
 """
+
 from __future__ import annotations
 
 import math
-from typing import Mapping, Sequence, Union
+from collections.abc import Mapping, Sequence
+from typing import Union
 
 import torch
 import torch.nn.functional as F
@@ -59,23 +61,28 @@ def as_validation_set(val_data, num_classes: int | None = None) -> tuple[Tensor,
     if hasattr(val_data, "tensors"):
         val_data = val_data.tensors
     if not isinstance(val_data, (tuple, list)) or len(val_data) != 2:
-        raise TypeError("val_data must be a pair (x, y) of tensors or a TensorDataset of two tensors; "
-                        f"got {type(val_data).__name__}.")
+        raise TypeError(
+            "val_data must be a pair (x, y) of tensors or a TensorDataset of two tensors; "
+            f"got {type(val_data).__name__}."
+        )
     x, y = (torch.as_tensor(t) for t in val_data)
     if y.dim() != 1:
         raise ValueError(f"Validation labels must be Tensor[n]; got shape {tuple(y.shape)}.")
     if x.shape[0] != y.shape[0]:
         raise ValueError(f"Validation set has {x.shape[0]} inputs but {y.shape[0]} labels.")
     if y.shape[0] == 0:
-        raise ValueError("The validation set is empty: FedVG needs at least one validation sample "
-                         "(e.g. fedlearn_edu.data.server_validation_split(federation, fraction=0.1)).")
+        raise ValueError(
+            "The validation set is empty: FedVG needs at least one validation sample "
+            "(e.g. fedlearn_edu.data.server_validation_split(federation, fraction=0.1))."
+        )
     if y.is_floating_point() or y.dtype == torch.bool:
         raise ValueError(f"Validation labels must be integer class ids; got dtype {y.dtype}.")
     if not x.is_floating_point():
         x = x.to(torch.get_default_dtype())
     if num_classes is not None and (int(y.min()) < 0 or int(y.max()) >= num_classes):
-        raise ValueError(f"Validation labels must lie in [0, {num_classes - 1}]; "
-                         f"found [{int(y.min())}, {int(y.max())}].")
+        raise ValueError(
+            f"Validation labels must lie in [0, {num_classes - 1}]; found [{int(y.min())}, {int(y.max())}]."
+        )
     return x, y.long()
 
 
@@ -87,13 +94,16 @@ def _check_params(params: Mapping[str, Tensor]) -> int:
         bad = ~torch.isfinite(t.reshape(m, -1)).all(dim=1)
         if bool(bad.any()):
             i = int(bad.nonzero()[0])
-            raise ValueError(f"params[{name!r}]: the parameters of client {i} contain NaN or Inf; "
-                             "its validation gradient is undefined.")
+            raise ValueError(
+                f"params[{name!r}]: the parameters of client {i} contain NaN or Inf; "
+                "its validation gradient is undefined."
+            )
     return m
 
 
-def _chunks(model: nn.Module, params: Params, x: Tensor, memory_budget: int | None,
-            sample_chunk: int | None) -> tuple[int, int]:
+def _chunks(
+    model: nn.Module, params: Params, x: Tensor, memory_budget: int | None, sample_chunk: int | None
+) -> tuple[int, int]:
     """(clients per chunk, samples per chunk) so that one vmapped pass fits the memory budget.
 
     Per client and sample: the activations of a forward pass, kept for the backward
@@ -176,7 +186,7 @@ def validation_gradients(
                 theta = {name: params[name][k].detach().requires_grad_(True) for name in names}
                 acc = {name: torch.zeros_like(theta[name]) for name in names}
                 for start in range(0, n, batch_size):
-                    xb, yb = x[start:start + batch_size], y[start:start + batch_size]
+                    xb, yb = x[start : start + batch_size], y[start : start + batch_size]
                     loss = F.cross_entropy(functional_call(model, theta, (xb,)), yb, reduction="sum")
                     grads = torch.autograd.grad(loss, [theta[name] for name in names], allow_unused=True)
                     for name, gr in zip(names, grads):
@@ -191,8 +201,9 @@ def validation_gradients(
 
         reason = vmap_unsupported_reason(model)
         if reason:
-            raise ValueError(f"The vmap engine cannot compute validation gradients for this model: {reason}. "
-                             "Use engine='loop'.")
+            raise ValueError(
+                f"The vmap engine cannot compute validation gradients for this model: {reason}. Use engine='loop'."
+            )
 
         def summed_loss(theta: Params, xb: Tensor, yb: Tensor) -> Tensor:
             return F.cross_entropy(functional_call(model, theta, (xb,)), yb, reduction="sum") / num_batches
@@ -202,10 +213,10 @@ def validation_gradients(
         parts = []
         detached = {name: params[name].detach() for name in names}
         for c0 in range(0, m, clients):
-            theta = {name: v[c0:c0 + clients] for name, v in detached.items()}
+            theta = {name: v[c0 : c0 + clients] for name, v in detached.items()}
             acc = None
             for s0 in range(0, n, samples):
-                g = per_client_grad(theta, x[s0:s0 + samples], y[s0:s0 + samples])
+                g = per_client_grad(theta, x[s0 : s0 + samples], y[s0 : s0 + samples])
                 acc = g if acc is None else {name: acc[name] + g[name] for name in names}
             parts.append(acc)
         return {name: torch.cat([p[name] for p in parts]) for name in names}
@@ -256,14 +267,22 @@ def validation_gradient_norms(
     p = float(norm_order)
     if not p > 0:  # also catches NaN
         raise ValueError(f"norm_order must be a positive number (1, 2, inf, ...), got {norm_order}.")
-    grads = validation_gradients(model, params, val_data, batch_size=batch_size, engine=engine,
-                                 memory_budget=memory_budget, sample_chunk=sample_chunk)
+    grads = validation_gradients(
+        model,
+        params,
+        val_data,
+        batch_size=batch_size,
+        engine=engine,
+        memory_budget=memory_budget,
+        sample_chunk=sample_chunk,
+    )
     m = num_stacked(grads)
-    norms = torch.stack([torch.linalg.vector_norm(g.reshape(m, -1), ord=p, dim=1) for g in grads.values()],
-                        dim=1)
+    norms = torch.stack([torch.linalg.vector_norm(g.reshape(m, -1), ord=p, dim=1) for g in grads.values()], dim=1)
     bad = ~torch.isfinite(norms).all(dim=1)
     if bool(bad.any()):
         i = int(bad.nonzero()[0])
-        raise ValueError(f"The validation gradient of client {i} is NaN or Inf (its model overflows on the "
-                         "validation set); lower the client learning rate.")
+        raise ValueError(
+            f"The validation gradient of client {i} is NaN or Inf (its model overflows on the "
+            "validation set); lower the client learning rate."
+        )
     return norms

@@ -1,4 +1,5 @@
 """Stateful server strategies that call the pure aggregation math."""
+
 from .base import ClientUpdates, Strategy
 from .conflict import ConFIG, FedFV, QFedAvg
 from .craft import CRAFT, craft_layer_groups
@@ -6,8 +7,9 @@ from .fedavg import FedAvg, FedAvgM, FedProx
 from .fedoui import FedAlign, FedOUI
 from .fedvg import FedVG
 
-STRATEGIES = {cls.name: cls for cls in (FedAvg, FedAvgM, FedProx, CRAFT, ConFIG, FedFV, QFedAvg, FedVG,
-                                        FedOUI, FedAlign)}
+STRATEGIES = {
+    cls.name: cls for cls in (FedAvg, FedAvgM, FedProx, CRAFT, ConFIG, FedFV, QFedAvg, FedVG, FedOUI, FedAlign)
+}
 
 
 def make_strategy(name: str, **kwargs) -> Strategy:
@@ -18,5 +20,20 @@ def make_strategy(name: str, **kwargs) -> Strategy:
     return STRATEGIES[key](**kwargs)
 
 
-__all__ = ["ClientUpdates", "Strategy", "FedAvg", "FedAvgM", "FedProx", "CRAFT", "ConFIG", "FedFV",
-           "QFedAvg", "craft_layer_groups", "FedVG", "FedOUI", "FedAlign", "STRATEGIES", "make_strategy"]
+__all__ = [
+    "ClientUpdates",
+    "Strategy",
+    "FedAvg",
+    "FedAvgM",
+    "FedProx",
+    "CRAFT",
+    "ConFIG",
+    "FedFV",
+    "QFedAvg",
+    "craft_layer_groups",
+    "FedVG",
+    "FedOUI",
+    "FedAlign",
+    "STRATEGIES",
+    "make_strategy",
+]

@@ -9,10 +9,11 @@ directions, personal models) and calls the pure functions of
     signals = strategy.client_signals(...)             # client side: what clients report besides Delta_i
     params, diagnostics = strategy.aggregate(params, updates)   # server side
 """
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import torch
 from torch import Tensor, nn
@@ -78,7 +79,10 @@ class Strategy:
         return config
 
     def client_signals(
-        self, model: nn.Module, global_params: Params, local: LocalResult,
+        self,
+        model: nn.Module,
+        global_params: Params,
+        local: LocalResult,
         datasets: Sequence[tuple[Tensor, Tensor]],
     ) -> dict:
         """Per-client values computed on the clients and sent with their updates (none by default)."""

@@ -1,7 +1,8 @@
 """Conflict-aware baselines: ConFIG, FedFV and q-FedAvg as server strategies."""
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from torch import Tensor, nn
 
@@ -39,7 +40,7 @@ class ConFIG(Strategy):
         if self.layerwise and updates.model is not None:
             groups = craft_layer_groups(updates.model)
         elif self.layerwise:
-            groups = None                       # per parameter tensor
+            groups = None  # per parameter tensor
         else:
             groups = {"model": list(params)}
         g = config_direction(pseudo, groups=groups)
@@ -49,8 +50,9 @@ class ConFIG(Strategy):
 class _GlobalLossSignal(Strategy):
     """Clients report F_k(theta_t): the received global model's loss on their training data."""
 
-    def client_signals(self, model: nn.Module, global_params: Params, local: LocalResult,
-                       datasets: Sequence[tuple[Tensor, Tensor]]) -> dict:
+    def client_signals(
+        self, model: nn.Module, global_params: Params, local: LocalResult, datasets: Sequence[tuple[Tensor, Tensor]]
+    ) -> dict:
         return {"global_loss": global_model_loss(model, global_params, datasets)}
 
 
@@ -124,11 +126,11 @@ class QFedAvg(_GlobalLossSignal):
 
     def aggregate(self, params: Params, updates: ClientUpdates) -> tuple[Params, dict]:
         if self._lr is None:
-            raise RuntimeError("QFedAvg needs the clients' lr: call configure_local(config) before aggregate "
-                               "(the simulator does).")
+            raise RuntimeError(
+                "QFedAvg needs the clients' lr: call configure_local(config) before aggregate (the simulator does)."
+            )
         if "global_loss" not in updates.signals:
-            raise ValueError("QFedAvg needs updates.signals['global_loss'] (F_k(theta_t)); "
-                             "client_signals computes it.")
+            raise ValueError("QFedAvg needs updates.signals['global_loss'] (F_k(theta_t)); client_signals computes it.")
         losses = updates.signals["global_loss"]
         pseudo = {k: -v for k, v in updates.deltas.items()}
         step = qfedavg_step(pseudo, losses, self._lr, self.q)

@@ -1,7 +1,6 @@
 """CRAFT: conflict-resolved aggregation (Wang et al., 2026), layer-wise by default."""
-from __future__ import annotations
 
-from typing import Optional
+from __future__ import annotations
 
 from torch import nn
 
@@ -44,7 +43,7 @@ def craft_layer_groups(model: nn.Module, merge_norm: bool = True) -> dict[str, l
     owner: dict[str, str] = {}
 
     def walk(module: nn.Module, prefix: str) -> None:
-        previous_conv: Optional[str] = None
+        previous_conv: str | None = None
         for child_name, child in module.named_children():
             full = f"{prefix}.{child_name}" if prefix else child_name
             if isinstance(child, nn.modules.conv._ConvNd):

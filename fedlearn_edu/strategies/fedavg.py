@@ -1,4 +1,5 @@
 """The FedAvg family: FedAvg, FedAvgM (server momentum) and FedProx (proximal clients)."""
+
 from __future__ import annotations
 
 from ..aggregators import fedavg

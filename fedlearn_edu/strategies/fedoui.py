@@ -10,10 +10,11 @@ Both keep FedAvg's clients and change only the weights of the server's average:
 
 In both, ``theta_{t+1} = theta_t + eta_s sum_k w_k Delta_k`` with ``Delta_k = theta_k - theta_t``.
 """
+
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor, nn
@@ -58,8 +59,14 @@ class FedOUI(Strategy):
 
     name = "fedoui"
 
-    def __init__(self, probe_size: int = 32, eps: float = 1e-3, probe_seed: int = 0,
-                 layer: str | None = None, server_lr: float = 1.0):
+    def __init__(
+        self,
+        probe_size: int = 32,
+        eps: float = 1e-3,
+        probe_seed: int = 0,
+        layer: str | None = None,
+        server_lr: float = 1.0,
+    ):
         super().__init__(server_lr)
         if int(probe_size) != probe_size or probe_size < 2:
             raise ValueError(f"probe_size must be an integer >= 2, got {probe_size}.")
@@ -70,23 +77,32 @@ class FedOUI(Strategy):
         self.probe_seed = int(probe_seed)
         self.layer = layer
 
-    def client_signals(self, model: nn.Module, global_params: Params, local: LocalResult,
-                       datasets: Sequence[tuple[Tensor, Tensor]]) -> dict:
+    def client_signals(
+        self, model: nn.Module, global_params: Params, local: LocalResult, datasets: Sequence[tuple[Tensor, Tensor]]
+    ) -> dict:
         """``{"oui": Tensor[m]}``: each client's OUI on its own fixed probe batch."""
         probes = torch.stack([probe_batch(x, self.probe_size, self.probe_seed) for x, _ in datasets])
         return {"oui": client_oui(model, local.params, probes, layer=self.layer)}
 
     def aggregate(self, params: Params, updates: ClientUpdates) -> tuple[Params, dict]:
         if "oui" not in updates.signals:
-            raise ValueError("FedOUI.aggregate needs updates.signals['oui'] (Tensor[m]); "
-                             "run it through simulate(), or compute it with FedOUI.client_signals.")
+            raise ValueError(
+                "FedOUI.aggregate needs updates.signals['oui'] (Tensor[m]); "
+                "run it through simulate(), or compute it with FedOUI.client_signals."
+            )
         o = torch.as_tensor(updates.signals["oui"], dtype=torch.float64)
         scores, alpha, beta, method = _scores_and_fit(o)
         w = _weights_from_scores(scores, updates.num_samples, self.eps)
         step = fedavg(updates.deltas, w)
         new = {k: v + self.server_lr * step[k] for k, v in params.items()}
-        return new, {"weights": w, "oui": o.cpu(), "scores": scores.cpu(), "beta_alpha": alpha,
-                     "beta_beta": beta, "fit_method": method}
+        return new, {
+            "weights": w,
+            "oui": o.cpu(),
+            "scores": scores.cpu(),
+            "beta_alpha": alpha,
+            "beta_beta": beta,
+            "fit_method": method,
+        }
 
 
 class FedAlign(Strategy):

@@ -20,6 +20,7 @@ This class offers the two compositions of the FedAvg family:
 
 :meth:`FedVG.on_top_of` builds these from a FedAvg / FedProx / FedAvgM object.
 """
+
 from __future__ import annotations
 
 import torch
@@ -73,9 +74,19 @@ class FedVG(Strategy):
 
     name = "fedvg"
 
-    def __init__(self, val_data, norm_order: float = 1, mode: str = "clientwise", mix: bool = False,
-                 eps: float = 1e-8, server_lr: float = 1.0, server_momentum: float = 0.0,
-                 prox_mu: float = 0.0, batch_size: int = 32, engine: str = "vmap"):
+    def __init__(
+        self,
+        val_data,
+        norm_order: float = 1,
+        mode: str = "clientwise",
+        mix: bool = False,
+        eps: float = 1e-8,
+        server_lr: float = 1.0,
+        server_momentum: float = 0.0,
+        prox_mu: float = 0.0,
+        batch_size: int = 32,
+        engine: str = "vmap",
+    ):
         super().__init__(server_lr)
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}.")
@@ -103,7 +114,7 @@ class FedVG(Strategy):
         self._val_on: dict = {}
 
     @classmethod
-    def on_top_of(cls, base: Strategy, val_data, **kwargs) -> "FedVG":
+    def on_top_of(cls, base: Strategy, val_data, **kwargs) -> FedVG:
         """FedVG with the client objective and server optimiser of a FedAvg-family strategy.
 
         ``FedProx(mu)`` gives ``prox_mu=mu``; ``FedAvgM(server_lr, momentum)`` gives
@@ -143,8 +154,14 @@ class FedVG(Strategy):
         device = next(iter(params.values())).device
         # The server rebuilds the clients' models from their deltas: theta_k = theta_t + Delta_k.
         theta = {k: params[k].unsqueeze(0) + updates.deltas[k] for k in params}
-        norms = validation_gradient_norms(updates.model, theta, self._val_data(device), self.norm_order,
-                                          batch_size=self.batch_size, engine=self.engine)
+        norms = validation_gradient_norms(
+            updates.model,
+            theta,
+            self._val_data(device),
+            self.norm_order,
+            batch_size=self.batch_size,
+            engine=self.engine,
+        )
         if self.mode == "clientwise":
             weights = fedvg_weights(norms, self.eps)
         else:
@@ -161,8 +178,11 @@ class FedVG(Strategy):
             new = {k: v - self.server_lr * self._velocity[k] for k, v in params.items()}
         else:
             new = {k: v + self.server_lr * step[k] for k, v in params.items()}
-        diag = {"weights": weights if weights.dim() == 1 else weights.mean(dim=1),
-                "grad_norm": norms.sum(dim=1), "grad_norms": norms}
+        diag = {
+            "weights": weights if weights.dim() == 1 else weights.mean(dim=1),
+            "grad_norm": norms.sum(dim=1),
+            "grad_norms": norms,
+        }
         if weights.dim() == 2:
             diag["layer_weights"] = weights
         return new, diag

@@ -1,0 +1,57 @@
+"""Input validation shared by the pure aggregation functions."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+from torch import Tensor
+
+Updates = Tensor | Mapping[str, Tensor]
+
+
+def check_updates(updates: Updates, what: str = "deltas", finite: bool = True) -> int:
+    """Check a ``Tensor[m, d]`` or dict of ``Tensor[m, ...]``: one client axis, finite values.
+
+    Returns m. Raises ``ValueError`` naming the first client with NaN/Inf. With
+    ``finite=False`` only the structure is checked (for callers that detect NaN/Inf
+    more cheaply themselves and call this again to name the client).
+    """
+    items = {"": updates}.items() if isinstance(updates, Tensor) else updates.items()
+    m = None
+    for name, t in items:
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{what}{'[' + name + ']' if name else ''} must be a torch.Tensor, got {type(t).__name__}.")
+        label = f"{what}[{name!r}]" if name else what
+        if isinstance(updates, Tensor) and t.dim() != 2:
+            raise ValueError(f"{label} must be Tensor[m, d] (one row per client); got shape {tuple(t.shape)}.")
+        if t.dim() < 1:
+            raise ValueError(f"{label} needs a leading client axis; got a scalar.")
+        if m is None:
+            m = t.shape[0]
+        elif t.shape[0] != m:
+            raise ValueError(f"{label} has {t.shape[0]} clients on its leading axis, others have {m}.")
+        if m == 0 or not finite:
+            continue
+        bad = ~torch.isfinite(t.reshape(t.shape[0], -1)).all(dim=1)
+        if bool(bad.any()):
+            i = int(bad.nonzero()[0])
+            raise ValueError(f"{label}: the update of client {i} (row {i}) contains NaN or Inf.")
+    if not m:
+        raise ValueError(f"{what} holds no clients (m = 0): select at least one client.")
+    return m
+
+
+def check_weights(weights, m: int, what: str = "weights") -> Tensor:
+    """Check non-negative, finite ``Tensor[m]`` weights with a positive sum; return them as float."""
+    w = torch.as_tensor(weights)
+    if w.dim() != 1 or w.shape[0] != m:
+        raise ValueError(f"{what} must be Tensor[m] with m = {m} (one per client); got shape {tuple(w.shape)}.")
+    w = w.to(torch.get_default_dtype()) if not w.is_floating_point() else w
+    if not bool(torch.isfinite(w).all()):
+        raise ValueError(f"{what} contain NaN or Inf: {w.tolist()}.")
+    if bool((w < 0).any()):
+        raise ValueError(f"{what} must be >= 0; got {w.tolist()}.")
+    if float(w.sum()) <= 0:
+        raise ValueError(f"{what} sum to zero: give at least one client a positive weight.")
+    return w

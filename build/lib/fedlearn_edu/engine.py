@@ -1,0 +1,454 @@
+"""Local training: what every selected client does with the global model.
+
+Each client starts from the global parameters theta_t and runs mini-batch SGD on
+its own training split for ``epochs`` epochs:
+
+    w <- w - lr * ( grad CE(w; batch) + mu (w - theta_t) + wd * w )   (+ heavy-ball momentum)
+
+where ``mu`` is FedProx's proximal coefficient (0 for FedAvg). The batch order
+of client ``i`` in round ``t`` comes from a generator seeded with
+``derive_seed(seed, t, i)`` (see :func:`client_batches`), so it does not depend
+on which other clients were selected, nor on the engine that trains them.
+
+:class:`LoopEngine` trains clients one after another and is the readable
+reference. Any engine (a vectorised one included) implements the same
+``train(model, global_params, datasets, config, seeds)`` call and must return
+the same numbers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.func import functional_call, grad_and_value, vmap
+
+from .params import Params, stack_params
+from .utils import tune_cpu_allocator
+
+__all__ = [
+    "LocalTraining",
+    "LocalResult",
+    "LoopEngine",
+    "VmapEngine",
+    "client_batches",
+    "make_engine",
+    "ENGINES",
+    "vmap_unsupported_reason",
+    "stacked_grads",
+]
+
+
+@dataclass(frozen=True)
+class LocalTraining:
+    """Hyper-parameters of the clients' local SGD.
+
+    Attributes:
+        epochs: passes over the client's training split.
+        batch_size: mini-batch size (the last batch of an epoch may be smaller).
+        lr: client learning rate.
+        momentum: heavy-ball momentum (buffer starts at zero every round).
+        weight_decay: L2 coefficient added to the gradient.
+        prox_mu: FedProx proximal coefficient mu: adds (mu/2)||w - theta_t||^2 to the loss.
+    """
+
+    epochs: int = 1
+    batch_size: int = 10
+    lr: float = 0.05
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+    prox_mu: float = 0.0
+
+    def __post_init__(self) -> None:
+        if int(self.epochs) != self.epochs or self.epochs < 1:
+            raise ValueError(f"epochs must be a positive integer, got {self.epochs}.")
+        if int(self.batch_size) != self.batch_size or self.batch_size < 1:
+            raise ValueError(f"batch_size must be a positive integer, got {self.batch_size}.")
+        for name in ("lr", "momentum", "weight_decay", "prox_mu"):
+            v = getattr(self, name)
+            if not (v == v) or v < 0 or v == float("inf"):
+                raise ValueError(f"{name} must be a finite number >= 0, got {v}.")
+        if self.lr == 0:
+            raise ValueError("lr must be > 0.")
+        if self.momentum >= 1:
+            raise ValueError(f"momentum must be in [0, 1), got {self.momentum}.")
+
+    def replace(self, **changes) -> LocalTraining:
+        """A copy with some fields changed."""
+        return replace(self, **changes)
+
+
+@dataclass
+class LocalResult:
+    """What local training returns for m clients.
+
+    Attributes:
+        params: stacked trained parameters ``{name: Tensor[m, ...]}``.
+        train_loss: ``Tensor[m]`` mean mini-batch loss (cross-entropy, without the
+            proximal term) over the client's local steps.
+        num_steps: ``Tensor[m]`` (int64) number of SGD steps each client took.
+    """
+
+    params: Params
+    train_loss: Tensor
+    num_steps: Tensor
+
+
+def client_batches(num_samples: int, epochs: int, batch_size: int, seed: int) -> list[Tensor]:
+    """The mini-batches (index tensors, on the CPU) a client visits, in order.
+
+    Every epoch is a fresh permutation drawn from ``torch.Generator().manual_seed(seed)``,
+    cut into consecutive batches of ``batch_size`` (the last one may be smaller).
+    """
+    if num_samples < 1:
+        raise ValueError("A client with no training samples cannot train.")
+    g = torch.Generator().manual_seed(int(seed))
+    batches = []
+    for _ in range(epochs):
+        perm = torch.randperm(num_samples, generator=g)
+        batches.extend(perm.split(batch_size))
+    return batches
+
+
+def batch_loss(params: Params, model: nn.Module, x: Tensor, y: Tensor, anchor: Params, prox_mu: float):
+    """Local objective on one batch; returns ``(objective, cross_entropy)``.
+
+    objective = CE(model(x; params), y) + (prox_mu / 2) * ||params - anchor||^2
+    """
+    ce = F.cross_entropy(functional_call(model, params, (x,)), y)
+    obj = ce
+    if prox_mu:
+        obj = obj + 0.5 * prox_mu * sum(((p - anchor[k]) ** 2).sum() for k, p in params.items())
+    return obj, ce
+
+
+def sgd_step(params: Params, grads: Params, buf: Params | None, config: LocalTraining) -> tuple[Params, Params | None]:
+    """One SGD step (with optional weight decay and heavy-ball momentum) on a parameter dict."""
+    if config.weight_decay:
+        grads = {k: g + config.weight_decay * params[k] for k, g in grads.items()}
+    if config.momentum:
+        buf = grads if buf is None else {k: config.momentum * buf[k] + g for k, g in grads.items()}
+        grads = buf
+    return {k: p - config.lr * grads[k] for k, p in params.items()}, buf
+
+
+class LoopEngine:
+    """Trains the selected clients one after another: the readable reference engine."""
+
+    name = "loop"
+
+    def train(
+        self,
+        model: nn.Module,
+        global_params: Params,
+        datasets: Sequence[tuple[Tensor, Tensor]],
+        config: LocalTraining,
+        seeds: Sequence[int],
+        start: Params | None = None,
+    ) -> LocalResult:
+        """Run local SGD for each client from ``global_params``.
+
+        Args:
+            model: module whose architecture is used through ``functional_call``.
+            global_params: theta_t, ``{name: Tensor}``: every client's starting point and
+                the centre of the proximal term.
+            datasets: per client ``(x: Tensor[n_i, ...], y: Tensor[n_i])`` on the model's device.
+            config: local hyper-parameters.
+            seeds: per-client batch-order seeds (see :func:`client_batches`).
+            start: optional stacked ``{name: Tensor[m, ...]}``: client j starts from
+                ``start[k][j]`` instead (personal or cluster models); the proximal centre
+                stays ``global_params``.
+
+        Returns:
+            :class:`LocalResult` with ``params`` stacked over the m clients.
+        """
+        _check_schedule(datasets, seeds, start)
+        step_grad = grad_and_value(batch_loss, has_aux=True)
+        anchor = {k: v.detach() for k, v in global_params.items()}
+        trained, losses, steps = [], [], []
+        for j, ((x, y), seed) in enumerate(zip(datasets, seeds)):
+            params = {k: (v if start is None else start[k][j]).detach().clone() for k, v in global_params.items()}
+            buf, total, count = None, torch.zeros((), device=y.device), 0
+            for idx in client_batches(y.shape[0], config.epochs, config.batch_size, seed):
+                idx = idx.to(y.device)
+                grads, (_, ce) = step_grad(params, model, x[idx], y[idx], anchor, config.prox_mu)
+                params, buf = sgd_step(params, grads, buf, config)
+                total, count = total + ce.detach(), count + 1
+            trained.append(params)
+            losses.append(total / count)
+            steps.append(count)
+        return LocalResult(stack_params(trained), torch.stack(losses), torch.tensor(steps))
+
+
+def stacked_grads(
+    model: nn.Module, params: Params, x: Tensor, y: Tensor, mask: Tensor, anchor: Params, prox_mu: float
+) -> tuple[Params, Tensor]:
+    """Every client's gradient of its local objective on its (padded) batch, in one pass.
+
+    Args:
+        params: stacked ``{name: Tensor[k, ...]}``, one row per client.
+        x: ``Tensor[k, b, ...]`` the clients' batches; ``y: Tensor[k, b]``.
+        mask: ``Tensor[k, b]``, 1 for a real sample and 0 for padding: the cross-entropy is
+            averaged over the real samples only, so padding never dilutes a gradient.
+        anchor: the proximal centre ``{name: Tensor}`` (unstacked).
+        prox_mu: FedProx coefficient.
+
+    Returns:
+        ``(grads, ce)``: ``grads`` stacked like ``params``; ``ce: Tensor[k]`` each client's
+        mean cross-entropy on its batch.
+
+    The forward pass is ``torch.func.vmap`` over ``functional_call``; the backward pass is
+    one reverse-mode sweep of the *sum* of the clients' objectives. Client j's objective
+    depends on its own row of parameters only, so the gradient of the sum with respect to
+    row j is exactly client j's gradient. It gives the same numbers as ``vmap`` over
+    ``torch.func.grad`` and was measured 1.2x faster than it per MLP step on the CPU (as
+    fast for the CNN).
+    """
+    live = {k: v.detach().requires_grad_() for k, v in params.items()}
+    with torch.enable_grad():
+        logits = vmap(lambda p, xb: functional_call(model, p, (xb,)))(live, x)
+        ce_each = F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="none").view_as(mask)
+        ce = (ce_each * mask).sum(1) / mask.sum(1).clamp(min=1)
+        obj = ce.sum()
+        if prox_mu:
+            obj = obj + 0.5 * prox_mu * sum(((p - anchor[k]) ** 2).sum() for k, p in live.items())
+        grads = torch.autograd.grad(obj, list(live.values()))
+    return dict(zip(live, grads)), ce.detach()
+
+
+def default_memory_budget(device: torch.device) -> int:
+    """Bytes a vectorised pass may use by default: half the free memory on CUDA, 2 GiB otherwise."""
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return int(free // 2)
+    return 2 * 1024**3
+
+
+def activation_numel(model: nn.Module, sample: Tensor) -> int:
+    """How many activation entries one sample produces in a forward pass (outputs of all modules)."""
+    count = [0]
+    hooks = [
+        mod.register_forward_hook(
+            lambda _m, _i, out: count.__setitem__(0, count[0] + (out.numel() if isinstance(out, Tensor) else 0))
+        )
+        for mod in model.modules()
+    ]
+    try:
+        with torch.no_grad():
+            model(sample[:1])
+    finally:
+        for h in hooks:
+            h.remove()
+    return max(count[0], 1)
+
+
+def vmap_unsupported_reason(model: nn.Module) -> str | None:
+    """Why ``model`` cannot be trained by :class:`VmapEngine` (``None`` when it can)."""
+    for name, module in model.named_modules():
+        if isinstance(module, nn.modules.batchnorm._NormBase):
+            kind = type(module).__name__
+            return f"module {name or kind!r} is {kind}, whose running statistics vmap cannot batch"
+    buffers = [n for n, _ in model.named_buffers()]
+    if buffers:
+        return f"the model has buffers ({', '.join(buffers[:3])}) that vmap training would not update"
+    return None
+
+
+class VmapEngine:
+    """Trains all selected clients at once: parameters stacked on a client axis,
+    ``torch.func.vmap`` over the per-client forward pass (see :func:`stacked_grads`).
+
+    Every client takes exactly the steps and sees exactly the batches it would in
+    :class:`LoopEngine` (same :func:`client_batches`): a short last batch is padded to the
+    common size with a mask that keeps the padding out of the loss. Clients are sorted by
+    their number of steps (most first), so the clients still training at step ``s`` are a
+    prefix of the stack and step ``s`` computes on that prefix only: a Dirichlet round
+    where one client takes 40 steps and the rest take 2 costs 40 one-client steps, not
+    40 m-client steps. Clients are processed in chunks whose size comes from a memory
+    budget.
+
+    Args:
+        memory_budget: bytes one chunk may use (default: 2 GiB on the CPU, half the free
+            memory on CUDA).
+        max_chunk: upper bound on the clients per chunk.
+        tune_allocator: on the CPU, call :func:`~fedlearn_edu.utils.tune_cpu_allocator`
+            before the first round (glibc keeps freed memory for reuse: measured 1.5x
+            faster vectorised rounds); ``False`` leaves the process's allocator alone.
+    """
+
+    name = "vmap"
+
+    def __init__(self, memory_budget: int | None = None, max_chunk: int = 256, tune_allocator: bool = True):
+        if memory_budget is not None and memory_budget <= 0:
+            raise ValueError(f"memory_budget must be a positive number of bytes, got {memory_budget}.")
+        if max_chunk < 1:
+            raise ValueError(f"max_chunk must be >= 1, got {max_chunk}.")
+        self.memory_budget = memory_budget
+        self.max_chunk = int(max_chunk)
+        self.tune_allocator = bool(tune_allocator)
+        self._chunk_cache: dict = {}
+
+    def chunk_size(self, model: nn.Module, sample: Tensor, batch_size: int) -> int:
+        """Clients per chunk: memory budget / estimated bytes per client.
+
+        Per client: 5 copies of the parameters (weights, gradient, momentum, anchor,
+        temporaries) plus three times the activations of one batch (forward + backward).
+        """
+        budget = self.memory_budget or default_memory_budget(sample.device)
+        activations = activation_numel(model, sample)
+        n_params = sum(p.numel() for p in model.parameters())
+        per_client = 4 * (5 * n_params + 3 * activations * batch_size)
+        return int(max(1, min(self.max_chunk, budget // max(per_client, 1))))
+
+    def train(
+        self,
+        model: nn.Module,
+        global_params: Params,
+        datasets: Sequence[tuple[Tensor, Tensor]],
+        config: LocalTraining,
+        seeds: Sequence[int],
+        start: Params | None = None,
+    ) -> LocalResult:
+        """Same contract as :meth:`LoopEngine.train`, all clients of a chunk in one batched pass."""
+        _check_schedule(datasets, seeds, start)
+        reason = vmap_unsupported_reason(model)
+        if reason:
+            raise ValueError(f"VmapEngine cannot train this model: {reason}. Use engine='loop'.")
+        sample = datasets[0][0]
+        if self.tune_allocator and sample.device.type == "cpu":
+            tune_cpu_allocator()
+        key = (id(model), tuple(sample.shape[1:]), sample.device, config.batch_size)
+        if key not in self._chunk_cache:
+            self._chunk_cache[key] = self.chunk_size(model, sample, config.batch_size)
+        chunk = self._chunk_cache[key]
+        # Most steps first, so that each chunk holds clients of similar length and, inside a
+        # chunk, the clients still training at any step are a prefix of the stack.
+        steps = _num_steps(torch.tensor([y.shape[0] for _, y in datasets]), config.epochs, config.batch_size)
+        order = torch.argsort(steps, descending=True, stable=True).tolist()
+        device = datasets[0][1].device
+        m = len(datasets)
+        out = LocalResult(
+            {k: torch.empty((m, *v.shape), dtype=v.dtype, device=v.device) for k, v in global_params.items()},
+            torch.empty(m, dtype=sample.dtype, device=device),
+            torch.empty(m, dtype=torch.long),
+        )
+        for i in range(0, m, chunk):
+            rows = order[i : i + chunk]
+            part = self._train_chunk(
+                model,
+                global_params,
+                [datasets[j] for j in rows],
+                config,
+                [seeds[j] for j in rows],
+                None if start is None else {k: v[rows] for k, v in start.items()},
+            )
+            where = torch.tensor(rows)
+            for k, v in out.params.items():
+                v.index_copy_(0, where.to(v.device), part.params[k])
+            out.train_loss.index_copy_(0, where.to(device), part.train_loss)
+            out.num_steps.index_copy_(0, where, part.num_steps)
+        return out
+
+    def _train_chunk(self, model, global_params, datasets, config, seeds, start) -> LocalResult:
+        """Train m clients sorted by non-increasing step count; ``start`` (if any) is updated in place."""
+        device = datasets[0][1].device
+        m, bs = len(datasets), config.batch_size
+        x_all = torch.cat([x for x, _ in datasets])
+        y_all = torch.cat([y for _, y in datasets])
+        index, mask, steps = _padded_schedule([y.shape[0] for _, y in datasets], config.epochs, bs, seeds)
+        index, mask = index.to(device), mask.to(device, x_all.dtype)
+        # running[s]: how many clients (a prefix, by the sort) still train at step s.
+        running = (steps.unsqueeze(0) > torch.arange(int(steps[0])).unsqueeze(1)).sum(1).tolist()
+
+        anchor = {k: v.detach() for k, v in global_params.items()}
+        if start is None:
+            params = {k: v.detach().unsqueeze(0).repeat(m, *([1] * v.dim())) for k, v in anchor.items()}
+        else:
+            params = {k: start[k].detach() for k in anchor}  # train() passes a private copy (start[k][rows])
+        buf = {k: torch.zeros_like(v) for k, v in params.items()} if config.momentum else None
+        total = torch.zeros(m, device=device, dtype=x_all.dtype)
+        for s, k in enumerate(running):
+            # Views of the running prefix, updated in place (the same arithmetic as sgd_step).
+            live = {name: p[:k] for name, p in params.items()}
+            idx = index[:k, s]
+            grads, ce = stacked_grads(model, live, x_all[idx], y_all[idx], mask[:k, s], anchor, config.prox_mu)
+            if config.weight_decay:
+                grads = {name: g + config.weight_decay * live[name] for name, g in grads.items()}
+            if buf is not None:
+                for name, g in grads.items():
+                    b = buf[name][:k]
+                    b.mul_(config.momentum).add_(g)
+                    grads[name] = b
+            for name, p in live.items():
+                p.add_(grads[name], alpha=-config.lr)
+            total[:k] += ce.detach()
+        return LocalResult(params, total / steps.to(device, total.dtype), steps)
+
+
+def _num_steps(sizes: Tensor, epochs: int, batch_size: int) -> Tensor:
+    """Local SGD steps of clients with ``sizes`` samples: ``epochs * ceil(n / batch_size)``."""
+    return epochs * -(-sizes // batch_size)
+
+
+def _padded_schedule(sizes: Sequence[int], epochs: int, batch_size: int, seeds: Sequence[int]):
+    """Every client's :func:`client_batches` as one padded index tensor.
+
+    Returns ``index: Tensor[m, S, batch_size]`` (long; client j's local sample r is stored
+    as ``offsets[j] + r``, its position in the clients' concatenated data), ``mask`` of the
+    same shape (1 for a real sample, 0 for padding) and ``steps: Tensor[m]`` (S = max steps).
+    """
+    sizes_t = torch.tensor([int(n) for n in sizes])
+    per_epoch = _num_steps(sizes_t, 1, batch_size)
+    steps = epochs * per_epoch
+    m, max_steps = len(sizes_t), int(steps.max())
+    # Sample indices in visiting order, client after client (each: epochs * n_j entries).
+    order = torch.cat([torch.cat(client_batches(int(n), epochs, batch_size, s)) for n, s in zip(sizes_t, seeds)])
+    counts = epochs * sizes_t
+    client = torch.repeat_interleave(torch.arange(m), counts)
+    r = torch.arange(len(order)) - torch.repeat_interleave(torch.cumsum(counts, 0) - counts, counts)
+    n = sizes_t[client]
+    step = (r // n) * per_epoch[client] + (r % n) // batch_size
+    slot = (r % n) % batch_size
+    index = torch.zeros(m, max_steps, batch_size, dtype=torch.long)
+    mask = torch.zeros(m, max_steps, batch_size)
+    index[client, step, slot] = order + (torch.cumsum(sizes_t, 0) - sizes_t)[client]
+    mask[client, step, slot] = 1.0
+    return index, mask, steps
+
+
+def _check_schedule(datasets, seeds, start) -> None:
+    if len(datasets) != len(seeds):
+        raise ValueError(f"Got {len(datasets)} datasets but {len(seeds)} seeds.")
+    if start is not None:
+        sizes = {k: v.shape[0] for k, v in start.items()}
+        if any(n != len(datasets) for n in sizes.values()):
+            raise ValueError(
+                f"start must be stacked with one row per client (m = {len(datasets)}); got leading sizes {sizes}."
+            )
+
+
+ENGINES = {"loop": LoopEngine, "vmap": VmapEngine}
+
+
+def make_engine(engine, model: nn.Module | None = None):
+    """An engine instance from ``"auto"``, ``"loop"``, ``"vmap"`` or an object with ``.train``.
+
+    ``"auto"`` picks :class:`VmapEngine` when the model supports it and otherwise falls
+    back to :class:`LoopEngine`, printing a one-line reason.
+    """
+    if isinstance(engine, str):
+        if engine == "auto":
+            reason = vmap_unsupported_reason(model) if model is not None else None
+            if reason:
+                print(f"fedlearn_edu: using the loop engine because {reason}.")
+                return LoopEngine()
+            return VmapEngine()
+        if engine not in ENGINES:
+            raise ValueError(f"Unknown engine {engine!r}; choose 'auto' or one of {sorted(ENGINES)}.")
+        return ENGINES[engine]()
+    if not hasattr(engine, "train"):
+        raise TypeError(f"An engine needs a .train(...) method; got {type(engine).__name__}.")
+    return engine

@@ -1,0 +1,114 @@
+"""The one representation of model parameters.
+
+* One model's parameters: ``Params = dict[str, Tensor]``, keyed by
+  ``model.named_parameters()`` names.
+* Many clients' parameters: the same dict with a leading client axis,
+  ``dict[str, Tensor[m, ...]]`` -- the :func:`torch.func.stack_module_state`
+  layout. Client deltas Delta_i = theta_i - theta_t use this layout too.
+
+Everything else (aggregation math, strategies, engines) speaks this layout, so
+``torch.func.functional_call(model, params, x)`` runs any of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+import torch
+from torch import Tensor, nn
+
+Params = dict[str, Tensor]
+
+__all__ = [
+    "Params",
+    "get_params",
+    "stack_params",
+    "unstack_params",
+    "num_stacked",
+    "flatten_params",
+    "unflatten_params",
+    "tree_map",
+    "layer_groups",
+]
+
+
+def get_params(model: nn.Module) -> Params:
+    """A detached copy of ``model``'s parameters as ``{name: Tensor}``."""
+    return {name: p.detach().clone() for name, p in model.named_parameters()}
+
+
+def tree_map(fn: Callable[..., Tensor], *trees: Mapping[str, Tensor]) -> Params:
+    """Apply ``fn`` leaf-wise to dicts sharing the same keys: ``{k: fn(t1[k], t2[k], ...)}``."""
+    first = trees[0]
+    for t in trees[1:]:
+        if t.keys() != first.keys():
+            raise ValueError(f"Parameter dicts have different keys: {sorted(first)} vs {sorted(t)}.")
+    return {k: fn(*(t[k] for t in trees)) for k in first}
+
+
+def stack_params(params_list: Sequence[Mapping[str, Tensor]]) -> Params:
+    """Stack m parameter dicts on a new leading client axis: ``{k: Tensor[m, ...]}``."""
+    if len(params_list) == 0:
+        raise ValueError("stack_params needs at least one parameter dict.")
+    return tree_map(lambda *ts: torch.stack(ts), *params_list)
+
+
+def unstack_params(stacked: Mapping[str, Tensor]) -> list[Params]:
+    """Inverse of :func:`stack_params`."""
+    m = num_stacked(stacked)
+    return [{k: v[i] for k, v in stacked.items()} for i in range(m)]
+
+
+def num_stacked(stacked: Mapping[str, Tensor]) -> int:
+    """Size m of the leading client axis, checked to agree across all entries."""
+    if len(stacked) == 0:
+        raise ValueError("Empty parameter dict.")
+    sizes = {k: v.shape[0] if v.dim() else None for k, v in stacked.items()}
+    values = set(sizes.values())
+    if len(values) != 1 or None in values:
+        raise ValueError(f"Stacked parameters must share one leading client axis; got sizes {sizes}.")
+    return values.pop()
+
+
+def flatten_params(params: Mapping[str, Tensor], stacked: bool = False) -> Tensor:
+    """Concatenate parameters into one vector.
+
+    Returns ``Tensor[d]`` for one model, or ``Tensor[m, d]`` when ``stacked``.
+    """
+    if stacked:
+        m = num_stacked(params)
+        return torch.cat([v.reshape(m, -1) for v in params.values()], dim=1)
+    return torch.cat([v.reshape(-1) for v in params.values()])
+
+
+def unflatten_params(vector: Tensor, like: Mapping[str, Tensor], stacked: bool = False) -> Params:
+    """Inverse of :func:`flatten_params`: cut ``vector`` into tensors shaped as ``like``.
+
+    ``like`` is an un-stacked dict (shapes per model). With ``stacked``, ``vector`` is
+    ``Tensor[m, d]`` and each output gains the leading client axis.
+    """
+    needed = sum(v.numel() for v in like.values())
+    if vector.shape[-1] != needed:
+        raise ValueError(f"Vector has {vector.shape[-1]} entries but the parameters need {needed}.")
+    out, offset = {}, 0
+    for k, v in like.items():
+        n = v.numel()
+        if stacked:
+            out[k] = vector[:, offset : offset + n].reshape(vector.shape[0], *v.shape)
+        else:
+            out[k] = vector[offset : offset + n].reshape(v.shape)
+        offset += n
+    return out
+
+
+def layer_groups(names: Sequence[str] | Mapping[str, Tensor]) -> dict[str, list[str]]:
+    """Group parameter names by module: ``{"fc1": ["fc1.weight", "fc1.bias"], ...}``.
+
+    A layer group is one module's parameters (weight and bias together), the unit
+    of the layer-wise methods (CRAFT, FedVG).
+    """
+    groups: dict[str, list[str]] = {}
+    for name in names:
+        module = name.rsplit(".", 1)[0] if "." in name else name
+        groups.setdefault(module, []).append(name)
+    return groups

@@ -1,0 +1,288 @@
+"""Validation gradients: how steep the loss on a shared validation set is at each client's model.
+
+FedVG (Devkota et al., 2026) scores client k after local training by the gradient
+of the validation loss at the client's parameters theta_k, computed on the
+**server** (the server holds the validation set; clients send only
+``Delta_k = theta_k - theta_t`` as usual and the server rebuilds
+``theta_k = theta_t + Delta_k``).
+
+Definition (the authors' procedure): split the validation set into
+``B = ceil(n_val / batch_size)`` consecutive batches of ``batch_size = 32``;
+for every batch take the gradient of the **summed** cross-entropy over the
+batch; accumulate and divide by the number of batches:
+
+    g_k = (1 / B) * sum_b  grad_theta  sum_{i in batch b} CE(f(x_i; theta_k), y_i)
+        = grad_theta [ (1 / B) * sum_{i=1}^{n_val} CE(f(x_i; theta_k), y_i) ]
+
+The second line (the gradient is linear) is what the batched implementation
+uses: the result does not depend on how the samples are grouped for the
+computation, only on ``B``. Per parameter tensor l the signal is the vector
+p-norm ``||g_{k,l}||_p`` of the flattened gradient (p = 1 by default).
+
+The model runs in train mode, as in the authors' code. The package's models
+have no BatchNorm and no dropout, so train mode and eval mode compute the same
+function here; a model with dropout would make the signal random.
+
+Two engines give the same numbers:
+
+* ``engine="vmap"`` (default): all clients at once, ``torch.func.vmap`` over
+  ``torch.func.grad`` of a ``functional_call``, in chunks sized by a memory budget;
+* ``engine="loop"``: the readable reference, one client after another, batches
+  of ``batch_size`` with ``torch.autograd.grad``, exactly the authors' loop.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Union
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.func import functional_call, grad, vmap
+
+from ..engine import activation_numel, default_memory_budget
+from ..params import Params, num_stacked
+
+__all__ = ["validation_gradients", "validation_gradient_norms", "as_validation_set"]
+
+ValData = Union[tuple, Sequence[Tensor], "torch.utils.data.TensorDataset"]
+
+
+def as_validation_set(val_data, num_classes: int | None = None) -> tuple[Tensor, Tensor]:
+    """Turn ``val_data`` into ``(x: Tensor[n, ...], y: Tensor[n])`` and check it.
+
+    Accepts a pair ``(x, y)`` or a :class:`torch.utils.data.TensorDataset` of two tensors.
+
+    Raises:
+        ValueError: empty set, mismatched lengths, non-integer or out-of-range labels.
+    """
+    if hasattr(val_data, "tensors"):
+        val_data = val_data.tensors
+    if not isinstance(val_data, (tuple, list)) or len(val_data) != 2:
+        raise TypeError(
+            "val_data must be a pair (x, y) of tensors or a TensorDataset of two tensors; "
+            f"got {type(val_data).__name__}."
+        )
+    x, y = (torch.as_tensor(t) for t in val_data)
+    if y.dim() != 1:
+        raise ValueError(f"Validation labels must be Tensor[n]; got shape {tuple(y.shape)}.")
+    if x.shape[0] != y.shape[0]:
+        raise ValueError(f"Validation set has {x.shape[0]} inputs but {y.shape[0]} labels.")
+    if y.shape[0] == 0:
+        raise ValueError(
+            "The validation set is empty: FedVG needs at least one validation sample "
+            "(e.g. fedlearn_edu.data.server_validation_split(federation, fraction=0.1))."
+        )
+    if y.is_floating_point() or y.dtype == torch.bool:
+        raise ValueError(f"Validation labels must be integer class ids; got dtype {y.dtype}.")
+    if not x.is_floating_point():
+        x = x.to(torch.get_default_dtype())
+    if num_classes is not None and (int(y.min()) < 0 or int(y.max()) >= num_classes):
+        raise ValueError(
+            f"Validation labels must lie in [0, {num_classes - 1}]; found [{int(y.min())}, {int(y.max())}]."
+        )
+    return x, y.long()
+
+
+def _check_params(params: Mapping[str, Tensor]) -> int:
+    m = num_stacked(params)
+    if m == 0:
+        raise ValueError("params holds no clients (m = 0).")
+    for name, t in params.items():
+        bad = ~torch.isfinite(t.reshape(m, -1)).all(dim=1)
+        if bool(bad.any()):
+            i = int(bad.nonzero()[0])
+            raise ValueError(
+                f"params[{name!r}]: the parameters of client {i} contain NaN or Inf; "
+                "its validation gradient is undefined."
+            )
+    return m
+
+
+def _chunks(
+    model: nn.Module, params: Params, x: Tensor, memory_budget: int | None, sample_chunk: int | None
+) -> tuple[int, int]:
+    """(clients per chunk, samples per chunk) so that one vmapped pass fits the memory budget.
+
+    Per client and sample: the activations of a forward pass, kept for the backward
+    (counted 3 times: forward, backward, temporaries). Per client: 3 copies of the parameters
+    (weights, gradient, accumulator).
+    """
+    n = x.shape[0]
+    budget = memory_budget or default_memory_budget(x.device)
+    itemsize = x.element_size()
+    acts = activation_numel(model, x)
+    n_params = sum(v[0].numel() for v in params.values())
+    samples = min(n, int(sample_chunk) if sample_chunk else 2048)
+    per_client = itemsize * (3 * n_params + 3 * acts * samples)
+    clients = budget // max(per_client, 1)
+    if clients < 1:  # even one client does not fit: shrink the sample chunk
+        clients = 1
+        samples = max(1, int((budget // itemsize - 3 * n_params) // (3 * acts)))
+        samples = min(samples, n)
+    return int(clients), int(samples)
+
+
+def validation_gradients(
+    model: nn.Module,
+    params: Mapping[str, Tensor],
+    val_data,
+    *,
+    batch_size: int = 32,
+    engine: str = "vmap",
+    memory_budget: int | None = None,
+    sample_chunk: int | None = None,
+) -> Params:
+    """The batch-averaged validation-loss gradient at each of m clients' parameters.
+
+    ``g_k = (1/B) grad sum_i CE(f(x_i; theta_k), y_i)`` with ``B = ceil(n_val / batch_size)``
+    (see the module docstring): the authors' "summed cross-entropy per batch, gradients
+    accumulated over batches and divided by the number of batches".
+
+    Args:
+        model: the architecture, used through :func:`torch.func.functional_call`
+            (its own parameters are not used, nor modified).
+        params: stacked client parameters ``{name: Tensor[m, ...]}`` (theta_k, not deltas).
+        val_data: ``(x: Tensor[n, ...], y: Tensor[n])`` or a ``TensorDataset``; moved to the
+            parameters' device.
+        batch_size: the batch size of the definition (32 in the paper); it sets ``B``.
+        engine: ``"vmap"`` (all clients in one batched pass, chunked by memory) or ``"loop"``
+            (one client after another, batches of ``batch_size``; the reference).
+        memory_budget: bytes one vmapped chunk may use (default 2 GiB on the CPU, half the
+            free memory on CUDA).
+        sample_chunk: validation samples per vmapped pass (default: up to 2048).
+
+    Returns:
+        ``{name: Tensor[m, ...]}``: the gradient for every client and parameter tensor.
+
+    Example:
+        >>> from fedlearn_edu import make_model
+        >>> from fedlearn_edu.params import get_params, stack_params
+        >>> model = make_model("mlp", (1, 8, 8), 10, hidden=(16,))
+        >>> theta = stack_params([get_params(model)] * 3)
+        >>> x, y = torch.rand(40, 1, 8, 8), torch.arange(40) % 10
+        >>> g = validation_gradients(model, theta, (x, y))
+        >>> g["out.weight"].shape
+        torch.Size([3, 10, 16])
+    """
+    if int(batch_size) != batch_size or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size}.")
+    m = _check_params(params)
+    device = next(iter(params.values())).device
+    dtype = next(iter(params.values())).dtype
+    x, y = as_validation_set(val_data)
+    x, y = x.to(device=device, dtype=dtype), y.to(device)
+    n = y.shape[0]
+    num_batches = math.ceil(n / batch_size)
+    names = list(params)
+    was_training = model.training
+    model.train()  # the authors' train mode; no BN/dropout in the package models, so == eval
+    try:
+        if engine == "loop":
+            out = {k: [] for k in names}
+            for k in range(m):
+                theta = {name: params[name][k].detach().requires_grad_(True) for name in names}
+                acc = {name: torch.zeros_like(theta[name]) for name in names}
+                for start in range(0, n, batch_size):
+                    xb, yb = x[start : start + batch_size], y[start : start + batch_size]
+                    loss = F.cross_entropy(functional_call(model, theta, (xb,)), yb, reduction="sum")
+                    grads = torch.autograd.grad(loss, [theta[name] for name in names], allow_unused=True)
+                    for name, gr in zip(names, grads):
+                        if gr is not None:
+                            acc[name] += gr
+                for name in names:
+                    out[name].append(acc[name] / num_batches)
+            return {name: torch.stack(v) for name, v in out.items()}
+        if engine != "vmap":
+            raise ValueError(f"Unknown engine {engine!r}; choose 'vmap' or 'loop'.")
+        from ..engine import vmap_unsupported_reason
+
+        reason = vmap_unsupported_reason(model)
+        if reason:
+            raise ValueError(
+                f"The vmap engine cannot compute validation gradients for this model: {reason}. Use engine='loop'."
+            )
+
+        def summed_loss(theta: Params, xb: Tensor, yb: Tensor) -> Tensor:
+            return F.cross_entropy(functional_call(model, theta, (xb,)), yb, reduction="sum") / num_batches
+
+        per_client_grad = vmap(grad(summed_loss), in_dims=(0, None, None))
+        clients, samples = _chunks(model, params, x, memory_budget, sample_chunk)
+        parts = []
+        detached = {name: params[name].detach() for name in names}
+        for c0 in range(0, m, clients):
+            theta = {name: v[c0 : c0 + clients] for name, v in detached.items()}
+            acc = None
+            for s0 in range(0, n, samples):
+                g = per_client_grad(theta, x[s0 : s0 + samples], y[s0 : s0 + samples])
+                acc = g if acc is None else {name: acc[name] + g[name] for name in names}
+            parts.append(acc)
+        return {name: torch.cat([p[name] for p in parts]) for name in names}
+    finally:
+        model.train(was_training)
+
+
+def validation_gradient_norms(
+    model: nn.Module,
+    params: Mapping[str, Tensor],
+    val_data,
+    norm_order: float = 1,
+    *,
+    batch_size: int = 32,
+    engine: str = "vmap",
+    memory_budget: int | None = None,
+    sample_chunk: int | None = None,
+) -> Tensor:
+    """``||g_{k,l}||_p`` for every client k and parameter tensor l: FedVG's signal.
+
+    Computes :func:`validation_gradients` (server side, all clients in one batched pass by
+    default) and takes the vector p-norm of every flattened gradient tensor.
+
+    Args:
+        model: the architecture (for :func:`torch.func.functional_call`).
+        params: stacked client parameters ``theta_k`` as ``{name: Tensor[m, ...]}``. A server
+            that receives deltas rebuilds them first: ``theta_k = theta_t + Delta_k``.
+        val_data: ``(x, y)`` or a ``TensorDataset``: the server's validation set.
+        norm_order: p of the vector norm (1 by default, as in the authors' code; 2, ``inf``...).
+        batch_size, engine, memory_budget, sample_chunk: see :func:`validation_gradients`.
+
+    Returns:
+        ``Tensor[m, L]``, L = number of parameter tensors, columns in the order of ``params``.
+
+    Raises:
+        ValueError: empty validation set; NaN/Inf parameters or gradients (names the client);
+            ``norm_order`` not a positive number.
+
+    Example:
+        >>> from fedlearn_edu import make_model
+        >>> from fedlearn_edu.params import get_params, stack_params
+        >>> model = make_model("mlp", (1, 8, 8), 10, hidden=(16,))
+        >>> theta = stack_params([get_params(model)] * 3)
+        >>> x, y = torch.rand(40, 1, 8, 8), torch.arange(40) % 10
+        >>> validation_gradient_norms(model, theta, (x, y)).shape   # 4 tensors: 2 weights, 2 biases
+        torch.Size([3, 4])
+    """
+    p = float(norm_order)
+    if not p > 0:  # also catches NaN
+        raise ValueError(f"norm_order must be a positive number (1, 2, inf, ...), got {norm_order}.")
+    grads = validation_gradients(
+        model,
+        params,
+        val_data,
+        batch_size=batch_size,
+        engine=engine,
+        memory_budget=memory_budget,
+        sample_chunk=sample_chunk,
+    )
+    m = num_stacked(grads)
+    norms = torch.stack([torch.linalg.vector_norm(g.reshape(m, -1), ord=p, dim=1) for g in grads.values()], dim=1)
+    bad = ~torch.isfinite(norms).all(dim=1)
+    if bool(bad.any()):
+        i = int(bad.nonzero()[0])
+        raise ValueError(
+            f"The validation gradient of client {i} is NaN or Inf (its model overflows on the "
+            "validation set); lower the client learning rate."
+        )
+    return norms

@@ -1,0 +1,137 @@
+"""Conflict-aware baselines: ConFIG, FedFV and q-FedAvg as server strategies."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from torch import Tensor, nn
+
+from ..aggregators import config_direction, fedfv_direction, qfedavg_step
+from ..engine import LocalResult, LocalTraining
+from ..params import Params
+from ..signals import global_model_loss
+from .base import ClientUpdates, Strategy
+from .craft import craft_layer_groups
+
+__all__ = ["ConFIG", "FedFV", "QFedAvg"]
+
+
+class ConFIG(Strategy):
+    """ConFIG (Liu et al., 2025) as a server rule: ``theta <- theta - eta_s g``,
+
+    ``g = (sum_i g_i . g_u) g_u``, ``g_u = normalise(U^+ 1)``, with pseudo-gradients
+    ``g_i = -Delta_i`` (see :func:`fedlearn_edu.aggregators.config_direction`).
+    Note that ``||g||`` grows with m (a *sum* of projections), so eta_s ~ 1/m gives
+    steps the size of FedAvg's.
+
+    Args:
+        server_lr: eta_s.
+        layerwise: one problem per layer group (CRAFT's groups) instead of the whole model.
+    """
+
+    name = "config"
+
+    def __init__(self, server_lr: float = 1.0, layerwise: bool = False):
+        super().__init__(server_lr)
+        self.layerwise = bool(layerwise)
+
+    def aggregate(self, params: Params, updates: ClientUpdates) -> tuple[Params, dict]:
+        pseudo = {k: -v for k, v in updates.deltas.items()}
+        if self.layerwise and updates.model is not None:
+            groups = craft_layer_groups(updates.model)
+        elif self.layerwise:
+            groups = None  # per parameter tensor
+        else:
+            groups = {"model": list(params)}
+        g = config_direction(pseudo, groups=groups)
+        return {k: v - self.server_lr * g[k] for k, v in params.items()}, {}
+
+
+class _GlobalLossSignal(Strategy):
+    """Clients report F_k(theta_t): the received global model's loss on their training data."""
+
+    def client_signals(
+        self, model: nn.Module, global_params: Params, local: LocalResult, datasets: Sequence[tuple[Tensor, Tensor]]
+    ) -> dict:
+        return {"global_loss": global_model_loss(model, global_params, datasets)}
+
+
+class FedFV(_GlobalLossSignal):
+    """FedFV (Wang et al., 2021): fair averaging by projecting off conflicting updates.
+
+    Clients sorted by loss; all but the ``alpha``-share with the highest loss are
+    projected off the updates they conflict with; the projected updates are averaged
+    (uniformly) and rescaled to the length of the plain uniform mean; ``theta <-
+    theta - eta_s g`` (see :func:`fedlearn_edu.aggregators.fedfv_direction`).
+
+    Args:
+        server_lr: eta_s.
+        alpha: share of highest-loss clients left unprojected (0.1).
+        loss: which loss sorts the clients: ``"global"`` (default, as in FedFV's code:
+            the received global model's loss on the client's training data, computed
+            by the clients) or ``"local"`` (the mean mini-batch loss during local
+            training, ``ClientUpdates.train_loss``: no extra forward pass).
+    """
+
+    name = "fedfv"
+
+    def __init__(self, server_lr: float = 1.0, alpha: float = 0.1, loss: str = "global"):
+        super().__init__(server_lr)
+        if not 0 <= alpha <= 1:
+            raise ValueError(f"alpha must be in [0, 1], got {alpha}.")
+        if loss not in ("global", "local"):
+            raise ValueError(f"loss must be 'global' or 'local', got {loss!r}.")
+        self.alpha = float(alpha)
+        self.loss = loss
+
+    def client_signals(self, model, global_params, local, datasets) -> dict:
+        return super().client_signals(model, global_params, local, datasets) if self.loss == "global" else {}
+
+    def aggregate(self, params: Params, updates: ClientUpdates) -> tuple[Params, dict]:
+        losses = updates.signals["global_loss"] if self.loss == "global" else updates.train_loss
+        pseudo = {k: -v for k, v in updates.deltas.items()}
+        g = fedfv_direction(pseudo, losses, self.alpha)
+        return {k: v - self.server_lr * g[k] for k, v in params.items()}, {"losses": losses}
+
+
+class QFedAvg(_GlobalLossSignal):
+    """q-FedAvg (Li et al., 2020): q-fair federated learning.
+
+    ``theta <- theta - eta_s * sum_k F_k^q Delta W_k / sum_k h_k`` with
+    ``Delta W_k = (theta_t - theta_k) / lr`` and ``h_k = q F_k^(q-1) ||Delta W_k||^2 +
+    F_k^q / lr`` (see :func:`fedlearn_edu.aggregators.qfedavg_step`). The clients
+    report ``F_k(theta_t)``, the global model's loss on their training data; the
+    client learning rate of the round is read in :meth:`configure_local`.
+
+    Args:
+        q: fairness parameter (0: uniform FedAvg; larger: more weight on high-loss clients).
+        server_lr: eta_s (1 in q-FedAvg).
+    """
+
+    name = "qfedavg"
+
+    def __init__(self, q: float = 1.0, server_lr: float = 1.0):
+        super().__init__(server_lr)
+        if not (q >= 0 and q < float("inf")):
+            raise ValueError(f"q must be a finite number >= 0, got {q}.")
+        self.q = float(q)
+        self._lr: float | None = None
+
+    def init(self, params: Params) -> None:
+        self._lr = None
+
+    def configure_local(self, config: LocalTraining) -> LocalTraining:
+        self._lr = config.lr
+        return config
+
+    def aggregate(self, params: Params, updates: ClientUpdates) -> tuple[Params, dict]:
+        if self._lr is None:
+            raise RuntimeError(
+                "QFedAvg needs the clients' lr: call configure_local(config) before aggregate (the simulator does)."
+            )
+        if "global_loss" not in updates.signals:
+            raise ValueError("QFedAvg needs updates.signals['global_loss'] (F_k(theta_t)); client_signals computes it.")
+        losses = updates.signals["global_loss"]
+        pseudo = {k: -v for k, v in updates.deltas.items()}
+        step = qfedavg_step(pseudo, losses, self._lr, self.q)
+        return {k: v - self.server_lr * step[k] for k, v in params.items()}, {"losses": losses}

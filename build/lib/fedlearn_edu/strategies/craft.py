@@ -1,0 +1,118 @@
+"""CRAFT: conflict-resolved aggregation (Wang et al., 2026), layer-wise by default."""
+
+from __future__ import annotations
+
+from torch import nn
+
+from ..aggregators import craft_direction
+from ..params import Params, layer_groups
+from .base import ClientUpdates, Strategy
+
+__all__ = ["CRAFT", "craft_layer_groups"]
+
+_NORMS = (nn.GroupNorm, nn.LayerNorm)
+
+
+def craft_layer_groups(model: nn.Module, merge_norm: bool = True) -> dict[str, list[str]]:
+    """CRAFT's layer groups: one module's parameters, a normalisation merged into its convolution.
+
+    Without ``merge_norm`` this is :func:`fedlearn_edu.params.layer_groups` (weight and
+    bias of one module together). With ``merge_norm`` (the authors' code), a
+    ``GroupNorm``/``LayerNorm`` that follows a convolution among the children of the same
+    parent module joins that convolution's group: in ResNet-20 (convolutions without
+    bias, each followed by GroupNorm) ``conv1.weight``, ``norm1.weight`` and
+    ``norm1.bias`` form one group, and a shortcut ``Sequential(conv, GroupNorm)`` is one
+    group. Models without convolutions (the MLP) are unaffected.
+
+    Args:
+        model: the architecture.
+        merge_norm: merge normalisation layers into the preceding convolution.
+
+    Returns:
+        ``{group: [parameter names]}`` in ``model.named_parameters()`` order.
+
+    Example:
+        >>> from fedlearn_edu.models import make_model
+        >>> groups = craft_layer_groups(make_model("resnet20", (3, 32, 32), 10))
+        >>> groups["conv"], len(groups)
+        (['conv.weight', 'norm.weight', 'norm.bias'], 22)
+    """
+    names = [n for n, _ in model.named_parameters()]
+    if not merge_norm:
+        return layer_groups(names)
+    owner: dict[str, str] = {}
+
+    def walk(module: nn.Module, prefix: str) -> None:
+        previous_conv: str | None = None
+        for child_name, child in module.named_children():
+            full = f"{prefix}.{child_name}" if prefix else child_name
+            if isinstance(child, nn.modules.conv._ConvNd):
+                previous_conv = full
+            elif isinstance(child, _NORMS) and previous_conv is not None:
+                owner[full] = previous_conv
+            walk(child, full)
+
+    walk(model, "")
+    groups: dict[str, list[str]] = {}
+    for name in names:
+        module = name.rsplit(".", 1)[0] if "." in name else name
+        groups.setdefault(owner.get(module, module), []).append(name)
+    return groups
+
+
+class CRAFT(Strategy):
+    """CRAFT: the smallest correction of the previous direction that conflicts with no client.
+
+    Each round, per layer group q (or once for the whole model),
+
+        ``g^q = g_hat^q + (U^q)^+ (rho - U^q g_hat^q)``,  ``theta_{t+1} = theta_t - eta_s g``,
+
+    with ``U^q`` the selected clients' unit pseudo-gradients ``g_i = -Delta_i``,
+    ``rho_i = n_i / sum_j n_j`` and ``g_hat^q`` the previous round's **unscaled**
+    aggregate normalised per group (zero in round 1). See
+    :func:`fedlearn_edu.aggregators.craft_direction` for the per-group rules.
+
+    Args:
+        server_lr: eta_s (0.1 in the paper). ``||g^q||`` is about 1 from round 2 on, so
+            eta_s sets the step length per layer group, independent of the clients' lr.
+        layerwise: solve one problem per layer group (the paper's default) or one for
+            the whole model.
+        merge_norm: in the layer groups, merge a GroupNorm/LayerNorm into the
+            convolution before it (the authors' code; see :func:`craft_layer_groups`).
+
+    Diagnostics: ``weights`` (rho) and ``direction_norm`` (``||g||``, whole model).
+    Note that the simulator's ``conflicts_per_layer`` counts per module, without the
+    GroupNorm merge: a merged norm layer's own parameters can show conflicts although
+    its group (convolution + norm) has none.
+
+    Example:
+        >>> strategy = CRAFT(server_lr=0.1, layerwise=True)
+    """
+
+    name = "craft"
+
+    def __init__(self, server_lr: float = 0.1, layerwise: bool = True, merge_norm: bool = True):
+        super().__init__(server_lr)
+        self.layerwise = bool(layerwise)
+        self.merge_norm = bool(merge_norm)
+        self._reference: Params | None = None
+
+    def init(self, params: Params) -> None:
+        self._reference = None
+
+    def groups(self, params: Params, model: nn.Module | None) -> dict[str, list[str]]:
+        """The layer groups used for ``params`` (``{"model": all names}`` when not layer-wise)."""
+        if not self.layerwise:
+            return {"model": list(params)}
+        if model is not None and {n for n, _ in model.named_parameters()} == set(params):
+            return craft_layer_groups(model, self.merge_norm)
+        return layer_groups(list(params))
+
+    def aggregate(self, params: Params, updates: ClientUpdates) -> tuple[Params, dict]:
+        pseudo = {k: -v for k, v in updates.deltas.items()}
+        rho = updates.size_weights
+        g = craft_direction(pseudo, rho, self._reference, groups=self.groups(params, updates.model))
+        self._reference = {k: v.detach().clone() for k, v in g.items()}
+        new = {k: v - self.server_lr * g[k] for k, v in params.items()}
+        norm = float(sum((v.double() ** 2).sum() for v in g.values())) ** 0.5
+        return new, {"weights": rho, "direction_norm": norm}

@@ -1,0 +1,135 @@
+"""FedOUI (OUI-guided client weighting) and its FedAlign baseline.
+
+Both keep FedAvg's clients and change only the weights of the server's average:
+
+* :class:`FedOUI` -- clients report the OUI of their trained model on a fixed probe batch
+  of their own training data (a scalar: no data leaves the client); the server weighs
+  ``w_k ∝ n_k (eps + s_k)`` with ``s_k`` the centrality of ``o_k`` under a Beta fitted to
+  the round's OUI values.
+* :class:`FedAlign` -- ``w_k ∝ n_k (max(cos(Delta_k, Delta_bar), 0) + eps)``.
+
+In both, ``theta_{t+1} = theta_t + eta_s sum_k w_k Delta_k`` with ``Delta_k = theta_k - theta_t``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor, nn
+
+from ..aggregators import fedalign_weights, fedavg
+from ..aggregators.fedoui import _scores_and_fit, _weights_from_scores
+from ..engine import LocalResult
+from ..params import Params
+from ..signals.oui import client_oui, probe_batch
+from .base import ClientUpdates, Strategy
+
+__all__ = ["FedOUI", "FedAlign"]
+
+
+class FedOUI(Strategy):
+    """FedOUI (Fernandez-Hernandez et al., 2026): weigh clients by how typical their OUI is.
+
+    Client side (:meth:`client_signals`): after local training, client k evaluates its
+    trained parameters ``theta_k`` in eval mode on its fixed probe batch -- the first
+    ``probe_size`` samples of a seeded shuffle of its own training split
+    (:func:`fedlearn_edu.signals.probe_indices`; the same samples every round) -- and
+    reports ``o_k = OUI`` of the penultimate pre-activations
+    (:func:`fedlearn_edu.signals.oui`).
+
+    Server side (:meth:`aggregate`): ``w = fedoui_weights(o, n, eps)`` and
+    ``theta <- theta + eta_s * sum_k w_k Delta_k``.
+
+    Args:
+        probe_size: B, samples in the probe batch (32).
+        eps: floor of the structural score in the weights (1e-3).
+        probe_seed: seed of the probe shuffle.
+        layer: ``None`` reads ``model(x, features=True)``; or a submodule name to hook.
+        server_lr: eta_s.
+
+    Diagnostics per round: ``weights``, ``oui``, ``scores`` (``Tensor[m]``), ``beta_alpha``,
+    ``beta_beta`` (NaN when no Beta was fitted) and ``fit_method``
+    (``"moments"``, ``"mle"`` or ``"empirical"``).
+
+    Example:
+        >>> strategy = FedOUI(probe_size=32, eps=1e-3)
+    """
+
+    name = "fedoui"
+
+    def __init__(
+        self,
+        probe_size: int = 32,
+        eps: float = 1e-3,
+        probe_seed: int = 0,
+        layer: str | None = None,
+        server_lr: float = 1.0,
+    ):
+        super().__init__(server_lr)
+        if int(probe_size) != probe_size or probe_size < 2:
+            raise ValueError(f"probe_size must be an integer >= 2, got {probe_size}.")
+        if not (eps > 0 and math.isfinite(eps)):
+            raise ValueError(f"eps must be a finite number > 0, got {eps}.")
+        self.probe_size = int(probe_size)
+        self.eps = float(eps)
+        self.probe_seed = int(probe_seed)
+        self.layer = layer
+
+    def client_signals(
+        self, model: nn.Module, global_params: Params, local: LocalResult, datasets: Sequence[tuple[Tensor, Tensor]]
+    ) -> dict:
+        """``{"oui": Tensor[m]}``: each client's OUI on its own fixed probe batch."""
+        probes = torch.stack([probe_batch(x, self.probe_size, self.probe_seed) for x, _ in datasets])
+        return {"oui": client_oui(model, local.params, probes, layer=self.layer)}
+
+    def aggregate(self, params: Params, updates: ClientUpdates) -> tuple[Params, dict]:
+        if "oui" not in updates.signals:
+            raise ValueError(
+                "FedOUI.aggregate needs updates.signals['oui'] (Tensor[m]); "
+                "run it through simulate(), or compute it with FedOUI.client_signals."
+            )
+        o = torch.as_tensor(updates.signals["oui"], dtype=torch.float64)
+        scores, alpha, beta, method = _scores_and_fit(o)
+        w = _weights_from_scores(scores, updates.num_samples, self.eps)
+        step = fedavg(updates.deltas, w)
+        new = {k: v + self.server_lr * step[k] for k, v in params.items()}
+        return new, {
+            "weights": w,
+            "oui": o.cpu(),
+            "scores": scores.cpu(),
+            "beta_alpha": alpha,
+            "beta_beta": beta,
+            "fit_method": method,
+        }
+
+
+class FedAlign(Strategy):
+    """FedAlign (the FedOUI paper's baseline): weigh clients by agreement with the mean update.
+
+    ``w_k ∝ n_k (max(cos(Delta_k, Delta_bar), 0) + eps)`` with ``Delta_bar`` the size-weighted
+    mean (:func:`fedlearn_edu.aggregators.fedalign_weights`);
+    ``theta <- theta + eta_s * sum_k w_k Delta_k``.
+
+    Args:
+        eps: floor added to the clipped cosine (1e-3).
+        server_lr: eta_s.
+
+    Example:
+        >>> strategy = FedAlign(eps=1e-3)
+    """
+
+    name = "fedalign"
+
+    def __init__(self, eps: float = 1e-3, server_lr: float = 1.0):
+        super().__init__(server_lr)
+        if not (eps > 0 and math.isfinite(eps)):
+            raise ValueError(f"eps must be a finite number > 0, got {eps}.")
+        self.eps = float(eps)
+
+    def aggregate(self, params: Params, updates: ClientUpdates) -> tuple[Params, dict]:
+        w = fedalign_weights(updates.deltas, updates.num_samples, self.eps)
+        step = fedavg(updates.deltas, w)
+        new = {k: v + self.server_lr * step[k] for k, v in params.items()}
+        return new, {"weights": w.cpu()}

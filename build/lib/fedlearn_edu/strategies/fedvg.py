@@ -1,0 +1,188 @@
+"""FedVG: weigh clients by how flat the validation loss is at their models.
+
+Server side, each round (Devkota et al., 2026)::
+
+    theta_k = theta_t + Delta_k                                  (rebuilt from the deltas)
+    g_{k,l} = batch-averaged validation gradient at theta_k      (signals.validation_gradient_norms)
+    s_k     = (1/(G_k + eps)) / sum_j 1/(G_j + eps),  G_k = sum_l ||g_{k,l}||_p
+    theta_{t+1} = theta_t + eta_s * sum_k s_k Delta_k
+
+FedVG is a *weighting module*: it changes only the weights of the average, so it
+composes with what clients do and with what the server does with the average.
+This class offers the two compositions of the FedAvg family:
+
+* FedVG on top of **FedProx** clients: ``prox_mu > 0`` adds ``(mu/2)||w - theta_t||^2``
+  to every client's local loss (exactly :class:`~fedlearn_edu.FedProx`'s clients);
+* FedVG on top of a **FedAvgM** server: ``server_momentum = beta > 0`` applies server
+  momentum to the FedVG-weighted pseudo-gradient ``g = -sum_k s_k Delta_k``:
+  ``v <- beta v + g``, ``theta <- theta - eta_s v`` (exactly :class:`~fedlearn_edu.FedAvgM`
+  with FedVG's weights in place of ``n_k / sum n``).
+
+:meth:`FedVG.on_top_of` builds these from a FedAvg / FedProx / FedAvgM object.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ..aggregators import fedvg_aggregate, fedvg_layerwise_weights, fedvg_mixed_weights, fedvg_weights
+from ..engine import LocalTraining
+from ..params import Params
+from ..signals import as_validation_set, validation_gradient_norms
+from .base import ClientUpdates, Strategy
+
+__all__ = ["FedVG"]
+
+MODES = ("clientwise", "layerwise")
+
+
+class FedVG(Strategy):
+    """FedVG (Devkota et al., 2026): validation-gradient weighting.
+
+    Args:
+        val_data: the server's validation set, ``(x: Tensor[n, ...], y: Tensor[n])`` or a
+            ``TensorDataset`` (e.g. from :func:`fedlearn_edu.data.server_validation_split`
+            or :func:`fedlearn_edu.data.external_validation_set`).
+        norm_order: p of the per-tensor gradient norm (1 in the authors' code; 2 also used).
+        mode: ``"clientwise"`` (one weight per client, from ``G_k = sum_l ||g_{k,l}||``) or
+            ``"layerwise"`` (one weight vector per parameter tensor,
+            ``s_{k,l} ∝ 1/(||g_{k,l}|| + eps)``).
+        mix: use ``(s_k + n_k / sum_j n_j) / 2`` (the authors' mixed weight).
+        eps: added before inverting the norms (1e-8).
+        server_lr: eta_s.
+        server_momentum: beta of FedAvgM-style server momentum on the FedVG-weighted
+            pseudo-gradient (0: plain FedVG).
+        prox_mu: FedProx proximal coefficient of the clients' local loss (0: FedAvg clients).
+        batch_size: batch size of the validation-gradient definition (32).
+        engine: ``"vmap"`` (all clients' validation gradients in one batched pass) or ``"loop"``.
+
+    Diagnostics per round: ``weights`` (``Tensor[m]``; for the layer-wise mode the mean of the
+    per-tensor weights), ``grad_norm`` (``G_k``, ``Tensor[m]``), ``grad_norms``
+    (``Tensor[m, L]``) and, layer-wise, ``layer_weights`` (``Tensor[m, L]``).
+
+    Example:
+        >>> from fedlearn_edu import federated_dataset, make_model, simulate
+        >>> from fedlearn_edu.data import server_validation_split
+        >>> fed = federated_dataset("digits", num_clients=10, alpha=0.5)
+        >>> fed, val = server_validation_split(fed, fraction=0.1)
+        >>> model = make_model("mlp", fed.input_shape, fed.num_classes)
+        >>> h = simulate(fed, model, FedVG(val), rounds=2, clients_per_round=5, progress=False)
+        >>> h.diagnostics[0]["weights"].shape
+        torch.Size([5])
+    """
+
+    name = "fedvg"
+
+    def __init__(
+        self,
+        val_data,
+        norm_order: float = 1,
+        mode: str = "clientwise",
+        mix: bool = False,
+        eps: float = 1e-8,
+        server_lr: float = 1.0,
+        server_momentum: float = 0.0,
+        prox_mu: float = 0.0,
+        batch_size: int = 32,
+        engine: str = "vmap",
+    ):
+        super().__init__(server_lr)
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}.")
+        if not float(norm_order) > 0:
+            raise ValueError(f"norm_order must be a positive number (1, 2, inf, ...), got {norm_order}.")
+        if not (eps > 0 and eps < float("inf")):
+            raise ValueError(f"eps must be a finite number > 0, got {eps}.")
+        if not 0 <= server_momentum < 1:
+            raise ValueError(f"server_momentum must be in [0, 1), got {server_momentum}.")
+        if not (prox_mu >= 0 and prox_mu < float("inf")):
+            raise ValueError(f"prox_mu must be a finite number >= 0, got {prox_mu}.")
+        if engine not in ("vmap", "loop"):
+            raise ValueError(f"engine must be 'vmap' or 'loop', got {engine!r}.")
+        self._val = as_validation_set(val_data)
+        self.num_val = int(self._val[1].shape[0])
+        self.norm_order = float(norm_order)
+        self.mode = mode
+        self.mix = bool(mix)
+        self.eps = float(eps)
+        self.server_momentum = float(server_momentum)
+        self.prox_mu = float(prox_mu)
+        self.batch_size = int(batch_size)
+        self.engine = engine
+        self._velocity: Params | None = None
+        self._val_on: dict = {}
+
+    @classmethod
+    def on_top_of(cls, base: Strategy, val_data, **kwargs) -> FedVG:
+        """FedVG with the client objective and server optimiser of a FedAvg-family strategy.
+
+        ``FedProx(mu)`` gives ``prox_mu=mu``; ``FedAvgM(server_lr, momentum)`` gives
+        ``server_momentum=momentum``; the base's ``server_lr`` is kept. Other keyword
+        arguments go to :class:`FedVG`.
+
+        Example:
+            >>> from fedlearn_edu import FedProx
+            >>> x, y = torch.rand(8, 4), torch.arange(8) % 2
+            >>> FedVG.on_top_of(FedProx(mu=0.1), (x, y)).prox_mu
+            0.1
+        """
+        from .fedavg import FedAvg, FedAvgM, FedProx
+
+        if not isinstance(base, (FedAvg, FedAvgM)):
+            raise TypeError(f"FedVG.on_top_of supports FedAvg, FedProx and FedAvgM; got {type(base).__name__}.")
+        settings = {"server_lr": base.server_lr}
+        if isinstance(base, FedProx):
+            settings["prox_mu"] = base.mu
+        if isinstance(base, FedAvgM):
+            settings["server_momentum"] = base.momentum
+        return cls(val_data, **{**settings, **kwargs})
+
+    def init(self, params: Params) -> None:
+        self._velocity = None
+
+    def configure_local(self, config: LocalTraining) -> LocalTraining:
+        return config.replace(prox_mu=self.prox_mu) if self.prox_mu else config
+
+    def _val_data(self, device: torch.device) -> tuple[Tensor, Tensor]:
+        key = str(device)
+        if key not in self._val_on:
+            self._val_on = {key: tuple(t.to(device) for t in self._val)}
+        return self._val_on[key]
+
+    def aggregate(self, params: Params, updates: ClientUpdates) -> tuple[Params, dict]:
+        device = next(iter(params.values())).device
+        # The server rebuilds the clients' models from their deltas: theta_k = theta_t + Delta_k.
+        theta = {k: params[k].unsqueeze(0) + updates.deltas[k] for k in params}
+        norms = validation_gradient_norms(
+            updates.model,
+            theta,
+            self._val_data(device),
+            self.norm_order,
+            batch_size=self.batch_size,
+            engine=self.engine,
+        )
+        if self.mode == "clientwise":
+            weights = fedvg_weights(norms, self.eps)
+        else:
+            weights = fedvg_layerwise_weights(norms, self.eps)
+        if self.mix:
+            weights = fedvg_mixed_weights(weights, updates.num_samples)
+        step = fedvg_aggregate(updates.deltas, weights)
+        if self.server_momentum:
+            pseudo_grad = {k: -v for k, v in step.items()}
+            if self._velocity is None:
+                self._velocity = pseudo_grad
+            else:
+                self._velocity = {k: self.server_momentum * self._velocity[k] + g for k, g in pseudo_grad.items()}
+            new = {k: v - self.server_lr * self._velocity[k] for k, v in params.items()}
+        else:
+            new = {k: v + self.server_lr * step[k] for k, v in params.items()}
+        diag = {
+            "weights": weights if weights.dim() == 1 else weights.mean(dim=1),
+            "grad_norm": norms.sum(dim=1),
+            "grad_norms": norms,
+        }
+        if weights.dim() == 2:
+            diag["layer_weights"] = weights
+        return new, diag
