@@ -20,6 +20,8 @@ have the same structure without the client axis.
 
 from __future__ import annotations
 
+import torch
+
 from ._checks import Updates, check_updates
 from ._tree import check_num_clients, check_positive, check_stacked_like, map_updates
 from .craft import _check_reference
@@ -81,6 +83,6 @@ def feddyn_server_update(
     a = check_positive(alpha, "alpha")
     n = check_num_clients(num_clients, m)
     new_state = map_updates(lambda h, d: h - (a / n) * d.sum(0), server_state, deltas)
-    mean = fedavg(deltas, [1.0] * m if weights is None else weights)
+    mean = fedavg(deltas, torch.ones(m, dtype=torch.float64) if weights is None else weights)
     direction = map_updates(lambda avg, h: avg - h / a, mean, new_state)
     return direction, new_state

@@ -17,6 +17,7 @@ selected client); server quantities have the same structure without the client a
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor
 
 from ._checks import Updates, check_updates
@@ -99,6 +100,6 @@ def scaffold_server_update(
         raise TypeError("server_control must be given (zeros at the start of training).")
     _check_reference(server_control, deltas, "server_control")
     n = check_num_clients(num_clients, m)
-    direction = fedavg(deltas, [1.0] * m if weights is None else weights)
+    direction = fedavg(deltas, torch.ones(m, dtype=torch.float64) if weights is None else weights)
     new_control = map_updates(lambda c, dc: c + dc.sum(0) / n, server_control, control_deltas)
     return direction, new_control
