@@ -123,3 +123,11 @@ def test_server_update_rejects_bad_input():
         scaffold_server_update(dy, dy, None, num_clients=3)
     with pytest.raises(ValueError, match="weights"):
         scaffold_server_update(dy, dy, torch.zeros(2), num_clients=3, weights=torch.tensor([1.0, -1.0, 1.0]))
+
+
+def test_numpy_and_tensor_scalars_are_accepted():
+    ci, c, dy = torch.zeros(2, 3), torch.zeros(3), torch.ones(2, 3)
+    ref = scaffold_control_update(ci, c, dy, 4, 0.25)
+    torch.testing.assert_close(scaffold_control_update(ci, c, dy, np.int64(4), np.float32(0.25)), ref)
+    torch.testing.assert_close(scaffold_control_update(ci, c, dy, torch.tensor(4), torch.tensor(0.25)), ref)
+    torch.testing.assert_close(ref, torch.full((2, 3), -1.0))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
+from numbers import Real
 
 import torch
 from torch import Tensor
@@ -53,11 +54,8 @@ def check_counts(values, m: int, what: str) -> Tensor:
 
 def check_positive(value, what: str, allow_zero: bool = False) -> float:
     """A finite real number > 0 (>= 0 with ``allow_zero``)."""
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        and not (isinstance(value, Tensor) and value.numel() == 1)
-    ):
+    number = isinstance(value, Real) or (isinstance(value, Tensor) and value.numel() == 1)
+    if isinstance(value, bool) or not number:
         raise TypeError(f"{what} must be a real number, got {type(value).__name__}.")
     v = float(value)
     ok = v >= 0 if allow_zero else v > 0

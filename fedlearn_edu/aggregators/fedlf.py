@@ -67,6 +67,7 @@ def _min_norm_weights(K: Tensor, tol: float) -> Tensor:
         # optimal when no point lies beyond the plane through x orthogonal to x: x.x <= x.p_j
         if float(lam @ Kl - Kl[j]) <= tol * scale or j in active:
             return lam
+        before = float(lam @ Kl)
         active.append(j)
         while True:  # minor cycle: move towards the affine minimiser, dropping points that hit zero
             idx = torch.tensor(active, device=K.device)
@@ -77,12 +78,15 @@ def _min_norm_weights(K: Tensor, tol: float) -> Tensor:
                 break
             cur = lam[idx]
             neg = mu <= tol
-            theta = torch.min(cur[neg] / (cur[neg] - mu[neg]))
+            gap = cur[neg] - mu[neg]
+            theta = torch.min(torch.where(gap > 0, cur[neg] / torch.where(gap > 0, gap, 1), 0))
             new = cur + theta * (mu - cur)
             lam = torch.zeros_like(lam)
             lam[idx] = torch.clamp(new, min=0)
             active = [i for i, v in zip(active, new.tolist()) if v > tol]
             lam = lam / lam.sum()
+        if float(lam @ K @ lam) >= before:  # no progress: rounding has the last word
+            return lam
     raise RuntimeError(f"min_norm_point did not converge in {_MAX_ITER} iterations (m = {m}).")
 
 
