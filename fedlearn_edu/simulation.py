@@ -403,7 +403,7 @@ def simulate(
         engine=engine_name,
         strategy=repr(strategy),
     )
-    settings = _run_settings(config, federation, net)
+    settings = None if checkpoint is None else _run_settings(config, federation, net)
     history = History(strategy=name, config=config, evaluated=strategy.evaluates)
     first = 1
     if resume and os.path.exists(checkpoint):

@@ -6,13 +6,13 @@ pseudo-gradient, pointing uphill like a loss gradient. For the FedAvg family
 optimizer steps *against* it; plain SGD gives ``theta_{t+1} = theta_t - eta_s g``,
 which for FedAvg is ``theta_t + eta_s sum_i p_i Delta_i``.
 
-==================  ======================================================================
-:class:`ServerSGD`       ``theta <- theta - eta g``
-:class:`ServerMomentum`  ``v <- beta v + g`` (``v_1 = g``); ``theta <- theta - eta v`` (FedAvgM)
-:class:`ServerAdagrad`   ``m <- b1 m + (1-b1) g``; ``v <- v + g^2``
-:class:`ServerAdam`      ``m <- b1 m + (1-b1) g``; ``v <- b2 v + (1-b2) g^2``
-:class:`ServerYogi`      ``m <- b1 m + (1-b1) g``; ``v <- v - (1-b2) g^2 sign(v - g^2)``
-==================  ======================================================================
+=========================  ==================================================================
+:class:`ServerSGD`         ``theta <- theta - eta g``
+:class:`ServerMomentum`    ``v <- beta v + g`` (``v_1 = g``); ``theta <- theta - eta v`` (FedAvgM)
+:class:`ServerAdagrad`     ``m <- b1 m + (1-b1) g``; ``v <- v + g^2``
+:class:`ServerAdam`        ``m <- b1 m + (1-b1) g``; ``v <- b2 v + (1-b2) g^2``
+:class:`ServerYogi`        ``m <- b1 m + (1-b1) g``; ``v <- v - (1-b2) g^2 sign(v - g^2)``
+=========================  ==================================================================
 
 The last three are FedOpt (Reddi et al., 2021, Algorithm 2): ``m_0 = 0``,
 ``v_0 = tau^2`` and ``theta <- theta - eta m / (sqrt(v) + tau)``, without bias
