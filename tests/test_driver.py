@@ -109,6 +109,17 @@ def test_personalised_methods_are_strategies_run_by_simulate(fed):
     assert ((picked >= 0) == torch.as_tensor(np.isin(np.arange(6), np.concatenate(ifca.selected)))).all()
 
 
+@pytest.mark.parametrize("make", [lambda: Ditto(0.3), LocalOnly])
+def test_personalised_strategies_agree_across_engines(fed, make):
+    model = _model(fed)
+    a = simulate(fed, model, make(), engine="loop", **KW)
+    b = simulate(fed, model, make(), engine="vmap", **KW)
+    assert (a.config["engine"], b.config["engine"]) == ("loop", "vmap")
+    np.testing.assert_allclose(a.client_loss, b.client_loss, rtol=1e-4, atol=1e-5)
+    for k, v in a.final_state["personal"].items():
+        torch.testing.assert_close(b.final_state["personal"][k], v, rtol=1e-4, atol=1e-5)
+
+
 def test_evaluate_clients_with_stacked_models_matches_a_per_client_loop(fed):
     model = _model(fed)
     models = stack_params([get_params(_model(fed, seed=s)) for s in range(3)])
