@@ -340,7 +340,7 @@ def test_qfedavg_matches_its_formula(m, d, q, seed):
 
 
 # ------------------------------------------------------------------ strategies
-def _updates(deltas, n, model=None, signals=None, train_loss=None):
+def _updates(deltas, n, model=None, signals=None, train_loss=None, config=None):
     m = next(iter(deltas.values())).shape[0]
     return ClientUpdates(
         1,
@@ -350,6 +350,7 @@ def _updates(deltas, n, model=None, signals=None, train_loss=None):
         torch.zeros(m) if train_loss is None else train_loss,
         model,
         signals or {},
+        config,
     )
 
 
@@ -430,10 +431,10 @@ def test_baseline_strategies_apply_their_formulas():
     torch.testing.assert_close(new["w"], params["w"] - fedfv_direction(pseudo, losses, 0.0))
     q = QFedAvg(q=2.0)
     q.init(params)
-    with pytest.raises(RuntimeError, match="configure_local"):
+    with pytest.raises(ValueError, match="lr"):
         q.aggregate(params, _updates(deltas, [1, 1], signals={"global_loss": losses}))
-    q.configure_local(LocalTraining(lr=0.2))
-    new, _ = q.aggregate(params, _updates(deltas, [1, 1], signals={"global_loss": losses}))
+    config = LocalTraining(lr=0.2)
+    new, _ = q.aggregate(params, _updates(deltas, [1, 1], signals={"global_loss": losses}, config=config))
     torch.testing.assert_close(new["w"], params["w"] - qfedavg_step(pseudo, losses, 0.2, 2.0))
     assert isinstance(make_strategy("craft"), CRAFT) and isinstance(make_strategy("q-fedavg"), QFedAvg)
     with pytest.raises(ValueError, match="alpha"):
@@ -460,9 +461,15 @@ def test_simulated_craft_has_no_conflicts_and_baselines_run():
         assert (h.conflicts == 0).all()
         if isinstance(strategy, CRAFT) and strategy.layerwise:
             assert all(v == 0 for d in h.diagnostics for v in d["conflicts_per_layer"].values())
-    q = QFedAvg(q=1.0)
-    h = simulate(fed, model, q, rounds=2, clients_per_round=5, progress=False, lr=0.05, lr_decay=0.5)
-    assert q._lr == pytest.approx(0.025)  # the round-2 (decayed) client lr
+    seen = []
+
+    class SpyQ(QFedAvg):
+        def direction(self, params, updates):
+            seen.append(updates.config.lr)
+            return super().direction(params, updates)
+
+    h = simulate(fed, model, SpyQ(q=1.0), rounds=2, clients_per_round=5, progress=False, lr=0.05, lr_decay=0.5)
+    assert seen == pytest.approx([0.05, 0.025])  # each round's (decayed) client lr reaches the server
     assert h.diagnostics[0]["losses"].shape == (5,)
     h = simulate(fed, model, FedFV(), rounds=2, clients_per_round=5, progress=False)
     assert np.isfinite(h.client_accuracy).all()

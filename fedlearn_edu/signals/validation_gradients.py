@@ -23,7 +23,9 @@ The model runs in train mode, as in the authors' code. The package's models
 have no BatchNorm and no dropout, so train mode and eval mode compute the same
 function here; a model with dropout would make the signal random.
 
-Two engines give the same numbers:
+The computation is the training engines' :meth:`~fedlearn_edu.engine.LoopEngine.loss_gradients`
+(one engine protocol for the clients and the server), and the two engines give
+the same numbers:
 
 * ``engine="vmap"`` (default): all clients at once, ``torch.func.vmap`` over
   ``torch.func.grad`` of a ``functional_call``, in chunks sized by a memory budget;
@@ -38,11 +40,9 @@ from collections.abc import Mapping, Sequence
 from typing import Union
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.func import functional_call, grad, vmap
 
-from ..engine import activation_numel, default_memory_budget
+from ..engine import VmapEngine, make_engine
 from ..params import Params, num_stacked
 
 __all__ = ["validation_gradients", "validation_gradient_norms", "as_validation_set"]
@@ -56,7 +56,8 @@ def as_validation_set(val_data, num_classes: int | None = None) -> tuple[Tensor,
     Accepts a pair ``(x, y)`` or a :class:`torch.utils.data.TensorDataset` of two tensors.
 
     Raises:
-        ValueError: empty set, mismatched lengths, non-integer or out-of-range labels.
+        ValueError: empty set, mismatched lengths, NaN/Inf inputs, non-integer or
+            out-of-range labels.
     """
     if hasattr(val_data, "tensors"):
         val_data = val_data.tensors
@@ -79,6 +80,12 @@ def as_validation_set(val_data, num_classes: int | None = None) -> tuple[Tensor,
         raise ValueError(f"Validation labels must be integer class ids; got dtype {y.dtype}.")
     if not x.is_floating_point():
         x = x.to(torch.get_default_dtype())
+    if not bool(torch.isfinite(x).all()):
+        bad = int((~torch.isfinite(x.reshape(x.shape[0], -1)).all(1)).sum())
+        raise ValueError(
+            f"The validation set holds NaN or Inf inputs ({bad} of {x.shape[0]} samples); "
+            "clean it before using it (a validation gradient at such a sample is undefined)."
+        )
     if num_classes is not None and (int(y.min()) < 0 or int(y.max()) >= num_classes):
         raise ValueError(
             f"Validation labels must lie in [0, {num_classes - 1}]; found [{int(y.min())}, {int(y.max())}]."
@@ -99,30 +106,6 @@ def _check_params(params: Mapping[str, Tensor]) -> int:
                 "its validation gradient is undefined."
             )
     return m
-
-
-def _chunks(
-    model: nn.Module, params: Params, x: Tensor, memory_budget: int | None, sample_chunk: int | None
-) -> tuple[int, int]:
-    """(clients per chunk, samples per chunk) so that one vmapped pass fits the memory budget.
-
-    Per client and sample: the activations of a forward pass, kept for the backward
-    (counted 3 times: forward, backward, temporaries). Per client: 3 copies of the parameters
-    (weights, gradient, accumulator).
-    """
-    n = x.shape[0]
-    budget = memory_budget or default_memory_budget(x.device)
-    itemsize = x.element_size()
-    acts = activation_numel(model, x)
-    n_params = sum(v[0].numel() for v in params.values())
-    samples = min(n, int(sample_chunk) if sample_chunk else 2048)
-    per_client = itemsize * (3 * n_params + 3 * acts * samples)
-    clients = budget // max(per_client, 1)
-    if clients < 1:  # even one client does not fit: shrink the sample chunk
-        clients = 1
-        samples = max(1, int((budget // itemsize - 3 * n_params) // (3 * acts)))
-        samples = min(samples, n)
-    return int(clients), int(samples)
 
 
 def validation_gradients(
@@ -148,8 +131,9 @@ def validation_gradients(
         val_data: ``(x: Tensor[n, ...], y: Tensor[n])`` or a ``TensorDataset``; moved to the
             parameters' device.
         batch_size: the batch size of the definition (32 in the paper); it sets ``B``.
-        engine: ``"vmap"`` (all clients in one batched pass, chunked by memory) or ``"loop"``
-            (one client after another, batches of ``batch_size``; the reference).
+        engine: ``"vmap"`` (all clients in one batched pass, chunked by memory), ``"loop"``
+            (one client after another, batches of ``batch_size``; the reference), ``"auto"``
+            or an engine object (see :func:`fedlearn_edu.engine.make_engine`).
         memory_budget: bytes one vmapped chunk may use (default 2 GiB on the CPU, half the
             free memory on CUDA).
         sample_chunk: validation samples per vmapped pass (default: up to 2048).
@@ -169,57 +153,21 @@ def validation_gradients(
     """
     if int(batch_size) != batch_size or batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size}.")
-    m = _check_params(params)
+    _check_params(params)
     device = next(iter(params.values())).device
     dtype = next(iter(params.values())).dtype
     x, y = as_validation_set(val_data)
     x, y = x.to(device=device, dtype=dtype), y.to(device)
     n = y.shape[0]
     num_batches = math.ceil(n / batch_size)
-    names = list(params)
+    runner = make_engine(engine, model)
+    if memory_budget is not None and isinstance(runner, VmapEngine):
+        runner = VmapEngine(memory_budget=memory_budget, max_chunk=runner.max_chunk, tune_allocator=False)
+    extra = {"sample_chunk": sample_chunk} if isinstance(runner, VmapEngine) else {}
     was_training = model.training
     model.train()  # the authors' train mode; no BN/dropout in the package models, so == eval
     try:
-        if engine == "loop":
-            out = {k: [] for k in names}
-            for k in range(m):
-                theta = {name: params[name][k].detach().requires_grad_(True) for name in names}
-                acc = {name: torch.zeros_like(theta[name]) for name in names}
-                for start in range(0, n, batch_size):
-                    xb, yb = x[start : start + batch_size], y[start : start + batch_size]
-                    loss = F.cross_entropy(functional_call(model, theta, (xb,)), yb, reduction="sum")
-                    grads = torch.autograd.grad(loss, [theta[name] for name in names], allow_unused=True)
-                    for name, gr in zip(names, grads):
-                        if gr is not None:
-                            acc[name] += gr
-                for name in names:
-                    out[name].append(acc[name] / num_batches)
-            return {name: torch.stack(v) for name, v in out.items()}
-        if engine != "vmap":
-            raise ValueError(f"Unknown engine {engine!r}; choose 'vmap' or 'loop'.")
-        from ..engine import vmap_unsupported_reason
-
-        reason = vmap_unsupported_reason(model)
-        if reason:
-            raise ValueError(
-                f"The vmap engine cannot compute validation gradients for this model: {reason}. Use engine='loop'."
-            )
-
-        def summed_loss(theta: Params, xb: Tensor, yb: Tensor) -> Tensor:
-            return F.cross_entropy(functional_call(model, theta, (xb,)), yb, reduction="sum") / num_batches
-
-        per_client_grad = vmap(grad(summed_loss), in_dims=(0, None, None))
-        clients, samples = _chunks(model, params, x, memory_budget, sample_chunk)
-        parts = []
-        detached = {name: params[name].detach() for name in names}
-        for c0 in range(0, m, clients):
-            theta = {name: v[c0 : c0 + clients] for name, v in detached.items()}
-            acc = None
-            for s0 in range(0, n, samples):
-                g = per_client_grad(theta, x[s0 : s0 + samples], y[s0 : s0 + samples])
-                acc = g if acc is None else {name: acc[name] + g[name] for name in names}
-            parts.append(acc)
-        return {name: torch.cat([p[name] for p in parts]) for name in names}
+        return runner.loss_gradients(model, dict(params), x, y, int(batch_size), num_batches, **extra)
     finally:
         model.train(was_training)
 

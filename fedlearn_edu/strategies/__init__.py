@@ -1,14 +1,31 @@
-"""Stateful server strategies that call the pure aggregation math."""
+"""Strategies: what each method does in a round (client update, server direction), for ``simulate``."""
 
-from .base import ClientUpdates, Strategy
+from .base import ClientOutput, ClientUpdates, ClientWork, Strategy
 from .conflict import ConFIG, FedFV, QFedAvg
 from .craft import CRAFT, craft_layer_groups
-from .fedavg import FedAvg, FedAvgM, FedProx
+from .fedavg import FedAdagrad, FedAdam, FedAvg, FedAvgM, FedProx, FedYogi
 from .fedoui import FedAlign, FedOUI
 from .fedvg import FedVG
+from .personalized import IFCA, Ditto, LocalOnly
+from .server_optim import ServerAdagrad, ServerAdam, ServerMomentum, ServerOptimizer, ServerSGD, ServerYogi
 
 STRATEGIES = {
-    cls.name: cls for cls in (FedAvg, FedAvgM, FedProx, CRAFT, ConFIG, FedFV, QFedAvg, FedVG, FedOUI, FedAlign)
+    cls.name: cls
+    for cls in (
+        FedAvg,
+        FedAvgM,
+        FedProx,
+        FedAdam,
+        FedYogi,
+        FedAdagrad,
+        CRAFT,
+        ConFIG,
+        FedFV,
+        QFedAvg,
+        FedVG,
+        FedOUI,
+        FedAlign,
+    )
 }
 
 
@@ -22,10 +39,24 @@ def make_strategy(name: str, **kwargs) -> Strategy:
 
 __all__ = [
     "ClientUpdates",
+    "ClientWork",
+    "ClientOutput",
     "Strategy",
+    "ServerOptimizer",
+    "ServerSGD",
+    "ServerMomentum",
+    "ServerAdam",
+    "ServerYogi",
+    "ServerAdagrad",
     "FedAvg",
     "FedAvgM",
     "FedProx",
+    "FedAdam",
+    "FedYogi",
+    "FedAdagrad",
+    "LocalOnly",
+    "IFCA",
+    "Ditto",
     "CRAFT",
     "ConFIG",
     "FedFV",

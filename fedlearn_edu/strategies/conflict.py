@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from torch import Tensor, nn
 
 from ..aggregators import config_direction, fedfv_direction, qfedavg_step
-from ..engine import LocalResult, LocalTraining
+from ..engine import LocalResult
 from ..params import Params
 from ..signals import global_model_loss
 from .base import ClientUpdates, Strategy
@@ -35,7 +35,7 @@ class ConFIG(Strategy):
         super().__init__(server_lr)
         self.layerwise = bool(layerwise)
 
-    def aggregate(self, params: Params, updates: ClientUpdates) -> tuple[Params, dict]:
+    def direction(self, params: Params, updates: ClientUpdates) -> tuple[Params, dict]:
         pseudo = {k: -v for k, v in updates.deltas.items()}
         if self.layerwise and updates.model is not None:
             groups = craft_layer_groups(updates.model)
@@ -43,8 +43,7 @@ class ConFIG(Strategy):
             groups = None  # per parameter tensor
         else:
             groups = {"model": list(params)}
-        g = config_direction(pseudo, groups=groups)
-        return {k: v - self.server_lr * g[k] for k, v in params.items()}, {}
+        return config_direction(pseudo, groups=groups), {}
 
 
 class _GlobalLossSignal(Strategy):
@@ -87,11 +86,10 @@ class FedFV(_GlobalLossSignal):
     def client_signals(self, model, global_params, local, datasets) -> dict:
         return super().client_signals(model, global_params, local, datasets) if self.loss == "global" else {}
 
-    def aggregate(self, params: Params, updates: ClientUpdates) -> tuple[Params, dict]:
+    def direction(self, params: Params, updates: ClientUpdates) -> tuple[Params, dict]:
         losses = updates.signals["global_loss"] if self.loss == "global" else updates.train_loss
         pseudo = {k: -v for k, v in updates.deltas.items()}
-        g = fedfv_direction(pseudo, losses, self.alpha)
-        return {k: v - self.server_lr * g[k] for k, v in params.items()}, {"losses": losses}
+        return fedfv_direction(pseudo, losses, self.alpha), {"losses": losses}
 
 
 class QFedAvg(_GlobalLossSignal):
@@ -101,7 +99,7 @@ class QFedAvg(_GlobalLossSignal):
     ``Delta W_k = (theta_t - theta_k) / lr`` and ``h_k = q F_k^(q-1) ||Delta W_k||^2 +
     F_k^q / lr`` (see :func:`fedlearn_edu.aggregators.qfedavg_step`). The clients
     report ``F_k(theta_t)``, the global model's loss on their training data; the
-    client learning rate of the round is read in :meth:`configure_local`.
+    client learning rate of the round comes with the updates (``updates.config.lr``).
 
     Args:
         q: fairness parameter (0: uniform FedAvg; larger: more weight on high-loss clients).
@@ -115,23 +113,18 @@ class QFedAvg(_GlobalLossSignal):
         if not (q >= 0 and q < float("inf")):
             raise ValueError(f"q must be a finite number >= 0, got {q}.")
         self.q = float(q)
-        self._lr: float | None = None
 
-    def init(self, params: Params) -> None:
-        self._lr = None
-
-    def configure_local(self, config: LocalTraining) -> LocalTraining:
-        self._lr = config.lr
-        return config
-
-    def aggregate(self, params: Params, updates: ClientUpdates) -> tuple[Params, dict]:
-        if self._lr is None:
-            raise RuntimeError(
-                "QFedAvg needs the clients' lr: call configure_local(config) before aggregate (the simulator does)."
+    def direction(self, params: Params, updates: ClientUpdates) -> tuple[Params, dict]:
+        if updates.config is None:
+            raise ValueError(
+                "QFedAvg needs the clients' lr: pass ClientUpdates(..., config=LocalTraining(lr=...)) "
+                "(the simulator does)."
             )
         if "global_loss" not in updates.signals:
             raise ValueError("QFedAvg needs updates.signals['global_loss'] (F_k(theta_t)); client_signals computes it.")
         losses = updates.signals["global_loss"]
         pseudo = {k: -v for k, v in updates.deltas.items()}
-        step = qfedavg_step(pseudo, losses, self._lr, self.q)
-        return {k: v - self.server_lr * step[k] for k, v in params.items()}, {"losses": losses}
+        return qfedavg_step(pseudo, losses, updates.config.lr, self.q), {"losses": losses}
+
+    def nonfinite_hint(self) -> str:
+        return f"q-FedAvg's weights F_k^q overflow for large q (q = {self.q:g}): lower q."

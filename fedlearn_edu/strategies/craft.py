@@ -90,15 +90,13 @@ class CRAFT(Strategy):
     """
 
     name = "craft"
+    _state_names = ("_reference",)
 
     def __init__(self, server_lr: float = 0.1, layerwise: bool = True, merge_norm: bool = True):
         super().__init__(server_lr)
         self.layerwise = bool(layerwise)
         self.merge_norm = bool(merge_norm)
         self._reference: Params | None = None
-
-    def init(self, params: Params) -> None:
-        self._reference = None
 
     def groups(self, params: Params, model: nn.Module | None) -> dict[str, list[str]]:
         """The layer groups used for ``params`` (``{"model": all names}`` when not layer-wise)."""
@@ -108,11 +106,10 @@ class CRAFT(Strategy):
             return craft_layer_groups(model, self.merge_norm)
         return layer_groups(list(params))
 
-    def aggregate(self, params: Params, updates: ClientUpdates) -> tuple[Params, dict]:
+    def direction(self, params: Params, updates: ClientUpdates) -> tuple[Params, dict]:
         pseudo = {k: -v for k, v in updates.deltas.items()}
         rho = updates.size_weights
         g = craft_direction(pseudo, rho, self._reference, groups=self.groups(params, updates.model))
         self._reference = {k: v.detach().clone() for k, v in g.items()}
-        new = {k: v - self.server_lr * g[k] for k, v in params.items()}
         norm = float(sum((v.double() ** 2).sum() for v in g.values())) ** 0.5
-        return new, {"weights": rho, "direction_norm": norm}
+        return g, {"weights": rho, "direction_norm": norm}

@@ -1,4 +1,10 @@
-"""The FedAvg family: FedAvg, FedAvgM (server momentum) and FedProx (proximal clients)."""
+"""The FedAvg family: FedAvg, FedProx (proximal clients) and the server optimizers on top.
+
+All share FedAvg's direction ``g = -sum_i p_i Delta_i`` (``p_i = n_i / sum_j n_j``);
+they differ in the clients' objective (FedProx) or the server optimizer that applies
+``g``: FedAvgM (heavy-ball momentum), FedAdam, FedYogi and FedAdagrad (FedOpt,
+Reddi et al., 2021).
+"""
 
 from __future__ import annotations
 
@@ -6,15 +12,17 @@ from ..aggregators import fedavg
 from ..engine import LocalTraining
 from ..params import Params
 from .base import ClientUpdates, Strategy
+from .server_optim import ServerAdagrad, ServerAdam, ServerMomentum, ServerOptimizer, ServerYogi
 
-__all__ = ["FedAvg", "FedAvgM", "FedProx"]
+__all__ = ["FedAvg", "FedAvgM", "FedProx", "FedAdam", "FedYogi", "FedAdagrad"]
 
 
 class FedAvg(Strategy):
     """Federated averaging (McMahan et al., 2017).
 
     ``theta_{t+1} = theta_t + eta_s * sum_i p_i Delta_i`` with ``p_i = n_i / sum_j n_j``
-    over the selected clients.
+    over the selected clients: the direction ``g = -sum_i p_i Delta_i`` under
+    ``ServerSGD(eta_s)``; any other ``optimizer`` may apply it.
 
     Example:
         >>> strategy = FedAvg(server_lr=1.0)
@@ -22,16 +30,16 @@ class FedAvg(Strategy):
 
     name = "fedavg"
 
-    def aggregate(self, params: Params, updates: ClientUpdates) -> tuple[Params, dict]:
+    def direction(self, params: Params, updates: ClientUpdates) -> tuple[Params, dict]:
         step = fedavg(updates.deltas, updates.size_weights)
-        new = {k: v + self.server_lr * step[k] for k, v in params.items()}
-        return new, {"weights": updates.size_weights}
+        return {k: -v for k, v in step.items()}, {"weights": updates.size_weights}
 
 
-class FedAvgM(Strategy):
+class FedAvgM(FedAvg):
     """FedAvg with server momentum (Hsu et al., 2019) on the pseudo-gradient.
 
-    ``v <- beta v + sum_i p_i g_i`` with ``g_i = -Delta_i``; ``theta <- theta - eta_s v``.
+    ``v <- beta v + sum_i p_i g_i`` with ``g_i = -Delta_i``; ``theta <- theta - eta_s v``
+    (FedAvg's direction under :class:`~fedlearn_edu.strategies.server_optim.ServerMomentum`).
 
     Args:
         server_lr: eta_s.
@@ -41,23 +49,12 @@ class FedAvgM(Strategy):
     name = "fedavgm"
 
     def __init__(self, server_lr: float = 1.0, momentum: float = 0.9):
-        super().__init__(server_lr)
-        if not 0 <= momentum < 1:
-            raise ValueError(f"momentum must be in [0, 1), got {momentum}.")
-        self.momentum = float(momentum)
-        self._velocity: Params | None = None
+        super().__init__(optimizer=ServerMomentum(server_lr, momentum))
 
-    def init(self, params: Params) -> None:
-        self._velocity = None
-
-    def aggregate(self, params: Params, updates: ClientUpdates) -> tuple[Params, dict]:
-        pseudo_grad = {k: -v for k, v in fedavg(updates.deltas, updates.size_weights).items()}
-        if self._velocity is None:
-            self._velocity = pseudo_grad
-        else:
-            self._velocity = {k: self.momentum * self._velocity[k] + g for k, g in pseudo_grad.items()}
-        new = {k: v - self.server_lr * self._velocity[k] for k, v in params.items()}
-        return new, {"weights": updates.size_weights}
+    @property
+    def momentum(self) -> float:
+        """beta."""
+        return self.optimizer.momentum
 
 
 class FedProx(FedAvg):
@@ -67,15 +64,57 @@ class FedProx(FedAvg):
     Args:
         mu: proximal coefficient (> 0).
         server_lr: eta_s.
+        optimizer: the server optimizer (default ``ServerSGD(server_lr)``).
     """
 
     name = "fedprox"
 
-    def __init__(self, mu: float = 0.01, server_lr: float = 1.0):
-        super().__init__(server_lr)
+    def __init__(self, mu: float = 0.01, server_lr: float = 1.0, optimizer: ServerOptimizer | None = None):
+        super().__init__(server_lr, optimizer)
         if not (mu >= 0 and mu < float("inf")):
             raise ValueError(f"mu must be a finite number >= 0, got {mu}.")
         self.mu = float(mu)
 
     def configure_local(self, config: LocalTraining) -> LocalTraining:
         return config.replace(prox_mu=self.mu)
+
+
+class _FedOptStrategy(FedAvg):
+    """FedAvg's direction under one of the adaptive server optimizers of Reddi et al. (2021)."""
+
+    _optimizer: type
+
+    def __init__(self, server_lr: float = 0.01, beta1: float = 0.9, beta2: float = 0.99, tau: float = 1e-3):
+        super().__init__(optimizer=self._optimizer(server_lr, beta1, beta2, tau))
+
+
+class FedAdam(_FedOptStrategy):
+    """FedAdam (Reddi et al., 2021): ``g = -sum_i p_i Delta_i``, ``m <- b1 m + (1-b1) g``,
+    ``v <- b2 v + (1-b2) g^2``, ``theta <- theta - eta_s m / (sqrt(v) + tau)`` (``m_0 = 0``, ``v_0 = tau^2``).
+
+    Args:
+        server_lr: eta_s (0.01).
+        beta1, beta2: moment decay rates (0.9, 0.99).
+        tau: adaptivity (1e-3).
+
+    Example:
+        >>> FedAdam(server_lr=0.03).server_lr
+        0.03
+    """
+
+    name = "fedadam"
+    _optimizer = ServerAdam
+
+
+class FedYogi(_FedOptStrategy):
+    """FedYogi (Reddi et al., 2021): as :class:`FedAdam` with ``v <- v - (1-b2) g^2 sign(v - g^2)``."""
+
+    name = "fedyogi"
+    _optimizer = ServerYogi
+
+
+class FedAdagrad(_FedOptStrategy):
+    """FedAdagrad (Reddi et al., 2021): as :class:`FedAdam` with ``v <- v + g^2``."""
+
+    name = "fedadagrad"
+    _optimizer = ServerAdagrad

@@ -84,7 +84,7 @@ class FedOUI(Strategy):
         probes = torch.stack([probe_batch(x, self.probe_size, self.probe_seed) for x, _ in datasets])
         return {"oui": client_oui(model, local.params, probes, layer=self.layer)}
 
-    def aggregate(self, params: Params, updates: ClientUpdates) -> tuple[Params, dict]:
+    def direction(self, params: Params, updates: ClientUpdates) -> tuple[Params, dict]:
         if "oui" not in updates.signals:
             raise ValueError(
                 "FedOUI.aggregate needs updates.signals['oui'] (Tensor[m]); "
@@ -94,8 +94,7 @@ class FedOUI(Strategy):
         scores, alpha, beta, method = _scores_and_fit(o)
         w = _weights_from_scores(scores, updates.num_samples, self.eps)
         step = fedavg(updates.deltas, w)
-        new = {k: v + self.server_lr * step[k] for k, v in params.items()}
-        return new, {
+        return {k: -v for k, v in step.items()}, {
             "weights": w,
             "oui": o.cpu(),
             "scores": scores.cpu(),
@@ -128,8 +127,7 @@ class FedAlign(Strategy):
             raise ValueError(f"eps must be a finite number > 0, got {eps}.")
         self.eps = float(eps)
 
-    def aggregate(self, params: Params, updates: ClientUpdates) -> tuple[Params, dict]:
+    def direction(self, params: Params, updates: ClientUpdates) -> tuple[Params, dict]:
         w = fedalign_weights(updates.deltas, updates.num_samples, self.eps)
         step = fedavg(updates.deltas, w)
-        new = {k: v + self.server_lr * step[k] for k, v in params.items()}
-        return new, {"weights": w.cpu()}
+        return {k: -v for k, v in step.items()}, {"weights": w.cpu()}

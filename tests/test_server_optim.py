@@ -1,0 +1,170 @@
+"""Server optimizers (SGD, momentum, FedOpt's Adam/Yogi/Adagrad) against their update rules written out."""
+
+import numpy as np
+import pytest
+import torch
+
+from fedlearn_edu import (
+    FedAdagrad,
+    FedAdam,
+    FedAvg,
+    FedAvgM,
+    FedProx,
+    FedVG,
+    FedYogi,
+    ServerAdam,
+    ServerMomentum,
+    ServerSGD,
+    make_strategy,
+)
+from fedlearn_edu.aggregators import fedvg_aggregate
+from fedlearn_edu.engine import LocalTraining
+from fedlearn_edu.models import make_model
+from fedlearn_edu.params import get_params
+from fedlearn_edu.strategies import STRATEGIES, ClientUpdates, ServerOptimizer
+
+
+def _updates(deltas, n, model=None, round_=1):
+    m = next(iter(deltas.values())).shape[0]
+    return ClientUpdates(round_, torch.arange(m), deltas, torch.tensor(n), torch.zeros(m), model)
+
+
+def _rounds(seed=0, rounds=4):
+    """A few rounds of random client deltas (float64) for a two-tensor model, and the sizes."""
+    g = np.random.default_rng(seed)
+    return [{"w": g.normal(size=(3, 2, 3)), "b": g.normal(size=(3, 2)) * 1e-3} for _ in range(rounds)], [5, 1, 2]
+
+
+def _fedopt_by_hand(kind, x0, rounds, n, eta, b1, b2, tau):
+    """Reddi et al. (2021), Algorithm 2, in NumPy: Delta_t = sum p_i Delta_i, m_t = b1 m + (1-b1) Delta_t,
+    v_t per ``kind`` (v_{-1} = tau^2), x_{t+1} = x_t + eta m_t / (sqrt(v_t) + tau)."""
+    p = np.asarray(n, dtype=float) / np.sum(n)
+    x = {k: v.copy() for k, v in x0.items()}
+    m = {k: np.zeros_like(v) for k, v in x0.items()}
+    v = {k: np.full_like(val, tau**2) for k, val in x0.items()}
+    out = []
+    for deltas in rounds:
+        for k in x:
+            d = np.tensordot(p, deltas[k], axes=1)
+            m[k] = b1 * m[k] + (1 - b1) * d
+            if kind == "adam":
+                v[k] = b2 * v[k] + (1 - b2) * d**2
+            elif kind == "yogi":
+                v[k] = v[k] - (1 - b2) * d**2 * np.sign(v[k] - d**2)
+            else:
+                v[k] = v[k] + d**2
+            x[k] = x[k] + eta * m[k] / (np.sqrt(v[k]) + tau)
+        out.append({k: val.copy() for k, val in x.items()})
+    return out
+
+
+@pytest.mark.parametrize("cls, kind", [(FedAdam, "adam"), (FedYogi, "yogi"), (FedAdagrad, "adagrad")])
+def test_fedopt_strategies_follow_reddi_et_al(cls, kind):
+    rounds, n = _rounds()
+    g = np.random.default_rng(1)
+    x0 = {"w": g.normal(size=(2, 3)), "b": g.normal(size=2)}
+    eta, b1, b2, tau = 0.05, 0.8, 0.95, 1e-2
+    want = _fedopt_by_hand(kind, x0, rounds, n, eta, b1, b2, tau)
+    s = cls(server_lr=eta, beta1=b1, beta2=b2, tau=tau)
+    params = {k: torch.from_numpy(v) for k, v in x0.items()}
+    s.init(params)
+    for t, deltas in enumerate(rounds):
+        upd = _updates({k: torch.from_numpy(v) for k, v in deltas.items()}, n, round_=t + 1)
+        params, diag = s.aggregate(params, upd)
+        for k in params:
+            np.testing.assert_allclose(params[k].numpy(), want[t][k], rtol=1e-12, atol=1e-14)
+    assert diag["weights"].shape == (3,)
+    # init forgets the moments: the first step again
+    s.init(params)
+    first, _ = s.aggregate({k: torch.from_numpy(v) for k, v in x0.items()}, _updates(_as_t(rounds[0]), n))
+    for k in first:
+        np.testing.assert_allclose(first[k].numpy(), want[0][k], rtol=1e-12, atol=1e-14)
+
+
+def _as_t(d):
+    return {k: torch.from_numpy(v) for k, v in d.items()}
+
+
+def test_yogi_differs_from_adam_and_adaptivity_bounds_the_first_step():
+    """With v_0 = tau^2 the first Adam step is eta (1-b1) d / (sqrt(b2 tau^2 + (1-b2) d^2) + tau),
+    whose size stays below eta (1-b1)/sqrt(1-b2) however large the update: the server step is
+    scale-free, unlike SGD's."""
+    rounds, n = _rounds(seed=3, rounds=2)
+    x0 = {"w": np.zeros((2, 3)), "b": np.zeros(2)}
+    huge = [{k: 1e6 * v for k, v in r.items()} for r in rounds]
+    adam = FedAdam(server_lr=0.1, beta1=0.9, beta2=0.99, tau=1e-3)
+    p, _ = adam.aggregate(_as_t(x0), _updates(_as_t(huge[0]), n))
+    assert float(p["w"].abs().max()) <= 0.1 * 0.1 / np.sqrt(0.01) + 1e-12
+    adam, yogi = FedAdam(server_lr=0.1), FedYogi(server_lr=0.1)
+    pa, py = _as_t(x0), _as_t(x0)
+    for t, r in enumerate(rounds):
+        pa, _ = adam.aggregate(pa, _updates(_as_t(r), n, round_=t + 1))
+        py, _ = yogi.aggregate(py, _updates(_as_t(r), n, round_=t + 1))
+    assert not torch.allclose(pa["w"], py["w"])
+
+
+def test_sgd_and_momentum_optimizers_are_fedavg_and_fedavgm():
+    rounds, n = _rounds(seed=5, rounds=3)
+    x0 = {"w": torch.zeros(2, 3, dtype=torch.float64), "b": torch.ones(2, dtype=torch.float64)}
+    a, b = FedAvgM(server_lr=0.7, momentum=0.6), FedAvg(optimizer=ServerMomentum(0.7, 0.6))
+    pa, pb, v, want = dict(x0), dict(x0), None, dict(x0)
+    for t, r in enumerate(rounds):
+        pa, _ = a.aggregate(pa, _updates(_as_t(r), n, round_=t + 1))
+        pb, _ = b.aggregate(pb, _updates(_as_t(r), n, round_=t + 1))
+        p = torch.tensor(n, dtype=torch.float64) / sum(n)
+        g = {k: -torch.tensordot(p, torch.from_numpy(r[k]), dims=1) for k in r}  # the pseudo-gradient
+        v = g if v is None else {k: 0.6 * v[k] + g[k] for k in g}
+        want = {k: want[k] - 0.7 * v[k] for k in g}
+        for k in want:
+            torch.testing.assert_close(pa[k], want[k])
+            assert torch.equal(pa[k], pb[k])
+    assert a.momentum == 0.6 and a.server_lr == 0.7
+    sgd = ServerSGD(0.5)
+    out = sgd.step({"w": torch.tensor([1.0])}, {"w": torch.tensor([4.0])})
+    assert out["w"].item() == -1.0
+
+
+def test_optimizer_state_round_trips_and_arguments_are_checked():
+    rounds, n = _rounds(seed=2, rounds=3)
+    x0 = {"w": torch.zeros(2, 3, dtype=torch.float64), "b": torch.zeros(2, dtype=torch.float64)}
+    a = ServerAdam(0.1)
+    p = a.step(x0, {k: -torch.from_numpy(rounds[0][k]).mean(0) for k in x0})
+    b = ServerAdam(0.1)
+    b.load_state_dict(a.state_dict())
+    g = {k: -torch.from_numpy(rounds[1][k]).mean(0) for k in x0}
+    pa, pb = a.step(p, g), b.step(p, g)
+    assert all(torch.equal(pa[k], pb[k]) for k in pa)
+    for bad in (dict(lr=0), dict(beta1=1.0), dict(beta2=-0.1), dict(tau=0)):
+        with pytest.raises(ValueError):
+            ServerAdam(**bad)
+    with pytest.raises(ValueError, match="momentum"):
+        ServerMomentum(1.0, 1.0)
+    with pytest.raises(TypeError, match="ServerOptimizer"):
+        FedAvg(optimizer="adam")
+    with pytest.raises(ValueError, match="lacks"):
+        ServerAdam().load_state_dict({})
+    assert isinstance(make_strategy("fedadam"), FedAdam) and isinstance(make_strategy("FedYogi"), FedYogi)
+    assert {"fedadam", "fedyogi", "fedavg", "fedavgm", "fedprox", "craft", "fedvg"} <= set(STRATEGIES)
+
+
+def test_fedvg_composes_with_any_base_and_optimizer():
+    """FedVG on top of FedAdam: FedVG's weighted direction, FedAdam's server step (by hand)."""
+    torch.manual_seed(0)
+    model = make_model("mlp", (1, 4, 4), 3, hidden=(5,))
+    params = get_params(model)
+    deltas = {k: 0.1 * torch.randn(3, *v.shape) for k, v in params.items()}
+    val = (torch.rand(20, 1, 4, 4), torch.arange(20) % 3)
+    s = FedVG.on_top_of(FedAdam(server_lr=0.05, tau=1e-2), val)
+    assert isinstance(s.optimizer, ServerAdam) and s.server_lr == 0.05
+    new, diag = s.aggregate(params, _updates(deltas, [1, 2, 3], model))
+    step = fedvg_aggregate(deltas, diag["weights"])
+    for k in params:
+        d = step[k]  # m_1 = (1-b1) d, v_1 = b2 tau^2 + (1-b2) d^2
+        m1, v1 = 0.1 * d, 0.99 * 1e-4 + 0.01 * d**2
+        torch.testing.assert_close(new[k], params[k] + 0.05 * m1 / (v1.sqrt() + 1e-2))
+    # the base's optimizer is copied, not shared; FedProx's clients are kept
+    base = FedProx(mu=0.2, optimizer=ServerMomentum(0.3, 0.5))
+    vg = FedVG(val, base=base)
+    assert vg.optimizer is not base.optimizer and vg.server_momentum == 0.5 and vg.prox_mu == 0.2
+    assert vg.configure_local(LocalTraining()).prox_mu == 0.2
+    assert isinstance(FedVG(val, optimizer=ServerAdam()).optimizer, ServerOptimizer)
