@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from ._checks import Updates, check_updates
-from .craft import _default_rtol, _work_dtype, gram_pinv_apply, group_matrices, split_groups
+from .craft import default_rtol, gram_pinv_apply, group_matrices, split_groups, work_dtype
 
 __all__ = ["config_direction", "fedfv_direction", "qfedavg_step"]
 
@@ -46,7 +46,7 @@ def _combine(coef: Tensor, pseudo_grads: Updates) -> Updates:
 def _gram(pseudo_grads: Updates) -> Tensor:
     """``Tensor[m, m]`` Gram matrix ``G G^T`` of the (flattened, whole-model) pseudo-gradients, float64."""
     blocks = _as_matrices(pseudo_grads)
-    work = _work_dtype(blocks[0].device)
+    work = work_dtype(blocks[0].device)
     out = None
     for b in blocks:
         bw = b.to(work)
@@ -57,7 +57,7 @@ def _gram(pseudo_grads: Updates) -> Tensor:
 def _config_one(G: Tensor, rcond: float | None) -> Tensor:
     """ConFIG for one ``Tensor[m, d]`` block."""
     m, d = G.shape
-    work = _work_dtype(G.device)
+    work = work_dtype(G.device)
     Gw = G.to(work)
     raw = Gw @ Gw.T
     sq = torch.diagonal(raw)
@@ -69,7 +69,7 @@ def _config_one(G: Tensor, rcond: float | None) -> Tensor:
         Gw, raw, sq = Gw[keep], raw[keep][:, keep], sq[keep]
     norms = sq.sqrt()
     K = raw / (norms.unsqueeze(1) * norms.unsqueeze(0))
-    rtol = _default_rtol(G.dtype, k, d) if rcond is None else float(rcond)
+    rtol = default_rtol(G.dtype, k, d) if rcond is None else float(rcond)
     c = gram_pinv_apply(K, torch.ones(k, dtype=work, device=G.device), rtol, d)
     g_u = Gw.T @ (c / norms)  # U^+ 1
     n = torch.linalg.vector_norm(g_u)

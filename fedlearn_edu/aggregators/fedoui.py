@@ -172,7 +172,17 @@ def empirical_rank_scores(oui_values) -> Tensor:
     return _like(oui_values, 2.0 * np.minimum(p, 1.0 - p))
 
 
-def _scores_and_fit(oui_values, clip: float = FIT_CLIP):
+def scores_and_fit(oui_values, clip: float = FIT_CLIP):
+    """:func:`fedoui_scores` together with the fit behind them (for strategies' diagnostics).
+
+    Args:
+        oui_values: ``Tensor[m]`` OUI values in ``[0, 1]``.
+        clip: as in :func:`fit_beta`.
+
+    Returns:
+        ``(scores: Tensor[m], alpha, beta, method)``; ``method`` is ``"empirical"`` when
+        the Beta fit was not usable.
+    """
     x = _as_unit_values(oui_values)
     alpha, beta, method = fit_beta(x, clip=clip)
     if method != "empirical":
@@ -206,7 +216,7 @@ def fedoui_scores(oui_values, clip: float = FIT_CLIP) -> Tensor:
         >>> round(float(s[1]), 3)     # the authors' worked example: OUI 0.257 -> s = 0.895
         0.895
     """
-    return _scores_and_fit(oui_values, clip)[0]
+    return scores_and_fit(oui_values, clip)[0]
 
 
 def fedoui_weights(
@@ -245,12 +255,24 @@ def fedoui_weights(
     for name, v in (("size_power", size_power), ("score_power", score_power)):
         if not math.isfinite(v) or v < 0:
             raise ValueError(f"{name} must be a finite number >= 0, got {v}.")
-    return _weights_from_scores(fedoui_scores(oui_values, clip), num_samples, eps, size_power, score_power)
+    return weights_from_scores(fedoui_scores(oui_values, clip), num_samples, eps, size_power, score_power)
 
 
-def _weights_from_scores(
+def weights_from_scores(
     scores: Tensor, num_samples, eps: float, size_power: float = 1.0, score_power: float = 1.0
 ) -> Tensor:
+    """Normalised weights ``n_k^size_power (eps + s_k)^score_power`` from ready scores.
+
+    Args:
+        scores: ``Tensor[m]`` structural scores.
+        num_samples: ``Tensor[m]`` positive client sizes.
+        eps: floor added to every score.
+        size_power: exponent of the sizes.
+        score_power: exponent of the scores.
+
+    Returns:
+        ``Tensor[m]`` summing to 1, like ``scores``.
+    """
     n = check_weights(num_samples, scores.shape[0], "num_samples").cpu().to(torch.float64)
     if bool((n <= 0).any()):
         i = int((n <= 0).nonzero()[0])

@@ -1,0 +1,183 @@
+"""Argument checks shared by the whole package: one place, one wording.
+
+Every public function validates its arguments at the boundary with these helpers, so
+a bad call gets a ``TypeError``/``ValueError`` that names the argument instead of a
+NumPy or torch internal error (or, worse, a silently wrong result).
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+__all__ = ["check_int", "check_float", "check_seed", "as_labels", "check_model_data"]
+
+
+def check_int(value: Any, name: str, minimum: int | None = None) -> int:
+    """``value`` as a Python int, refusing bools, floats (even ``2.0``), strings and NaN.
+
+    Args:
+        value: anything with ``__index__`` (int, NumPy integer, 0-d integer tensor).
+        name: the argument's name, for the message.
+        minimum: smallest allowed value (``None``: no bound).
+
+    Returns:
+        ``int(value)``.
+
+    Raises:
+        TypeError: ``value`` is not an integer.
+        ValueError: ``value < minimum``.
+    """
+    if isinstance(value, bool):
+        raise TypeError(f"{name} must be an integer, got a bool ({value!r}).")
+    try:
+        out = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an integer, got {value!r} ({type(value).__name__}).") from None
+    if minimum is not None and out < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {out}.")
+    return int(out)
+
+
+def check_float(value: Any, name: str, *, positive: bool = False, nonnegative: bool = False) -> float:
+    """``value`` as a finite Python float; strings and other non-numbers are refused.
+
+    Args:
+        value: a real number (int, float, NumPy scalar, 0-d tensor).
+        name: the argument's name, for the message.
+        positive: require ``value > 0``.
+        nonnegative: require ``value >= 0``.
+
+    Returns:
+        ``float(value)``.
+
+    Raises:
+        TypeError: not a real number (``"1"`` is a string, not a number).
+        ValueError: NaN, infinite, or outside the requested range.
+    """
+    if isinstance(value, (str, bytes, bool)) or value is None:
+        raise TypeError(f"{name} must be a real number, got {value!r} ({type(value).__name__}).")
+    try:
+        out = float(value)
+    except (TypeError, ValueError, RuntimeError):
+        raise TypeError(f"{name} must be a real number, got {value!r} ({type(value).__name__}).") from None
+    if not math.isfinite(out):
+        raise ValueError(f"{name} must be finite, got {value!r}.")
+    if positive and out <= 0:
+        raise ValueError(f"{name} must be > 0, got {out}.")
+    if nonnegative and out < 0:
+        raise ValueError(f"{name} must be >= 0, got {out}.")
+    return out
+
+
+def check_seed(seed: Any, name: str = "seed") -> int:
+    """A seed: a non-negative integer (NumPy's ``SeedSequence`` and ``default_rng`` take no negatives).
+
+    Args:
+        seed: the seed.
+        name: the argument's name, for the message.
+
+    Returns:
+        ``int(seed)``.
+    """
+    return check_int(seed, name, 0)
+
+
+def as_labels(labels: Any, name: str = "labels") -> np.ndarray:
+    """``labels`` (list, ndarray or Tensor) as a 1-D int64 array of non-negative class ids.
+
+    Args:
+        labels: one class id per sample; integer-valued floats are accepted.
+        name: the argument's name, for the message.
+
+    Returns:
+        ``ndarray[n]`` of int64.
+
+    Raises:
+        TypeError: not integer class ids.
+        ValueError: not 1-D, empty, NaN/Inf, non-integer floats or negative ids.
+    """
+    if hasattr(labels, "detach") and hasattr(labels, "cpu"):  # a torch.Tensor
+        labels = labels.detach().cpu().numpy()
+    try:
+        y = np.asarray(labels)
+    except (TypeError, ValueError) as err:
+        raise TypeError(f"{name} must be an array of integer class ids ({err}).") from None
+    if y.ndim != 1:
+        raise ValueError(f"{name} must be 1-D (one label per sample), got shape {y.shape}.")
+    if y.size == 0:
+        raise ValueError(f"{name} is empty: there is nothing to partition.")
+    if y.dtype.kind == "b":
+        y = y.astype(np.int64)
+    elif y.dtype.kind == "f":
+        if not np.all(np.isfinite(y)):
+            raise ValueError(f"{name} contain NaN or infinite values.")
+        if not np.all(y == np.round(y)):
+            raise ValueError(f"{name} must be integer class ids; got non-integer floats.")
+        y = y.astype(np.int64)
+    elif y.dtype.kind not in "iu":
+        raise TypeError(f"{name} must be integer class ids, got dtype {y.dtype}.")
+    y = y.astype(np.int64, copy=False)
+    if y.min() < 0:
+        raise ValueError(f"{name} must be >= 0, found {int(y.min())}.")
+    return y
+
+
+def check_model_data(model: nn.Module, input_shape, num_classes: int, data_name: str, dtype=None) -> None:
+    """Check once, before any training, that ``model`` fits a data set.
+
+    One forward pass on a single zero input of ``input_shape`` must give
+    ``Tensor[1, num_classes]`` floating-point logits. The message names the model and
+    the data set, instead of the torch error ("mat1 and mat2 shapes cannot be
+    multiplied", "Target 7 is out of bounds") that would otherwise surface in round 1.
+
+    Args:
+        model: the network to be trained.
+        input_shape: shape of one input of the data set, e.g. ``(1, 8, 8)``.
+        num_classes: size of the data set's label space.
+        data_name: how to call the data set in the message.
+        dtype: the inputs' dtype (default: the model's parameter dtype).
+
+    Raises:
+        TypeError: ``model`` is not an ``nn.Module``, or the inputs' dtype is not the model's.
+        ValueError: the model cannot take the inputs, or gives the wrong number of logits.
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}.")
+    what = f"model {type(model).__name__}"
+    data = f"data set {data_name!r}" if data_name else "the data set"
+    first = next(iter(model.parameters()), None)
+    if first is None:
+        raise ValueError(f"{what} has no parameters to train.")
+    if dtype is not None and dtype != first.dtype:
+        raise TypeError(f"{what} has {first.dtype} parameters but {data} holds {dtype} inputs; convert one of them.")
+    sample = torch.zeros((1, *input_shape), dtype=first.dtype, device=first.device)
+    if first.device.type == "meta":
+        return
+    was_training = model.training
+    try:
+        model.eval()
+        with torch.no_grad(), torch.random.fork_rng(devices=[]):
+            out = model(sample)
+    except Exception as err:  # any failure of the forward pass is a mismatch
+        raise ValueError(
+            f"{what} cannot take the inputs of {data} (one input has shape {tuple(input_shape)}): "
+            f"{type(err).__name__}: {err}. Build the model with input_shape={tuple(input_shape)}."
+        ) from None
+    finally:
+        model.train(was_training)
+    if not isinstance(out, Tensor) or out.dim() != 2 or out.shape[0] != 1:
+        shape = tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__
+        raise ValueError(f"{what} must map a batch of inputs to logits [batch, classes]; got {shape} on {data}.")
+    if out.shape[1] != num_classes:
+        raise ValueError(
+            f"{what} gives {out.shape[1]} logits but {data} has {num_classes} classes; "
+            f"build it with num_classes={num_classes}."
+        )
+    if not out.is_floating_point():
+        raise TypeError(f"{what} returns {out.dtype} logits on {data}; cross-entropy needs floating-point logits.")
