@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import Tensor
 
-from ._checks import Updates, check_updates, check_weights
+from ._checks import Updates, check_rcond, check_updates, check_weights
 
 __all__ = ["craft_direction", "pinv_solve", "gram_pinv_apply", "group_matrices", "split_groups"]
 
@@ -34,11 +34,6 @@ __all__ = ["craft_direction", "pinv_solve", "gram_pinv_apply", "group_matrices",
 def work_dtype(device: torch.device) -> torch.dtype:
     """float64 for the Gram algebra, except on Apple's MPS which has no float64."""
     return torch.float32 if device.type == "mps" else torch.float64
-
-
-def default_rtol(dtype: torch.dtype, m: int, d: int) -> float:
-    """The default relative cut-off of ``torch.linalg.pinv`` / NumPy's array-API ``pinv``."""
-    return torch.finfo(dtype).eps * max(m, d)
 
 
 def gram_pinv_apply(gram: Tensor, r: Tensor, rtol: float, width: int) -> Tensor:
@@ -103,7 +98,7 @@ def pinv_solve(matrix: Tensor, r: Tensor, rcond: float | None = None) -> Tensor:
         raise ValueError(f"r must be Tensor[m] with m = {m}; got shape {tuple(r.shape)}.")
     work = work_dtype(matrix.device)
     a = matrix.to(work)
-    rtol = default_rtol(matrix.dtype, m, d) if rcond is None else float(rcond)
+    rtol = check_rcond(rcond, matrix.dtype, m, d)
     c = gram_pinv_apply(a @ a.T, r.to(device=matrix.device, dtype=work), rtol, d)
     return (a.T @ c).to(matrix.dtype)
 
@@ -167,7 +162,7 @@ def _solve_group(
             n = torch.linalg.vector_norm(g_hat)
             g_hat = g_hat / n if bool(n > 0) else None
     residual = r if g_hat is None else r - (Gw @ g_hat) / norms  # rho - U g_hat
-    rtol = default_rtol(G.dtype, k, d) if rcond is None else float(rcond)
+    rtol = check_rcond(rcond, G.dtype, k, d)
     c = gram_pinv_apply(K, residual, rtol, d)
     g = Gw.T @ (c / norms)  # U^T c = U^+ (rho - U g_hat)
     if g_hat is not None:

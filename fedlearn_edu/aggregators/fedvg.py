@@ -23,13 +23,13 @@ from collections.abc import Mapping
 import torch
 from torch import Tensor
 
-from ._checks import check_updates, check_weights
+from ._checks import as_tensor_arg, check_updates, check_weights
 
 __all__ = ["fedvg_weights", "fedvg_layerwise_weights", "fedvg_mixed_weights", "fedvg_aggregate"]
 
 
 def _check_norms(grad_norms) -> Tensor:
-    g = torch.as_tensor(grad_norms)
+    g = as_tensor_arg(grad_norms, "grad_norms")
     if not g.is_floating_point():
         g = g.to(torch.get_default_dtype())
     if g.dim() not in (1, 2):
@@ -83,9 +83,10 @@ def fedvg_weights(grad_norms, eps: float = 1e-8) -> Tensor:
     """
     g = _check_norms(grad_norms)
     eps = _check_eps(eps)
-    G = g.sum(dim=1) if g.dim() == 2 else g
+    g64 = g.to(torch.float64)  # 1/(G + 1e-8) overflows float16 (and eps vanishes in it)
+    G = g64.sum(dim=1) if g.dim() == 2 else g64
     inv = 1.0 / (G + eps)
-    return inv / inv.sum()
+    return (inv / inv.sum()).to(g.dtype)
 
 
 def fedvg_layerwise_weights(grad_norms, eps: float = 1e-8) -> Tensor:
@@ -109,8 +110,8 @@ def fedvg_layerwise_weights(grad_norms, eps: float = 1e-8) -> Tensor:
     if g.dim() != 2:
         raise ValueError(f"Layer-wise weights need Tensor[m, L] norms; got shape {tuple(g.shape)}.")
     eps = _check_eps(eps)
-    inv = 1.0 / (g + eps)
-    return inv / inv.sum(dim=0, keepdim=True)
+    inv = 1.0 / (g.to(torch.float64) + eps)
+    return (inv / inv.sum(dim=0, keepdim=True)).to(g.dtype)
 
 
 def fedvg_mixed_weights(weights, num_samples) -> Tensor:
