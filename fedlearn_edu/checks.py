@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-__all__ = ["check_int", "check_float", "check_seed", "as_labels", "check_model_data"]
+__all__ = ["check_int", "check_float", "check_seed", "as_labels", "check_model_data", "check_trainable"]
 
 
 def check_int(value: Any, name: str, minimum: int | None = None) -> int:
@@ -126,6 +126,32 @@ def as_labels(labels: Any, name: str = "labels") -> np.ndarray:
     if y.min() < 0:
         raise ValueError(f"{name} must be >= 0, found {int(y.min())}.")
     return y
+
+
+def check_trainable(model: nn.Module) -> None:
+    """Refuse, once and for every engine, a model the package's functional training cannot train.
+
+    Both engines train through ``torch.func.functional_call``: BatchNorm's running
+    statistics are buffers updated in place during the forward pass, which the vectorised
+    engine cannot batch and the loop engine's ``grad`` transform refuses. The package
+    models use GroupNorm instead.
+
+    Args:
+        model: the network to be trained.
+
+    Raises:
+        TypeError: ``model`` is not an ``nn.Module``.
+        ValueError: ``model`` holds a BatchNorm layer.
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}.")
+    for name, module in model.named_modules():
+        if isinstance(module, nn.modules.batchnorm._BatchNorm):
+            raise ValueError(
+                f"model {type(model).__name__} has a BatchNorm layer ({name!r}, {type(module).__name__}); "
+                "fedlearn_edu's engines (loop and vmap) cannot train BatchNorm's running statistics. "
+                "Use GroupNorm (nn.GroupNorm), as the package models do."
+            )
 
 
 def check_model_data(model: nn.Module, input_shape, num_classes: int, data_name: str, dtype=None) -> None:

@@ -40,6 +40,7 @@ from .data.federation import ClientData, Federation
 from .data.shifts import cluster_ids
 from .models import CNN, MLP, ResNet20, SmallCNN, count_parameters, make_model
 from .signals.fingerprint import client_fingerprints
+from .utils import derive_seed
 
 __all__ = [
     "ConditionalModel",
@@ -374,7 +375,13 @@ def make_conditional_model(
         torch.Size([4, 10])
     """
     backbone = make_model(name, input_shape, num_classes, seed=seed, **kwargs)
-    return ConditionalModel(backbone, input_shape, cond_dim, cond_scale=cond_scale, zero_init=zero_init)
+    if seed is None:
+        return ConditionalModel(backbone, input_shape, cond_dim, cond_scale=cond_scale, zero_init=zero_init)
+    # The widened layer's fresh weights come from a generator seeded here (the global RNG is
+    # neither read nor advanced): the same seed gives the same model, zero_init or not.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(derive_seed(seed, 0xC0D17))
+        return ConditionalModel(backbone, input_shape, cond_dim, cond_scale=cond_scale, zero_init=zero_init)
 
 
 # --------------------------------------------------------------------------- #
@@ -422,13 +429,47 @@ def compare_methods(
     Returns:
         ``{method: History}`` in the order of ``methods``.
     """
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        raise ValueError(f"Unknown method(s) {unknown}; choose from {METHODS}.")
+    with torch.random.fork_rng(devices=[]):  # seeded runs: the caller's global RNG is left as it was
+        return _compare_methods(
+            federation,
+            methods,
+            model=model,
+            model_kwargs=model_kwargs,
+            num_eigenvalues=num_eigenvalues,
+            fingerprint_kwargs=fingerprint_kwargs,
+            reference=reference,
+            cond_scale=cond_scale,
+            oracle_scale=oracle_scale,
+            num_clusters=num_clusters,
+            ditto_lam=ditto_lam,
+            ditto_strategy=ditto_strategy,
+            **train,
+        )
+
+
+def _compare_methods(
+    federation,
+    methods,
+    *,
+    model,
+    model_kwargs,
+    num_eigenvalues,
+    fingerprint_kwargs,
+    reference,
+    cond_scale,
+    oracle_scale,
+    num_clusters,
+    ditto_lam,
+    ditto_strategy,
+    **train,
+) -> dict:
     from .personalization import simulate_ditto, simulate_ifca, simulate_local
     from .simulation import simulate
     from .strategies.fedavg import FedAvg
 
-    unknown = [m for m in methods if m not in METHODS]
-    if unknown:
-        raise ValueError(f"Unknown method(s) {unknown}; choose from {METHODS}.")
     train = dict(train)
     train.setdefault("clients_per_round", len(federation))
     train.setdefault("progress", False)

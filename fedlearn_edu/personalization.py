@@ -202,7 +202,7 @@ class _Run:
         engine,
         extra,
     ):
-        check_run_arguments(federation, rounds, clients_per_round, eval_every, lr_decay)
+        check_run_arguments(federation, rounds, clients_per_round, eval_every, lr_decay, model=model, seed=seed)
         self.base = LocalTraining(local_epochs, batch_size, lr, momentum, weight_decay)
         self.dev = resolve_device(device)
         self.engine = engine

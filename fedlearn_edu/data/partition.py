@@ -357,7 +357,10 @@ def quantity_skew_partition(
     if k > n:
         raise ValueError(f"num_clients={k} exceeds the number of samples n={n}; some clients would be empty.")
     rng = np.random.default_rng(seed)
-    w = rng.lognormal(mean=0.0, sigma=sigma, size=k)
+    # w_k = exp(z_k), z_k ~ N(0, sigma^2) (what rng.lognormal draws), normalised through the
+    # largest z: exp(z) itself overflows to inf for a large sigma (1000) and inf / inf is NaN.
+    z = rng.normal(0.0, sigma, size=k)
+    w = np.exp(z - z.max())
     w = w / w.sum()
     rest = n - k * min_size
     raw = w * rest

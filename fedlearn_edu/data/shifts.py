@@ -139,11 +139,25 @@ def label_shift_classes(
     return subsets
 
 
+def _num_derangements(n: int) -> int:
+    """Permutations of n items that move every item: D(n) = (n - 1)(D(n-1) + D(n-2))."""
+    a, b = 1, 0  # D(0), D(1)
+    for i in range(2, n + 1):
+        a, b = b, (i - 1) * (a + b)
+    return b if n >= 1 else a
+
+
 def concept_permutations(num_classes: int, num_clusters: int, seed: int = 0) -> list[list[int]]:
     """One label permutation per cluster: the identity for cluster 0, seeded random
     derangements (no class keeps its label) for the others."""
     c = check_int(num_classes, "num_classes", 2)
     k = check_int(num_clusters, "num_clusters", 1)
+    derangements = _num_derangements(c)
+    if k - 1 > derangements:
+        raise ValueError(
+            f"{k} clusters need {k - 1} distinct derangements of {c} classes besides the identity, "
+            f"but only {derangements} exist; use at most {derangements + 1} clusters for concept shift."
+        )
     rng = np.random.default_rng(seed)
     perms = [list(range(c))]
     while len(perms) < k:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
+from ..checks import check_float
 from ..engine import LocalResult, LocalTraining
 from ..params import Params
 
@@ -67,9 +68,7 @@ class Strategy:
     name = "strategy"
 
     def __init__(self, server_lr: float = 1.0):
-        if not (server_lr > 0 and server_lr < float("inf")):
-            raise ValueError(f"server_lr must be a finite number > 0, got {server_lr}.")
-        self.server_lr = float(server_lr)
+        self.server_lr = check_float(server_lr, "server_lr", positive=True)
 
     def init(self, params: Params) -> None:
         """Reset the server state before round 1 (called by the simulator)."""

@@ -144,6 +144,11 @@ class FedVG(Strategy):
     def configure_local(self, config: LocalTraining) -> LocalTraining:
         return config.replace(prox_mu=self.prox_mu) if self.prox_mu else config
 
+    @property
+    def validation_data(self) -> tuple[Tensor, Tensor]:
+        """The server's validation set ``(x: Tensor[n, ...], y: Tensor[n])`` (checked by ``simulate`` up front)."""
+        return self._val
+
     def _val_data(self, device: torch.device) -> tuple[Tensor, Tensor]:
         key = str(device)
         if key not in self._val_on:
