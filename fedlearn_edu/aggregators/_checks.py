@@ -96,6 +96,6 @@ def check_rcond(rcond, dtype: torch.dtype, m: int, d: int) -> float:
         out = float(rcond)
     except (TypeError, ValueError):
         raise TypeError(f"rcond must be a number or None, got {type(rcond).__name__}.") from None
-    if not (out >= 0 and out < float("inf")):
-        raise ValueError(f"rcond must be a finite number >= 0 (a relative cut-off on singular values), got {rcond}.")
+    if not 0 <= out <= 1:
+        raise ValueError(f"rcond must be in [0, 1] (a cut-off relative to the largest singular value), got {rcond}.")
     return out

@@ -241,10 +241,8 @@ def qfedavg_step(pseudo_grads: Updates, losses, lr: float, q: float = 1.0) -> Up
     F = _check_losses(losses, m)
     if bool((F < 0).any()):
         raise ValueError(f"losses must be >= 0 (q-FedAvg raises them to the power q); got {F.tolist()}.")
-    if not (lr > 0 and math.isfinite(lr)):
-        raise ValueError(f"lr must be a finite number > 0, got {lr}.")
-    if not (q >= 0 and math.isfinite(q)):
-        raise ValueError(f"q must be a finite number >= 0, got {q}.")
+    lr = check_float(lr, "lr", positive=True)
+    q = check_float(q, "q", nonnegative=True)
     K = _gram(pseudo_grads)
     F = F.to(device=K.device, dtype=K.dtype)
     # In logarithms, shifted by the largest term: F_k^q overflows for a large q (1000) and
@@ -256,7 +254,7 @@ def qfedavg_step(pseudo_grads: Updates, losses, lr: float, q: float = 1.0) -> Up
         log_fq = q * log_f
         log_dfq = math.log(q) + (torch.zeros_like(F) if q == 1 else (q - 1) * log_f)
         log_dfq = torch.where(log_dfq == math.inf, -math.inf, log_dfq)  # F_k = 0 with q < 1: no term
-    sq_dw = torch.diagonal(K) / lr**2  # ||Delta W_k||^2
+    sq_dw = torch.diagonal(K) / lr / lr  # ||Delta W_k||^2 (lr**2 could overflow a Python float)
     a = log_dfq + torch.log(sq_dw)  # log(q F^(q-1) ||Delta W||^2)
     b = log_fq - math.log(lr)  # log(F^q / lr)
     terms = torch.cat([a, b])

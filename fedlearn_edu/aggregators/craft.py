@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import Tensor
 
-from ._checks import Updates, check_rcond, check_updates, check_weights
+from ._checks import Updates, as_tensor_arg, check_rcond, check_updates, check_weights
 
 __all__ = ["craft_direction", "pinv_solve", "gram_pinv_apply", "group_matrices", "split_groups"]
 
@@ -93,7 +93,9 @@ def pinv_solve(matrix: Tensor, r: Tensor, rcond: float | None = None) -> Tensor:
     if not isinstance(matrix, Tensor) or matrix.dim() != 2:
         raise ValueError(f"matrix must be Tensor[m, d]; got {getattr(matrix, 'shape', type(matrix))}.")
     m, d = matrix.shape
-    r = torch.as_tensor(r)
+    if not matrix.is_floating_point() or not bool(torch.isfinite(matrix).all()):
+        raise ValueError(f"matrix must hold finite floating-point values; got {matrix.dtype} with NaN/Inf or integers.")
+    r = as_tensor_arg(r, "r")
     if r.shape != (m,):
         raise ValueError(f"r must be Tensor[m] with m = {m}; got shape {tuple(r.shape)}.")
     work = work_dtype(matrix.device)

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..checks import check_float
 from ._checks import Updates, check_updates, check_weights
 
 __all__ = [
@@ -76,6 +77,16 @@ def _like(values, arr: np.ndarray) -> Tensor:
     return torch.as_tensor(arr, dtype=torch.get_default_dtype())
 
 
+def _real(value, name: str) -> float:
+    """A real number (NaN and Inf allowed: the callers treat them), else ``TypeError`` naming it."""
+    if isinstance(value, (str, bytes, bool)) or value is None:
+        raise TypeError(f"{name} must be a real number, got {value!r}.")
+    try:
+        return float(value)
+    except (TypeError, ValueError, RuntimeError, OverflowError):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__}.") from None
+
+
 def beta_moments(mean: float, var: float) -> tuple[float, float]:
     """Method-of-moments Beta parameters from a mean and a variance.
 
@@ -91,6 +102,7 @@ def beta_moments(mean: float, var: float) -> tuple[float, float]:
         >>> round(a, 6), round(b, 6)
         (2.5, 7.5)
     """
+    mean, var = _real(mean, "mean"), _real(var, "var")
     if not (math.isfinite(mean) and math.isfinite(var)) or var <= 0 or not 0 < mean < 1:
         return math.nan, math.nan
     c = mean * (1.0 - mean) / var - 1.0
@@ -129,6 +141,7 @@ def fit_beta(oui_values, clip: float = FIT_CLIP) -> tuple[float, float, str]:
         (6.1, 15.94, 'moments')
     """
     x = _as_unit_values(oui_values)
+    clip = check_float(clip, "clip")
     if not 0 <= clip < 0.5:
         raise ValueError(f"clip must be in [0, 0.5), got {clip}.")
     x = np.clip(x, clip, 1.0 - clip)
@@ -250,11 +263,9 @@ def fedoui_weights(
         >>> [round(v, 3) for v in w.tolist()]
         [0.054, 0.689, 0.153, 0.085, 0.018]
     """
-    if not (eps > 0 and math.isfinite(eps)):
-        raise ValueError(f"eps must be a finite number > 0 (it keeps every weight positive), got {eps}.")
-    for name, v in (("size_power", size_power), ("score_power", score_power)):
-        if not math.isfinite(v) or v < 0:
-            raise ValueError(f"{name} must be a finite number >= 0, got {v}.")
+    eps = check_float(eps, "eps", positive=True)  # it keeps every weight positive
+    size_power = check_float(size_power, "size_power", nonnegative=True)
+    score_power = check_float(score_power, "score_power", nonnegative=True)
     return weights_from_scores(fedoui_scores(oui_values, clip), num_samples, eps, size_power, score_power)
 
 
@@ -303,8 +314,7 @@ def fedalign_weights(deltas: Updates, num_samples, eps: float = 1e-3) -> Tensor:
         >>> bool(w[2] < 0.01)
         True
     """
-    if not (eps > 0 and math.isfinite(eps)):
-        raise ValueError(f"eps must be a finite number > 0, got {eps}.")
+    eps = check_float(eps, "eps", positive=True)
     m = check_updates(deltas, "deltas")
     n = check_weights(num_samples, m, "num_samples").cpu().to(torch.float64)
     if bool((n <= 0).any()):

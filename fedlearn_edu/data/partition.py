@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from ..checks import as_labels, check_float, check_int
+from ..checks import as_labels, check_float, check_int, check_seed
 
 __all__ = [
     "iid_partition",
@@ -37,14 +37,17 @@ __all__ = [
 ]
 
 
-def _num_samples(num_samples_or_labels: Any) -> int:
-    """An int n, or the length of an array-like of labels."""
+def _num_samples(num_samples_or_labels: Any, name: str) -> int:
+    """An int n, or the length of an array-like of labels; ``name`` is the argument's name."""
     if isinstance(num_samples_or_labels, (int, np.integer)) and not isinstance(num_samples_or_labels, bool):
-        return check_int(num_samples_or_labels, "num_samples", 1)
+        n = check_int(num_samples_or_labels, name, 1)
+        if n > np.iinfo(np.int64).max:
+            raise ValueError(f"{name}={n} is larger than any index array can hold.")
+        return n
     if hasattr(num_samples_or_labels, "shape") or isinstance(num_samples_or_labels, (list, tuple)):
-        return int(as_labels(num_samples_or_labels).shape[0])
+        return int(as_labels(num_samples_or_labels, name).shape[0])
     raise TypeError(
-        f"Expected the number of samples (int) or an array of labels, got {type(num_samples_or_labels).__name__}."
+        f"{name} must be the number of samples (int) or an array of labels, got {type(num_samples_or_labels).__name__}."
     )
 
 
@@ -81,9 +84,24 @@ def partition_label_counts(labels: Any, partition, num_classes: int | None = Non
     """
     y = as_labels(labels)
     c = int(y.max()) + 1 if num_classes is None else check_int(num_classes, "num_classes", 1)
-    out = np.zeros((len(partition), c), dtype=np.int64)
+    if c <= int(y.max()):
+        raise ValueError(f"num_classes={c} but labels holds class {int(y.max())}.")
+    if isinstance(partition, (str, bytes)) or not hasattr(partition, "__iter__") or getattr(partition, "ndim", 1) == 0:
+        raise TypeError(f"partition must be a list of index arrays (one per client), got {type(partition).__name__}.")
+    parts = []
     for i, idx in enumerate(partition):
-        out[i] = np.bincount(y[np.asarray(idx, dtype=np.int64)], minlength=c)[:c]
+        arr = np.asarray(idx, dtype=object if isinstance(idx, (str, bytes)) else None)
+        if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu") or isinstance(idx, (str, bytes)):
+            raise TypeError(f"partition[{i}] must be a 1-D array of integer indices, got {idx!r:.40}.")
+        if arr.size and (arr.min() < 0 or arr.max() >= y.size):
+            raise ValueError(f"partition[{i}] holds indices outside [0, {y.size - 1}] (labels holds {y.size}).")
+        parts.append(arr.astype(np.int64))
+    try:
+        out = np.zeros((len(parts), c), dtype=np.int64)
+    except (ValueError, MemoryError):
+        raise ValueError(f"num_classes={c} is too large to count.") from None
+    for i, idx in enumerate(parts):
+        out[i] = np.bincount(y[idx], minlength=c)[:c]
     return out
 
 
@@ -106,11 +124,11 @@ def iid_partition(num_samples_or_labels: Any, num_clients: int, seed: int = 0) -
         >>> [len(p) for p in parts]
         [4, 3, 3]
     """
-    n = _num_samples(num_samples_or_labels)
+    n = _num_samples(num_samples_or_labels, "num_samples_or_labels")
     k = check_int(num_clients, "num_clients", 1)
     if k > n:
         raise ValueError(f"num_clients={k} exceeds the number of samples n={n}; some clients would be empty.")
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(check_seed(seed))
     return _sorted_parts(np.array_split(rng.permutation(n), k))
 
 
@@ -238,7 +256,7 @@ def dirichlet_partition(
     n = y.size
     _check_enough(n, k, min_size)
 
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(check_seed(seed))
     classes, y_inv = np.unique(y, return_inverse=True)
     class_idx = [rng.permutation(np.flatnonzero(y_inv == c)) for c in range(classes.size)]
     class_sizes = np.array([len(ix) for ix in class_idx], dtype=np.int64)
@@ -304,10 +322,10 @@ def shard_partition(labels: Any, num_clients: int, shards_per_client: int = 2, s
     n = y.size
     if k * s > n:
         raise ValueError(
-            f"{k} clients x {s} shards = {k * s} shards, but there are only {n} samples. "
+            f"num_clients={k} x shards_per_client={s} = {k * s} shards, but labels holds only {n} samples. "
             "Use fewer clients or fewer shards per client."
         )
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(check_seed(seed))
     perm = rng.permutation(n)
     order = perm[np.argsort(y[perm], kind="stable")]
     shards = np.array_split(order, k * s)
@@ -349,14 +367,14 @@ def quantity_skew_partition(
         >>> sum(len(p) for p in parts), min(len(p) for p in parts) >= 10
         (1000, True)
     """
-    n = _num_samples(num_samples)
+    n = _num_samples(num_samples, "num_samples")
     k = check_int(num_clients, "num_clients", 1)
     sigma = check_float(sigma, "sigma", nonnegative=True)
     min_size = check_int(min_size, "min_size", 0)
     _check_enough(n, k, min_size)
     if k > n:
         raise ValueError(f"num_clients={k} exceeds the number of samples n={n}; some clients would be empty.")
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(check_seed(seed))
     # w_k = exp(z_k), z_k ~ N(0, sigma^2) (what rng.lognormal draws), normalised through the
     # largest z: exp(z) itself overflows to inf for a large sigma (1000) and inf / inf is NaN.
     z = rng.normal(0.0, sigma, size=k)
