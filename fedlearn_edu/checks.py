@@ -119,6 +119,8 @@ def as_labels(labels: Any, name: str = "labels") -> np.ndarray:
             raise ValueError(f"{name} contain NaN or infinite values.")
         if not np.all(y == np.round(y)):
             raise ValueError(f"{name} must be integer class ids; got non-integer floats.")
+        if np.abs(y).max() >= 2**62:
+            raise ValueError(f"{name} holds class ids too large for int64 (up to {np.abs(y).max():g}).")
         y = y.astype(np.int64)
     elif y.dtype.kind not in "iu":
         raise TypeError(f"{name} must be integer class ids, got dtype {y.dtype}.")

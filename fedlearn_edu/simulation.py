@@ -220,11 +220,6 @@ def server_step(strategy: Strategy, params: Params, updates: ClientUpdates, name
     ``FloatingPointError`` with advice when the global parameters become NaN/Inf.
     """
     new_params, diag = strategy.aggregate(params, updates)
-    applied = {k: new_params[k] - params[k] for k in params}
-    diag = {
-        **{k: (v.detach().cpu() if isinstance(v, Tensor) else v) for k, v in diag.items()},
-        **count_conflicts(updates.deltas, applied),
-    }
     new_params = {k: v.detach() for k, v in new_params.items()}
     bad = [k for k, v in new_params.items() if not bool(torch.isfinite(v).all())]
     if bad:
@@ -232,6 +227,11 @@ def server_step(strategy: Strategy, params: Params, updates: ClientUpdates, name
             f"Round {updates.round}: the global parameters {bad[:3]} became NaN/Inf under "
             f"{name}. Lower the client lr or server_lr."
         )
+    applied = {k: new_params[k] - params[k] for k in params}
+    diag = {
+        **{k: (v.detach().cpu() if isinstance(v, Tensor) else v) for k, v in diag.items()},
+        **count_conflicts(updates.deltas, applied),
+    }
     return new_params, diag
 
 
