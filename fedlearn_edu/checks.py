@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-__all__ = ["check_int", "check_float", "check_seed", "as_labels", "check_model_data", "check_trainable"]
+__all__ = ["check_int", "check_float", "check_seed", "as_vector", "as_labels", "check_model_data", "check_trainable"]
 
 
 def check_int(value: Any, name: str, minimum: int | None = None) -> int:
@@ -88,6 +88,37 @@ def check_seed(seed: Any, name: str = "seed") -> int:
     return check_int(seed, name, 0)
 
 
+def as_vector(values: Any, name: str, per: str, empty: str, dtype=None) -> np.ndarray:
+    """``values`` (list, ndarray or Tensor) as a non-empty 1-D NumPy array.
+
+    Args:
+        values: the argument.
+        name: its name, for the messages.
+        per: what one entry is, e.g. ``"one label per sample"``.
+        empty: what to say when it is empty.
+        dtype: NumPy dtype to convert to (default: keep).
+
+    Returns:
+        ``ndarray[n]``.
+
+    Raises:
+        TypeError: not numbers.
+        ValueError: not 1-D, or empty.
+    """
+    if hasattr(values, "detach") and hasattr(values, "cpu"):  # a torch.Tensor
+        values = values.detach().cpu()
+        values = values.to(torch.float64).numpy() if dtype is not None else values.numpy()
+    try:
+        arr = np.asarray(values, dtype=dtype)
+    except (TypeError, ValueError, OverflowError) as err:
+        raise TypeError(f"{name} must be a 1-D array of numbers, {per} ({err}).") from None
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be 1-D ({per}), got shape {arr.shape}.")
+    if arr.size == 0:
+        raise ValueError(f"{name} is empty: {empty}.")
+    return arr
+
+
 def as_labels(labels: Any, name: str = "labels") -> np.ndarray:
     """``labels`` (list, ndarray or Tensor) as a 1-D int64 array of non-negative class ids.
 
@@ -102,16 +133,7 @@ def as_labels(labels: Any, name: str = "labels") -> np.ndarray:
         TypeError: not integer class ids.
         ValueError: not 1-D, empty, NaN/Inf, non-integer floats or negative ids.
     """
-    if hasattr(labels, "detach") and hasattr(labels, "cpu"):  # a torch.Tensor
-        labels = labels.detach().cpu().numpy()
-    try:
-        y = np.asarray(labels)
-    except (TypeError, ValueError) as err:
-        raise TypeError(f"{name} must be an array of integer class ids ({err}).") from None
-    if y.ndim != 1:
-        raise ValueError(f"{name} must be 1-D (one label per sample), got shape {y.shape}.")
-    if y.size == 0:
-        raise ValueError(f"{name} is empty: there is nothing to partition.")
+    y = as_vector(labels, name, "one label per sample", "there is nothing to partition")
     if y.dtype.kind == "b":
         y = y.astype(np.int64)
     elif y.dtype.kind == "f":

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..checks import check_float
+from ..checks import as_vector, check_float
 from ._checks import Updates, check_updates, check_weights
 
 __all__ = [
@@ -44,17 +44,7 @@ CDF_CLIP = 1e-4
 
 def _as_unit_values(values, what: str = "oui_values") -> np.ndarray:
     """Validate a 1-D vector of numbers in [0, 1]; return float64 NumPy."""
-    if isinstance(values, Tensor):
-        arr = values.detach().cpu().to(torch.float64).numpy()
-    else:
-        try:
-            arr = np.asarray(values, dtype=np.float64)
-        except (TypeError, ValueError) as err:
-            raise TypeError(f"{what} must be a 1-D sequence of numbers, got {type(values).__name__}.") from err
-    if arr.ndim != 1:
-        raise ValueError(f"{what} must be a 1-D Tensor[m] (one value per client); got shape {arr.shape}.")
-    if arr.size == 0:
-        raise ValueError(f"{what} is empty (m = 0): select at least one client.")
+    arr = as_vector(values, what, "Tensor[m], one value per client", "m = 0, select at least one client", np.float64)
     bad = ~np.isfinite(arr)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
