@@ -7,8 +7,8 @@ step further: load, partition over clients, split each client 80/20 into
 local train/test, and return a :class:`~fedlearn_edu.data.Federation`.
 
 Where the files come from (nothing is downloaded unless ``download=True``; the
-search order is in :mod:`fedlearn_edu.data.sources`, the parsing in
-:mod:`fedlearn_edu.data.readers`):
+search order is in ``fedlearn_edu.data.sources``, the parsing in
+``fedlearn_edu.data.readers``):
 
 ==================  =========================================================
 ``"digits"``        bundled with scikit-learn (the offline default), 1,797 8x8 images
@@ -282,7 +282,7 @@ def load_dataset(name: str, root=None, download: bool = False) -> tuple[TensorDa
         name: ``"digits"``, ``"mnist"``, ``"fashion_mnist"``, ``"cifar10"`` or ``"cifar100"``.
             ``"digits"`` (scikit-learn's bundled 8x8 digits) needs no files and is the
             offline default. Case and ``-``/``_`` do not matter.
-        root: folder searched first (see :mod:`fedlearn_edu.data.sources` for the full
+        root: folder searched first (see ``fedlearn_edu.data.sources`` for the full
             order); also where ``download=True`` puts files (default ``$FEDLEARN_DATA``,
             else ``./data``).
         download: if the files are found nowhere, download them with torchvision
@@ -302,9 +302,9 @@ def load_dataset(name: str, root=None, download: bool = False) -> tuple[TensorDa
         FileNotFoundError: files not found and ``download=False``; the message lists
             every place looked at and the command that fixes it.
 
-    MNIST and Fashion-MNIST are read by :func:`~fedlearn_edu.data.readers.read_idx`.
+    MNIST and Fashion-MNIST are read by :func:`~fedlearn_edu.data.read_idx`.
     CIFAR's python batches are read by
-    :func:`~fedlearn_edu.data.readers.read_cifar_batches`, whose restricted unpickler
+    :func:`~fedlearn_edu.data.read_cifar_batches`, whose restricted unpickler
     builds arrays and plain data only (a crafted file raises instead of running code),
     and only from ``root`` or ``$FEDLEARN_DATA``, never from the working directory.
 
@@ -369,7 +369,7 @@ def federated_dataset(
 
     Args:
         name: any name :func:`load_dataset` accepts.
-        partition: a key of :data:`~fedlearn_edu.data.PARTITIONS`: ``"iid"``
+        partition: a key of ``fedlearn_edu.data.PARTITIONS``: ``"iid"``
             (:func:`iid_partition`), ``"dirichlet"`` (:func:`dirichlet_partition`, uses
             ``alpha``, ``min_size``), ``"shards"`` (:func:`shard_partition`, uses
             ``shards_per_client``) or ``"quantity"`` (:func:`quantity_skew_partition`,

@@ -33,9 +33,9 @@ def flip_labels(labels: Any, fraction: float, num_classes: int, seed: int = 0, r
         return_mask: Also return the boolean mask of flipped positions. (default False)
 
     Returns:
-        noisy (ndarray of shape (n,), int64 (a Tensor on the same device if ``labels`` is one)): A new array;
-            ``labels`` is not modified.
-        mask (ndarray of shape (n,), bool): Only if ``return_mask``; True where the label was flipped.
+        ``noisy``: a new int64 ``ndarray[n]`` (a Tensor on the same device if ``labels`` is
+        one); ``labels`` is not modified. With ``return_mask``, ``(noisy, mask)`` where
+        ``mask`` is a bool ``ndarray[n]``, True where the label was flipped.
 
     Example:
         >>> y = np.zeros(10, dtype=np.int64)
@@ -78,7 +78,7 @@ def add_label_noise(
         seed: seed of the random choices (default 0).
 
     Returns:
-        Federation. Inputs are shared with ``federation``; label tensors are new.
+        A :class:`Federation`; inputs are shared with ``federation``, label tensors are new.
 
     Example:
         >>> import torch

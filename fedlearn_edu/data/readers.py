@@ -133,7 +133,7 @@ def read_cifar_batches(files: list[Path], label_key: str) -> tuple[np.ndarray, n
 
     Raises:
         ValueError: a file that is not a CIFAR batch, or one that names anything other
-            than arrays and plain data (see :class:`SafeUnpickler`).
+            than arrays and plain data (see ``SafeUnpickler`` in this module).
     """
     xs, ys = [], []
     for f in files:

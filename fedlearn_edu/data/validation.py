@@ -43,9 +43,9 @@ def server_validation_split(
         seed: seed of the random choices (default 0).
 
     Returns:
-        federation (Federation): The clients without the moved samples (``info`` gains ``"num_val"``).
-        (x_val, y_val) (tuple of Tensor): The pooled validation set, ``Tensor[n_val, *input_shape]`` and
-            ``Tensor[n_val]``.
+        ``(federation, (x_val, y_val))``: the clients without the moved samples (``info``
+        gains ``"num_val"``), and the pooled validation set ``Tensor[n_val, *input_shape]``
+        and ``Tensor[n_val]``.
 
     Call it *before* :func:`~fedlearn_edu.data.add_label_noise` to model a curated
     (clean) server set, after it to let noisy clients pass their noise to the server.
@@ -99,7 +99,7 @@ def resize_images(
             frames them as scikit-learn's digits; ``pad=4`` does the reverse when enlarging. (default 0)
 
     Returns:
-        Tensor of shape (n, channels, *size)
+        ``Tensor[n, channels, *size]``.
 
     Example:
         >>> resize_images(torch.rand(5, 1, 28, 28), 8, crop=4).shape
@@ -161,7 +161,7 @@ def external_validation_set(
         root, download: Passed to :func:`~fedlearn_edu.data.load_dataset`.
 
     Returns:
-        (x, y) (``Tensor[n, *input_shape]``, ``Tensor[n]``)
+        ``(x, y)``: ``Tensor[n, *input_shape]`` and ``Tensor[n]``.
 
     Example:
         >>> x, y = external_validation_set("digits", (1, 28, 28), num_samples=100, pad=4)
