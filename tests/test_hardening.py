@@ -57,17 +57,9 @@ def tiny_federation(sizes=(50, 27, 23, 20), num_classes=3, shape=(1, 4, 4), seed
 
 def poison(fed: Federation, client: int, value: float) -> Federation:
     """A copy of ``fed`` whose client ``client`` has every training input set to ``value``."""
-    clients = []
-    for i, c in enumerate(fed):
-        x = c.train_x.clone()
-        if i == client:
-            x[:] = value  # after construction: ClientData itself refuses NaN/Inf inputs
-        cd = ClientData(c.train_x.clone(), c.train_y, c.test_x, c.test_y, dict(c.info))
-        cd.train_x = x
-        clients.append(cd)
-    out = Federation([clients[0]], fed.num_classes, fed.name)
-    out.clients = clients
-    return out
+    clients = [ClientData(c.train_x.clone(), c.train_y, c.test_x, c.test_y, dict(c.info)) for c in fed]
+    clients[client].train_x[:] = value  # in place, after construction: ClientData refuses NaN/Inf inputs
+    return Federation(clients, fed.num_classes, fed.name)
 
 
 def tiny_model(fed: Federation, seed: int = 0) -> nn.Module:
