@@ -7,6 +7,25 @@ import sys
 
 __all__ = ["main", "build_parser"]
 
+SERVER_STEP_NOTES = """\
+fair comparisons -- the server step (--server-lr, eta_s) means different things:
+  fedavg, fedprox, fedvg, fedoui, fedalign, fedfv
+                 default 1: the step is the clients' weighted mean update.
+  fedavgm        default 1 with momentum 0.9: the long-run step is eta_s / (1 - 0.9) = 10
+                 times the mean update; --server-lr 0.1 matches FedAvg's long-run step.
+  craft          default 0.1 (the paper's, for 500 rounds): the step length is eta_s
+                 alone, whatever the clients' updates; for tens of rounds use about 1.
+  config         default 1, but its update is a sum over the m selected clients:
+                 use about 1/m.
+  qfedavg        the step depends on the clients' losses and lr: tune --server-lr.
+Compare strategies at the same long-run step, or tune --server-lr for each on one
+--seed (e.g. 0.3, 1, 3) and compare the picked values on other seeds.
+
+example:
+  python -m fedlearn_edu run --strategy fedavg --rounds 30 --no-progress
+  python -m fedlearn_edu run --strategy craft --server-lr 1 --rounds 30 --no-progress
+"""
+
 
 def build_parser() -> argparse.ArgumentParser:
     from .models import MODELS
@@ -16,7 +35,13 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m fedlearn_edu", description="Federated learning on heterogeneous data."
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="simulate one strategy and print the fairness metrics")
+    run = sub.add_parser(
+        "run",
+        help="simulate one strategy and print the fairness metrics",
+        description="Simulate one strategy on a federated dataset and print the fairness metrics.",
+        epilog=SERVER_STEP_NOTES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     run.add_argument(
         "--dataset", default="digits", help="digits (bundled, default), mnist, fashion_mnist, cifar10, cifar100"
     )
@@ -37,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--server-lr",
         type=float,
         default=None,
-        help="server step size eta_s (default: the strategy's own, e.g. 1 for FedAvg, 0.1 for CRAFT)",
+        help="server step size eta_s (default: the strategy's own, e.g. 1 for FedAvg, 0.1 for CRAFT; see below)",
     )
     run.add_argument("--mu", type=float, default=0.01, help="FedProx proximal coefficient")
     run.add_argument(
