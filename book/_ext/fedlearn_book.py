@@ -100,6 +100,20 @@ def _readers(app, exception) -> None:
     )
 
 
+def _substitutions(app, config) -> None:
+    """Substitutions from the repository URL for the Markdown pages (``{{ colab_example }}`` in How to run)."""
+    repo = config.html_theme_options.get("repository_url", "").rstrip("/")
+    branch = config.html_theme_options.get("repository_branch", "main")
+    example = reader_copies.launch_urls(repo, "book/ch01_fedavg")
+    config.myst_substitutions = {
+        **config.myst_substitutions,
+        "repository_link": f"<{repo}>",
+        "git_install": f'`pip install "fedlearn-edu @ git+{repo}@{branch}"`',
+        "colab_example": f"<{example['Colab']}>",
+        "readers_branch": f"`{reader_copies.READERS_BRANCH}`",
+    }
+
+
 def _launch_readers(app, pagename, templatename, context, doctree) -> None:
     """Point the Colab and Binder buttons of a chapter at its reader's copy."""
     repo = app.config.html_theme_options.get("repository_url", "")
@@ -114,6 +128,7 @@ DEFAULT_MODE = 'if (!document.documentElement.dataset.mode) { document.documentE
 
 
 def setup(app):
+    app.connect("config-inited", _substitutions, priority=900)
     app.connect("builder-inited", _configure)
     app.connect("build-finished", _copy)
     app.connect("build-finished", _readers)
