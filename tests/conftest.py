@@ -17,7 +17,8 @@ def pytest_collection_modifyitems(config, items):
     """Mark every item that executes a chapter (nbval), needs the built book or builds the package as ``book``."""
     for item in items:
         fixtures = getattr(item, "fixturenames", ())
-        if item.path.suffix == ".ipynb" or "built_book" in fixtures or "built_dist" in fixtures:
+        heavy = {"built_book", "built_dist", "fresh_venv"}
+        if item.path.suffix == ".ipynb" or heavy.intersection(fixtures):
             item.add_marker(pytest.mark.book)
 
 

@@ -38,7 +38,6 @@ READERS_DIR = "readers"  # ... from this folder of the built site
 
 INSTALL_CELL = """\
 # Set-up: use fedlearn_edu from this checkout or this environment, else install it (e.g. on Colab).
-%matplotlib inline
 import importlib.util
 import pathlib
 import sys
@@ -80,6 +79,8 @@ if importlib.util.find_spec("fedlearn_edu") is None:
             "Restart the kernel (Colab: Runtime -> Restart session), then run the notebook again."
         )
 import fedlearn_edu  # noqa: E402,F401  (fails here, not one cell later, if the package is unusable)
+
+%matplotlib inline
 """
 
 
