@@ -189,6 +189,60 @@ def test_solution_code_cells_are_collapsed_and_the_input_is_not_modified():
     assert "jupyter" not in out["cells"][4]["metadata"] and "jupyter" not in out["cells"][0]["metadata"]
 
 
+SOLUTION_CODE = '''\
+text = """a multi-line
+  string, kept as it is"""
+for i in range(2):
+    print(f"secret {i}", text)
+
+import matplotlib.pyplot as plt
+plt.plot([0, 1])
+plt.show()
+'''
+
+
+def test_solution_cell_gives_the_code_back():
+    source = rc.solution_cell(SOLUTION_CODE, "Solution to Exercise 9.3")
+    assert source.startswith("# @title Solution to Exercise 9.3")
+    assert rc.solution_code(source) == SOLUTION_CODE
+    assert 'text = """a multi-line\n  string, kept as it is"""' in source
+
+
+def test_solution_cell_output_is_collapsed(tmp_path):
+    """Run in a kernel (MPLBACKEND=Agg, after the install cell): one closed <details> holds the text and figure."""
+    nbformat = pytest.importorskip("nbformat")
+    cfg = rc.book_config(REPO)
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_code_cell(rc.install_cell(cfg["repository_url"])),
+        nbformat.v4.new_code_cell(rc.solution_cell(SOLUTION_CODE, "Solution to Exercise 9.3")),
+    ]
+    _execute(nb, tmp_path)
+    outputs = nb.cells[1].outputs
+    assert [o["output_type"] for o in outputs] == ["display_data"], outputs
+    shown = outputs[0]["data"]["text/html"]
+    assert shown.startswith("<details><summary>Output of the solution to Exercise 9.3</summary>")
+    assert "<details open" not in shown and shown.endswith("</details>")
+    assert "secret 0 a multi-line\n  string, kept as it is\nsecret 1" in shown
+    assert '<img src="data:image/png;base64,' in shown
+
+
+def _execute(nb, tmp_path: Path) -> None:
+    """Run ``nb`` in a kernel from a folder beside a decoy ``fedlearn_edu`` (the checkout is on PYTHONPATH)."""
+    from nbclient import NotebookClient
+
+    (tmp_path / "fedlearn_edu").mkdir()  # the install cell's source-checkout branch must not be taken
+    work = tmp_path / "book"
+    work.mkdir()
+    saved = dict(os.environ)
+    os.environ.update(MPLBACKEND="Agg", PYTHONPATH=str(REPO))
+    try:
+        NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(work)}}).execute()
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)
 def test_install_cell_is_the_one_config_gives(path):
     cfg = rc.book_config(REPO)
@@ -224,25 +278,13 @@ def test_readme_opens_the_reader_copies():
 def test_install_cell_keeps_figures_inline_under_agg(tmp_path):
     """The set-up cell, then a figure, executed with MPLBACKEND=Agg exported: the figure is shown."""
     nbformat = pytest.importorskip("nbformat")
-    from nbclient import NotebookClient
-
     cfg = rc.book_config(REPO)
     nb = nbformat.v4.new_notebook()
     nb.cells = [
         nbformat.v4.new_code_cell(rc.install_cell(cfg["repository_url"])),
         nbformat.v4.new_code_cell("import matplotlib.pyplot as plt\nplt.plot([0, 1])\nplt.show()"),
     ]
-    (tmp_path / "fedlearn_edu").mkdir()  # the cell's source-checkout branch must not be taken
-    work = tmp_path / "book"
-    work.mkdir()
-    env = dict(os.environ, MPLBACKEND="Agg", PYTHONPATH=str(REPO))
-    saved = dict(os.environ)
-    os.environ.update(env)
-    try:
-        NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(work)}}).execute()
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
+    _execute(nb, tmp_path)
     images = [o for o in nb.cells[1].outputs if "image/png" in o.get("data", {})]
     assert images, f"no figure shown under MPLBACKEND=Agg: {nb.cells[1].outputs}"
 
@@ -276,10 +318,14 @@ def test_reader_copy_has_no_raw_myst_and_no_visible_solution(copies, name):
             assert "<details open" not in text
         elif "solution" in cell["metadata"].get("tags", []):
             assert cell["metadata"]["jupyter"] == {"source_hidden": True, "outputs_hidden": True}
-    # the code is the chapter's own (solution cells carry one more line: Colab's form title)
-    ours = [rc._source(c) for c in nb["cells"] if c["cell_type"] == "code"]
+    # the code is the chapter's own (solution cells: under Colab's form title, output collapsed)
+    ours = [
+        rc.solution_code(rc._source(c)) if "solution" in c["metadata"].get("tags", []) else rc._source(c)
+        for c in nb["cells"]
+        if c["cell_type"] == "code"
+    ]
     theirs = [rc._source(c) for c in source["cells"] if c["cell_type"] == "code"]
-    assert [c.split("\n", 1)[1] if c.startswith("# @title") else c for c in ours] == theirs
+    assert ours == theirs
 
 
 @pytest.mark.parametrize("name", [p.name for p in CHAPTERS])

@@ -417,15 +417,69 @@ def _source(cell: dict) -> str:
     return "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
 
 
+SOLUTION_HEADER = """\
+# @title {title} (hidden: open it to see the code)
+from fedlearn_edu.exercises import collapsed_output
+
+with collapsed_output("Output of the {output}"):
+"""
+INDENT = "    "
+
+
+def _string_continuations(code: str) -> set[int]:
+    """0-based numbers of the lines that continue a multi-line string (indenting them would change it)."""
+    import io
+    import tokenize
+
+    lines: set[int] = set()
+    strings = (tokenize.STRING, getattr(tokenize, "FSTRING_MIDDLE", -1))
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(code).readline):
+            if tok.type in strings and tok.end[0] > tok.start[0]:
+                lines.update(range(tok.start[0], tok.end[0]))  # rows are 1-based: these are the 0-based next lines
+    except (tokenize.TokenError, SyntaxError):  # not plain Python (IPython syntax): indent every line
+        pass
+    return lines
+
+
+def solution_cell(code: str, title: str) -> str:
+    """A solution's code as the reader's copy runs it: under a Colab form title, output collapsed.
+
+    The code runs inside :func:`fedlearn_edu.exercises.collapsed_output`, so what it prints or draws
+    stays in a closed ``<details>`` block (JupyterLab shows a hidden cell's outputs again once it runs,
+    Colab never hides them). :func:`solution_code` gives the code back.
+
+    Args:
+        code: the solution cell's source.
+        title: e.g. ``"Solution to Exercise 4.2"``.
+
+    Returns:
+        The new source.
+    """
+    keep = _string_continuations(code)
+    lines = code.split("\n")
+    body = "\n".join(line if i in keep else INDENT + line for i, line in enumerate(lines))
+    output = title[0].lower() + title[1:]
+    return SOLUTION_HEADER.format(title=title, output=output) + (body if body.strip() else INDENT + "pass")
+
+
+def solution_code(source: str) -> str:
+    """The code of a solution cell written by :func:`solution_cell` (inverse of it)."""
+    header = SOLUTION_HEADER.count("\n")
+    code = "\n".join(source.split("\n")[header:])
+    keep = _string_continuations(code)
+    return "\n".join(line if i in keep else line.removeprefix(INDENT) for i, line in enumerate(code.split("\n")))
+
+
 def _hide(cell: dict, title: str) -> None:
-    """Collapse a solution's code cell: JupyterLab hides source and outputs, Colab shows a form title."""
+    """Collapse a solution's code cell: source hidden (JupyterLab; Colab's form view), output collapsed."""
     meta = cell.setdefault("metadata", {})
     meta["jupyter"] = {"source_hidden": True, "outputs_hidden": True}
     meta["cellView"] = "form"
     meta.setdefault("tags", [])
     if "solution" not in meta["tags"]:
         meta["tags"].append("solution")
-    cell["source"] = f"# @title {title} (hidden: open it to see the code)\n" + _source(cell)
+    cell["source"] = solution_cell(_source(cell), title)
 
 
 def reader_copy(nb: dict, refs: References, docname: str) -> dict:
