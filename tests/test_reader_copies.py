@@ -210,15 +210,7 @@ def test_solution_cell_gives_the_code_back():
 
 def test_solution_cell_output_is_collapsed(tmp_path):
     """Run in a kernel (MPLBACKEND=Agg, after the install cell): one closed <details> holds the text and figure."""
-    nbformat = pytest.importorskip("nbformat")
-    cfg = rc.book_config(REPO)
-    nb = nbformat.v4.new_notebook()
-    nb.cells = [
-        nbformat.v4.new_code_cell(rc.install_cell(cfg["repository_url"])),
-        nbformat.v4.new_code_cell(rc.solution_cell(SOLUTION_CODE, "Solution to Exercise 9.3")),
-    ]
-    _execute(nb, tmp_path)
-    outputs = nb.cells[1].outputs
+    outputs = _run_after_install_cell(rc.solution_cell(SOLUTION_CODE, "Solution to Exercise 9.3"), tmp_path)
     assert [o["output_type"] for o in outputs] == ["display_data"], outputs
     shown = outputs[0]["data"]["text/html"]
     assert shown.startswith("<details><summary>Output of the solution to Exercise 9.3</summary>")
@@ -227,9 +219,17 @@ def test_solution_cell_output_is_collapsed(tmp_path):
     assert '<img src="data:image/png;base64,' in shown
 
 
-def _execute(nb, tmp_path: Path) -> None:
-    """Run ``nb`` in a kernel from a folder beside a decoy ``fedlearn_edu`` (the checkout is on PYTHONPATH)."""
+def _run_after_install_cell(code: str, tmp_path: Path) -> list:
+    """The outputs of ``code`` run in a kernel after the install cell, with MPLBACKEND=Agg exported.
+
+    The kernel runs in a folder beside a decoy ``fedlearn_edu`` (the checkout is on PYTHONPATH).
+    """
+    nbformat = pytest.importorskip("nbformat")
     from nbclient import NotebookClient
+
+    cfg = rc.book_config(REPO)
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(rc.install_cell(cfg["repository_url"])), nbformat.v4.new_code_cell(code)]
 
     (tmp_path / "fedlearn_edu").mkdir()  # the install cell's source-checkout branch must not be taken
     work = tmp_path / "book"
@@ -241,6 +241,7 @@ def _execute(nb, tmp_path: Path) -> None:
     finally:
         os.environ.clear()
         os.environ.update(saved)
+    return nb.cells[1].outputs
 
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)
@@ -277,16 +278,9 @@ def test_readme_opens_the_reader_copies():
 
 def test_install_cell_keeps_figures_inline_under_agg(tmp_path):
     """The set-up cell, then a figure, executed with MPLBACKEND=Agg exported: the figure is shown."""
-    nbformat = pytest.importorskip("nbformat")
-    cfg = rc.book_config(REPO)
-    nb = nbformat.v4.new_notebook()
-    nb.cells = [
-        nbformat.v4.new_code_cell(rc.install_cell(cfg["repository_url"])),
-        nbformat.v4.new_code_cell("import matplotlib.pyplot as plt\nplt.plot([0, 1])\nplt.show()"),
-    ]
-    _execute(nb, tmp_path)
-    images = [o for o in nb.cells[1].outputs if "image/png" in o.get("data", {})]
-    assert images, f"no figure shown under MPLBACKEND=Agg: {nb.cells[1].outputs}"
+    outputs = _run_after_install_cell("import matplotlib.pyplot as plt\nplt.plot([0, 1])\nplt.show()", tmp_path)
+    images = [o for o in outputs if "image/png" in o.get("data", {})]
+    assert images, f"no figure shown under MPLBACKEND=Agg: {outputs}"
 
 
 # --------------------------------------------------------------------------- #
