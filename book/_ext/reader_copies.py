@@ -10,8 +10,10 @@ plain Markdown and LaTeX:
   ``{eq}`` -> ``[(2.1)](...)``, ``{cite}`` -> ``(McMahan et al., 2017)`` linked to the bibliography);
 * theorem-like blocks become headed paragraphs (``**Theorem 2.1 (title).**``), admonitions quotes;
 * solutions become collapsed ``<details>`` blocks, and the code cells of a solution (between
-  ``solution-start`` and ``solution-end``) have their source and outputs collapsed (JupyterLab's
-  ``jupyter.source_hidden``/``outputs_hidden`` and Colab's form view);
+  ``solution-start`` and ``solution-end``) have their source hidden (JupyterLab's
+  ``jupyter.source_hidden``, Colab's form view under a ``# @title`` line) and run inside
+  ``fedlearn_edu.exercises.collapsed_output``, which shows their output in a closed ``<details>``
+  block (:func:`solution_cell`);
 * labelled display maths gets its number as ``\\tag{2.1}``; labels and comments are dropped.
 
 The code cells are the chapter's own (the first one is the install cell of :func:`install_cell`).
