@@ -98,7 +98,12 @@ def test_chapter_alone_runs_from_the_built_wheel(fresh_venv, built_dist):
     env = _env(root, PIP_NO_INDEX="1", PIP_FIND_LINKS=str(wheel.parent), GIT_ALLOW_PROTOCOL="file")
     result = _run_chapter(py, work, env)
     assert result["ok"], result
-    version = subprocess.run(
-        [str(py), "-c", "import fedlearn_edu; print(fedlearn_edu.__file__)"], capture_output=True, text=True
+    # the chapter used the wheel its install cell put in the venv (not this checkout: no PYTHONPATH here)
+    where = subprocess.run(
+        [str(py), "-c", "import fedlearn_edu; print(fedlearn_edu.__file__)"],
+        cwd=work,
+        env=_env(root),
+        capture_output=True,
+        text=True,
     )
-    assert "site-packages" in version.stdout, version
+    assert where.stdout.startswith(str(root / "venv")) and "site-packages" in where.stdout, where
