@@ -216,11 +216,12 @@ def test_failed_node_is_recorded_and_the_round_goes_on(setting):
 def test_node_state_stays_on_the_node(setting):
     """Each node counts its rounds in Context.state; nothing of it is in the replies."""
     fed, _, model = setting
-    strategy, grid, _ = flower_run(fed, model, FedAvg(), FedAvg(), rounds=2)
+    strategy, grid, _ = flower_run(fed, model, FedAvg(), FedAvg(), rounds=3, eval_every=2)
     for context in grid.contexts.values():
         state = context.state[NODE_STATE_KEY]
-        assert state["rounds-trained"] == 2 and state["last-round"] == 2
+        assert state["rounds-trained"] == 3 and state["last-round"] == 3
         assert state["last-train-loss"] > 0
+    assert [e["round"] for e in strategy.evaluations] == [2, 3]  # every 2nd round and the last
 
 
 def test_reply_records_round_trip_exactly():

@@ -48,15 +48,19 @@ class FlowerStrategy(FlowerBaseStrategy):
         min_train_nodes: at least this many nodes are trained each round.
         min_available_nodes: wait until this many nodes are connected.
         fraction_evaluate: share of nodes that evaluate theta_{t+1} on their test split
-            after each round (0: no federated evaluation).
+            (0: no federated evaluation).
+        eval_every: evaluate every k rounds (and after the last round of :meth:`run`), as
+            :func:`~fedlearn_edu.simulate`'s ``eval_every``; on a real deployment every
+            message starts a ClientApp process, so evaluating less often saves time.
         wait_s: how long to wait for ``min_available_nodes`` before giving up.
         device: where the server keeps theta_t and runs the strategy.
 
     Attributes:
         diagnostics: ``list[dict]``, per round what the strategy reported plus
             ``conflicts``, ``clients`` (partition ids aggregated), ``failed`` (node ids
-            whose reply was an error) and ``dropped`` (partition ids with a non-finite
-            update, left out of the round).
+            whose reply was an error), ``dropped`` (partition ids with a non-finite
+            update, left out of the round), ``train_loss`` (mean over the clients) and
+            ``seconds`` (wall time from sending theta_t to theta_{t+1}).
         evaluations: ``list[dict]``, per evaluated round ``{"round", "client_accuracy":
             {partition_id: accuracy}, "mean", "std", "worst10", "best10"}``.
 
@@ -82,6 +86,7 @@ class FlowerStrategy(FlowerBaseStrategy):
         min_train_nodes: int = 1,
         min_available_nodes: int = 1,
         fraction_evaluate: float = 1.0,
+        eval_every: int = 1,
         wait_s: float = 300.0,
         device: str | torch.device = "cpu",
     ):
@@ -94,7 +99,11 @@ class FlowerStrategy(FlowerBaseStrategy):
         for name, value in (("fraction_train", fraction_train), ("fraction_evaluate", fraction_evaluate)):
             if not 0 <= value <= 1:
                 raise ValueError(f"{name} must be in [0, 1], got {value}.")
-        for name, value in (("min_train_nodes", min_train_nodes), ("min_available_nodes", min_available_nodes)):
+        for name, value in (
+            ("min_train_nodes", min_train_nodes),
+            ("min_available_nodes", min_available_nodes),
+            ("eval_every", eval_every),
+        ):
             if int(value) != value or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value}.")
         if not (wait_s > 0 and math.isfinite(wait_s)):
@@ -108,12 +117,15 @@ class FlowerStrategy(FlowerBaseStrategy):
         self.min_train_nodes = int(min_train_nodes)
         self.min_available_nodes = int(min_available_nodes)
         self.fraction_evaluate = float(fraction_evaluate)
+        self.eval_every = int(eval_every)
+        self._rounds: int | None = None
         self.wait_s = float(wait_s)
         self.device = torch.device(device)
         self.diagnostics: list[dict] = []
         self.evaluations: list[dict] = []
         self._params: Params | None = None
         self._started = False
+        self._round_start = 0.0
 
     # -- Flower's Strategy interface ---------------------------------------------------------
 
@@ -137,6 +149,7 @@ class FlowerStrategy(FlowerBaseStrategy):
             bridge.begin_run(self.strategy, params)
             self._started = True
         self._params = params
+        self._round_start = time.perf_counter()
         local = bridge.round_config(self.strategy, self.base_config, self.lr_decay, server_round)
         nodes = self._sample(grid, self.fraction_train, self.min_train_nodes, server_round, salt=0x7EA1)
         content = RecordDict({"arrays": arrays, "config": config_to_record(local, server_round, self.seed)})
@@ -179,6 +192,7 @@ class FlowerStrategy(FlowerBaseStrategy):
             "failed": failed,
             "dropped": dropped,
             "train_loss": float(updates.train_loss.mean()),
+            "seconds": time.perf_counter() - self._round_start,
         }
         self.diagnostics.append(diag)
         return params_to_arrays(new_params), diagnostics_to_metrics(diag)
@@ -187,7 +201,8 @@ class FlowerStrategy(FlowerBaseStrategy):
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
         """Ask the sampled nodes to evaluate theta on their local test splits."""
-        if self.fraction_evaluate == 0:
+        due = server_round % self.eval_every == 0 or server_round == self._rounds
+        if self.fraction_evaluate == 0 or not due:
             return []
         nodes = self._sample(grid, self.fraction_evaluate, 1, server_round, salt=0xE7A1)
         content = RecordDict({"arrays": arrays, "config": ConfigRecord({"server-round": int(server_round)})})
@@ -221,6 +236,7 @@ class FlowerStrategy(FlowerBaseStrategy):
         if int(rounds) != rounds or rounds < 1:
             raise ValueError(f"rounds must be a positive integer, got {rounds}.")
         self._started = False
+        self._rounds = int(rounds)
         self.diagnostics, self.evaluations = [], []
         return self.start(grid, params_to_arrays(get_params(self.model)), num_rounds=int(rounds), timeout=timeout)
 

@@ -26,6 +26,7 @@ def main(grid: Grid, context: Context) -> None:
         batch_size=int(config["batch-size"]),
         lr=float(config["lr"]),
         seed=int(config["seed"]),
+        eval_every=int(config["eval-every"]),
         min_available_nodes=num_partitions,
         min_train_nodes=num_partitions,
     )
