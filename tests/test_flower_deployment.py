@@ -181,6 +181,7 @@ def test_flower_deployment_on_loopback(tmp_path):
         assert proc.poll() is not None, f"{proc.args} still running"
 
     summary = json.loads(results.read_text())
+    print("seconds per round on the deployment:", [round(d["seconds"], 1) for d in summary["diagnostics"]])
     assert summary["strategy"] == "fedoui"
     diagnostics = summary["diagnostics"]
     assert [d["round"] for d in diagnostics] == list(range(1, ROUNDS + 1))
@@ -200,7 +201,8 @@ def test_flower_deployment_on_loopback(tmp_path):
     accuracy = [final["client_accuracy"][str(i)] for i in range(NUM_NODES)]
     assert accuracy == pytest.approx(history.client_accuracy[-1].tolist(), abs=1e-12)
     for d_flower, d_sim in zip(diagnostics, history.diagnostics):
-        torch.testing.assert_close(torch.tensor(d_flower["weights"]), d_sim["weights"], rtol=1e-6, atol=1e-9)
+        weights = torch.tensor(d_flower["weights"], dtype=d_sim["weights"].dtype)
+        torch.testing.assert_close(weights, d_sim["weights"], rtol=1e-6, atol=1e-9)
 
 
 def simulate_example_app():
