@@ -135,7 +135,11 @@ def main() -> None:
             except ImportError:
                 print('ray: skipped, Ray is not installed (pip install "flwr[simulation]")')
                 continue
-            rows[name], finals[name] = run_ray(fed, model, args.rounds, args.threads)
+            try:
+                rows[name], finals[name] = run_ray(fed, model, args.rounds, args.threads)
+            except RuntimeError as err:  # e.g. Ray's node does not start on an overloaded machine
+                print(f"ray: failed ({err}); see Flower's log above")
+                continue
         else:
             raise SystemExit(f"unknown runtime {name!r}")
         print(f"{name}: done in {time.perf_counter() - t0:.1f} s", flush=True)
