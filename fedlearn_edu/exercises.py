@@ -269,3 +269,93 @@ def check_craft_direction(your_function: Callable, seed: int = 0) -> bool:
     ]
     cases = [Case(name, (u, r, ref), craft_direction(u, r, ref)) for name, u, r, ref in inputs]
     return run_cases("check_craft_direction", your_function, cases, rtol=1e-6, atol=1e-9)
+
+
+def check_scaffold_control_update(your_function: Callable, seed: int = 0) -> bool:
+    """Check ``your_function(client_controls: Tensor[m, d], server_control: Tensor[d], deltas: Tensor[m, d],
+    local_steps: Tensor[m], lr: float) -> Tensor[m, d]``: SCAFFOLD's option-II control variates
+    ``c_i+ = c_i - c + (x - y_i) / (K_i lr)``, where ``deltas[i] = y_i - x``."""
+    from .aggregators import scaffold_control_update
+
+    g = torch.Generator().manual_seed(seed)
+    dt = torch.float64
+    inputs = [
+        (
+            "random, 5 clients, different step counts",
+            torch.randn(5, 7, generator=g, dtype=dt),
+            torch.randn(7, generator=g, dtype=dt),
+            torch.randn(5, 7, generator=g, dtype=dt),
+            torch.tensor([1, 3, 5, 10, 2]),
+            0.05,
+        ),
+        (
+            "first round: all controls zero",
+            torch.zeros(4, 3, dtype=dt),
+            torch.zeros(3, dtype=dt),
+            torch.randn(4, 3, generator=g, dtype=dt),
+            torch.full((4,), 5),
+            0.1,
+        ),
+        (
+            "one client",
+            torch.randn(1, 4, generator=g, dtype=dt),
+            torch.randn(4, generator=g, dtype=dt),
+            torch.randn(1, 4, generator=g, dtype=dt),
+            torch.tensor([8]),
+            0.01,
+        ),
+        (
+            "a client that did not move",
+            torch.randn(3, 2, generator=g, dtype=dt),
+            torch.randn(2, generator=g, dtype=dt),
+            torch.tensor([[0.0, 0.0], [0.3, -0.1], [1.0, 2.0]], dtype=dt),
+            torch.tensor([4, 4, 4]),
+            0.2,
+        ),
+    ]
+    cases = [
+        Case(name, (ci, c, d, k, lr), scaffold_control_update(ci, c, d, k, lr)) for name, ci, c, d, k, lr in inputs
+    ]
+    return run_cases("check_scaffold_control_update", your_function, cases, rtol=1e-6, atol=1e-9)
+
+
+def check_fednova(your_function: Callable, seed: int = 0) -> bool:
+    """Check ``your_function(deltas: Tensor[m, d], local_steps: Tensor[m], weights: Tensor[m]) -> Tensor[d]``:
+    FedNova's direction for plain local SGD, ``tau_eff * sum_i p_i deltas_i / tau_i`` with
+    ``p = weights / weights.sum()`` and ``tau_eff = sum_i p_i tau_i``."""
+    from .aggregators import fednova_aggregate
+
+    g = torch.Generator().manual_seed(seed)
+    dt = torch.float64
+    inputs = [
+        (
+            "random, 5 clients, different step counts",
+            torch.randn(5, 6, generator=g, dtype=dt),
+            torch.tensor([1, 2, 5, 10, 20]),
+            torch.rand(5, generator=g, dtype=dt) + 0.1,
+        ),
+        (
+            "equal step counts: FedAvg",
+            torch.randn(4, 3, generator=g, dtype=dt),
+            torch.full((4,), 5),
+            torch.tensor([10.0, 20.0, 30.0, 40.0], dtype=dt),
+        ),
+        ("one client", torch.randn(1, 5, generator=g, dtype=dt), torch.tensor([7]), torch.tensor([3.0], dtype=dt)),
+        (
+            "a client with weight zero",
+            torch.randn(3, 4, generator=g, dtype=dt),
+            torch.tensor([2, 50, 8]),
+            torch.tensor([1.0, 0.0, 2.0], dtype=dt),
+        ),
+        (
+            "sample counts as weights, many steps",
+            torch.randn(6, 9, generator=g, dtype=dt),
+            torch.tensor([100, 3, 40, 1, 7, 64]),
+            torch.tensor([500.0, 20.0, 80.0, 5.0, 60.0, 300.0], dtype=dt),
+        ),
+    ]
+    cases = [Case(name, (d, k, w), fednova_aggregate(d, k, w)) for name, d, k, w in inputs]
+    return run_cases("check_fednova", your_function, cases, rtol=1e-6, atol=1e-9)
+
+
+__all__ += ["check_scaffold_control_update", "check_fednova"]

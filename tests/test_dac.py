@@ -1,0 +1,104 @@
+"""DAC: the softmax sampling probabilities and the score update with its two-hop rule, against a
+per-client NumPy transcription of the authors' train_DAC (synchronous)."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fedlearn_edu.aggregators import dac_probabilities, dac_tau_schedule, dac_update_similarities, sample_neighbours
+
+
+def _reference_update(S, C, nb, L):
+    """Client by client, as in the authors' loop, but reading every score from the start of the round."""
+    N = S.shape[0]
+    new, newC = S.copy(), C.copy()
+    for i in range(N):
+        sim = [1.0 / L[i, k] for k in range(nb.shape[1])]
+        for k, j in enumerate(nb[i]):
+            new[i, j] = sim[k]
+            newC[i, j] = True
+        candidates = set()
+        for j in nb[i]:
+            candidates |= {x for x in range(N) if S[j, x] > 0}
+        candidates -= {x for x in range(N) if newC[i, x]} | {i}
+        for x in sorted(candidates):
+            best, best_sim = None, -math.inf
+            for k, j in enumerate(nb[i]):
+                if S[j, x] > 0 and sim[k] > best_sim:
+                    best, best_sim = j, sim[k]
+            new[i, x] = S[best, x]
+    return new, newC
+
+
+@settings(max_examples=40, deadline=None)
+@given(N=st.integers(3, 9), n=st.integers(1, 2), seed=st.integers(0, 10_000), rounds=st.integers(1, 4))
+def test_update_matches_the_per_client_reference(N, n, seed, rounds):
+    rng = np.random.default_rng(seed)
+    S = np.zeros((N, N))
+    C = np.zeros((N, N), dtype=bool)
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(rounds):
+        P = dac_probabilities(torch.tensor(S), tau=2.0)
+        nb = sample_neighbours(P, n, seed=g).numpy()
+        L = rng.uniform(0.1, 3.0, size=(N, n))
+        got_S, got_C = dac_update_similarities(torch.tensor(S), torch.tensor(C), torch.tensor(nb), torch.tensor(L))
+        ref_S, ref_C = _reference_update(S, C, nb, L)
+        np.testing.assert_allclose(got_S.numpy(), ref_S, rtol=1e-15)
+        assert (got_C.numpy() == ref_C).all()
+        S, C = ref_S, ref_C
+
+
+def test_probabilities_match_numpy_softmax_and_start_uniform():
+    rng = np.random.default_rng(0)
+    S = rng.uniform(0, 3, size=(5, 5))
+    P = dac_probabilities(torch.tensor(S), tau=1.7).numpy()
+    for i in range(5):
+        others = [j for j in range(5) if j != i]
+        e = np.exp(1.7 * S[i, others])
+        np.testing.assert_allclose(P[i, others], e / e.sum(), rtol=1e-12)
+        assert P[i, i] == 0
+    U = dac_probabilities(torch.zeros(4, 4), tau=30.0)
+    torch.testing.assert_close(U, (torch.ones(4, 4) - torch.eye(4)).double() / 3)
+    big = dac_probabilities(torch.tensor([[0.0, 100.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]), tau=50.0)
+    assert torch.isfinite(big).all() and float(big[0, 1]) == pytest.approx(1.0)
+
+
+def test_two_hop_takes_the_score_of_the_most_similar_neighbour():
+    S = torch.zeros(4, 4, dtype=torch.float64)
+    S[1, 3], S[2, 3] = 5.0, 7.0  # clients 1 and 2 both know client 3
+    C = torch.zeros(4, 4, dtype=torch.bool)
+    nb = torch.tensor([[1, 2], [0, 2], [0, 1], [0, 1]])
+    L = torch.tensor([[0.5, 1.0], [1.0, 1.0], [1.0, 1.0], [1.0, 1.0]], dtype=torch.float64)
+    new, contacted = dac_update_similarities(S, C, nb, L)
+    assert float(new[0, 1]) == 2.0 and float(new[0, 2]) == 1.0
+    assert float(new[0, 3]) == 5.0  # client 1 (score 2) is more similar to 0 than client 2 (score 1)
+    assert bool(contacted[0, 1]) and not bool(contacted[0, 3])
+    assert torch.equal(S[0], torch.zeros(4, dtype=torch.float64))  # inputs untouched
+
+
+def test_tau_schedule():
+    assert dac_tau_schedule(0, 30.0) == 1.0
+    taus = [dac_tau_schedule(t, 30.0) for t in range(100)]
+    assert all(a < b for a, b in zip(taus, taus[1:])) and taus[-1] == pytest.approx(31.0, abs=1e-3)
+    assert dac_tau_schedule(5, 10.0, rate=0.5) == pytest.approx(2 * 10 / (1 + math.exp(-2.5)) - 10 + 1)
+
+
+def test_bad_input_is_rejected():
+    S, C = torch.zeros(3, 3), torch.zeros(3, 3, dtype=torch.bool)
+    nb, L = torch.tensor([[1], [2], [0]]), torch.ones(3, 1)
+    with pytest.raises(ValueError, match="losses"):
+        dac_update_similarities(S, C, nb, torch.tensor([[1.0], [0.0], [1.0]]))
+    with pytest.raises(ValueError, match="other clients"):
+        dac_update_similarities(S, C, torch.tensor([[0], [2], [0]]), L)
+    with pytest.raises(ValueError, match="contacted"):
+        dac_update_similarities(S, torch.zeros(3, 3), nb, L)
+    with pytest.raises(ValueError, match="similarity"):
+        dac_probabilities(-torch.ones(3, 3), tau=1.0)
+    with pytest.raises(ValueError, match="tau"):
+        dac_probabilities(S, tau=-1.0)
+    with pytest.raises(ValueError, match="round_index"):
+        dac_tau_schedule(-1, 1.0)
