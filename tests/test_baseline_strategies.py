@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from test_afl import _bisection_projection  # the independent simplex projection
 
 from fedlearn_edu import (
     AFL,
@@ -226,18 +227,6 @@ def test_fedvg_on_scaffold_resumes_bit_identically(fed, tmp_path):
 
 
 # ------------------------------------------------------------------------ AFL
-def _project_simplex_bisection(v, iters=200):
-    """Euclidean projection onto the simplex by bisection on the threshold (independent of the sort)."""
-    lo, hi = v.min() - 1.0, v.max()
-    for _ in range(iters):
-        mid = (lo + hi) / 2
-        if np.maximum(v - mid, 0).sum() > 1:
-            lo = mid
-        else:
-            hi = mid
-    return np.maximum(v - (lo + hi) / 2, 0)
-
-
 def test_afl_lambdas_ascend_on_the_clients_losses(fed):
     model = _model(fed)
     theta = get_params(model)
@@ -247,7 +236,7 @@ def test_afl_lambdas_ascend_on_the_clients_losses(fed):
         losses = np.array(
             [float(F.cross_entropy(torch.func.functional_call(model, theta, (c.train_x,)), c.train_y)) for c in fed]
         )
-    want = _project_simplex_bisection(np.full(len(fed), 1 / len(fed)) + 0.5 * losses)
+    want = _bisection_projection(np.full(len(fed), 1 / len(fed)) + 0.5 * losses)
     np.testing.assert_allclose(s.lambdas.numpy(), want, atol=1e-6)
     np.testing.assert_allclose(h.diagnostics[0]["lambdas"].numpy(), want, atol=1e-6)
     assert float(s.lambdas.sum()) == pytest.approx(1.0)

@@ -57,6 +57,12 @@ def _check_weights_arg(weights) -> None:
         )
 
 
+def _used_weights(updates: ClientUpdates, weights: Tensor | None) -> Tensor:
+    """``Tensor[m]``: the weights of the round's mean (uniform, or ``weights`` normalised)."""
+    m = updates.num_clients
+    return torch.full((m,), 1.0 / m) if weights is None else weights / weights.sum()
+
+
 def _local_steps(updates: ClientUpdates, who: str) -> Tensor:
     if "num_steps" not in updates.signals:
         raise ValueError(f"{who} needs updates.signals['num_steps'] (Tensor[m]); its client_update reports it.")
@@ -138,10 +144,11 @@ class SCAFFOLD(Strategy):
         step, self._control = scaffold_server_update(
             updates.deltas, updates.signals["delta_c"], self._control, self._num_clients, weights
         )
-        m = updates.num_clients
-        used = torch.full((m,), 1.0 / m) if weights is None else weights / weights.sum()
         norm = torch.sqrt(sum((v.double() ** 2).sum() for v in self._control.values()))
-        return {k: -v for k, v in step.items()}, {"weights": used, "control_norm": float(norm)}
+        return {k: -v for k, v in step.items()}, {
+            "weights": _used_weights(updates, weights),
+            "control_norm": float(norm),
+        }
 
 
 class FedDyn(Strategy):
@@ -208,9 +215,7 @@ class FedDyn(Strategy):
         if self._h is None:
             raise RuntimeError("FedDyn.init_state must run before direction (simulate() calls it).")
         step, self._h = feddyn_server_update(updates.deltas, self._h, self.alpha, self._num_clients, weights)
-        m = updates.num_clients
-        used = torch.full((m,), 1.0 / m) if weights is None else weights / weights.sum()
-        return {k: -v for k, v in step.items()}, {"weights": used}
+        return {k: -v for k, v in step.items()}, {"weights": _used_weights(updates, weights)}
 
 
 class FedNova(FedAvg):
