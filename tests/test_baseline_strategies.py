@@ -343,3 +343,16 @@ def test_bad_arguments_are_rejected_clearly(fed):
         s.direction({"w": torch.zeros(5)}, upd, weights=torch.ones(2, 3))
     with pytest.raises(ValueError, match="delta_c"):
         s.direction({"w": torch.zeros(5)}, _fake_updates(2))
+
+
+def test_compare_methods_runs_gossip_and_dac_on_request():
+    from fedlearn_edu import compare_methods
+
+    fed = shifted_federation("digits", "label", 2, 3, samples_per_client=30, seed=0)
+    out = compare_methods(fed, ("fedavg", "gossip", "dac"), model_kwargs={"hidden": (16,)}, num_neighbours=2,
+                          rounds=2, batch_size=8, lr=0.1, seed=0)  # fmt: skip
+    assert list(out) == ["fedavg", "gossip", "dac"]
+    assert out["gossip"].evaluated == out["dac"].evaluated == "personal"
+    assert out["dac"].diagnostics[0]["neighbours"].shape == (len(fed), 2)
+    with pytest.raises(ValueError, match="Unknown method"):
+        compare_methods(fed, ("gosip",), rounds=1)
