@@ -43,6 +43,7 @@ from .personalization import simulate_ditto, simulate_ifca, simulate_local
 from .signals.fingerprint import client_fingerprints
 from .simulation import simulate
 from .strategies.fedavg import FedAvg
+from .utils import derive_seed
 
 __all__ = [
     "ConditionalModel",
@@ -321,7 +322,13 @@ def make_conditional_model(
         torch.Size([4, 10])
     """
     backbone = make_model(name, input_shape, num_classes, seed=seed, **kwargs)
-    return ConditionalModel(backbone, input_shape, cond_dim, cond_scale=cond_scale, zero_init=zero_init)
+    if seed is None:
+        return ConditionalModel(backbone, input_shape, cond_dim, cond_scale=cond_scale, zero_init=zero_init)
+    # The widened layer's fresh weights come from a generator seeded here (the global RNG is
+    # neither read nor advanced): the same seed gives the same model, zero_init or not.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(derive_seed(seed, 0xC0D17))
+        return ConditionalModel(backbone, input_shape, cond_dim, cond_scale=cond_scale, zero_init=zero_init)
 
 
 # --------------------------------------------------------------------------- #
@@ -372,6 +379,40 @@ def compare_methods(
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
         raise ValueError(f"Unknown method(s) {unknown}; choose from {METHODS}.")
+    with torch.random.fork_rng(devices=[]):  # seeded runs: the caller's global RNG is left as it was
+        return _compare_methods(
+            federation,
+            methods,
+            model=model,
+            model_kwargs=model_kwargs,
+            num_eigenvalues=num_eigenvalues,
+            fingerprint_kwargs=fingerprint_kwargs,
+            reference=reference,
+            cond_scale=cond_scale,
+            oracle_scale=oracle_scale,
+            num_clusters=num_clusters,
+            ditto_lam=ditto_lam,
+            ditto_strategy=ditto_strategy,
+            **train,
+        )
+
+
+def _compare_methods(
+    federation,
+    methods,
+    *,
+    model,
+    model_kwargs,
+    num_eigenvalues,
+    fingerprint_kwargs,
+    reference,
+    cond_scale,
+    oracle_scale,
+    num_clusters,
+    ditto_lam,
+    ditto_strategy,
+    **train,
+) -> dict:
     train = dict(train)
     train.setdefault("clients_per_round", len(federation))
     train.setdefault("progress", False)

@@ -1,4 +1,11 @@
-"""Shared fixtures: the book, built once per test session."""
+"""Shared fixtures: the book, built once per test session; where the data sets are.
+
+The package looks for MNIST where ``FEDLEARN_DATA`` points (it knows no folder beside the
+repository). On this project's machines the files live in ``../shared/data``; the tests,
+the chapters they execute and the book build they start all see it through the
+environment variable set here (``book/conftest.py`` does the same for a chapter run alone
+under nbval). A value already set is kept.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +18,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 BUILD_TIMEOUT_S = int(os.environ.get("FEDLEARN_BOOK_TIMEOUT", "3600"))
+SHARED_DATA = REPO.parent / "shared" / "data"
+if SHARED_DATA.is_dir():
+    os.environ.setdefault("FEDLEARN_DATA", str(SHARED_DATA))
 
 
 def pytest_collection_modifyitems(config, items):

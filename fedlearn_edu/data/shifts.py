@@ -30,8 +30,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..checks import check_int
 from .federation import ClientData, Federation
-from .partition import _check_int
 
 __all__ = [
     "SHIFTS",
@@ -116,8 +116,8 @@ def label_shift_classes(
     sizes 3, 3, 2, 2). An integer: every cluster draws that many classes at random
     (subsets may overlap; all distinct when possible).
     """
-    c = _check_int(num_classes, "num_classes", 2)
-    k = _check_int(num_clusters, "num_clusters", 1)
+    c = check_int(num_classes, "num_classes", 2)
+    k = check_int(num_clusters, "num_clusters", 1)
     rng = np.random.default_rng(seed)
     if classes_per_cluster is None:
         if k > c:
@@ -126,7 +126,7 @@ def label_shift_classes(
                 "pass classes_per_cluster to let subsets overlap."
             )
         return [sorted(int(v) for v in g) for g in np.array_split(rng.permutation(c), k)]
-    m = _check_int(classes_per_cluster, "classes_per_cluster", 1)
+    m = check_int(classes_per_cluster, "classes_per_cluster", 1)
     if m > c:
         raise ValueError(f"classes_per_cluster={m} exceeds num_classes={c}.")
     subsets: list[list[int]] = []
@@ -139,11 +139,25 @@ def label_shift_classes(
     return subsets
 
 
+def _num_derangements(n: int) -> int:
+    """Permutations of n items that move every item: D(n) = (n - 1)(D(n-1) + D(n-2))."""
+    a, b = 1, 0  # D(0), D(1)
+    for i in range(2, n + 1):
+        a, b = b, (i - 1) * (a + b)
+    return b if n >= 1 else a
+
+
 def concept_permutations(num_classes: int, num_clusters: int, seed: int = 0) -> list[list[int]]:
     """One label permutation per cluster: the identity for cluster 0, seeded random
     derangements (no class keeps its label) for the others."""
-    c = _check_int(num_classes, "num_classes", 2)
-    k = _check_int(num_clusters, "num_clusters", 1)
+    c = check_int(num_classes, "num_classes", 2)
+    k = check_int(num_clusters, "num_clusters", 1)
+    derangements = _num_derangements(c)
+    if k - 1 > derangements:
+        raise ValueError(
+            f"{k} clusters need {k - 1} distinct derangements of {c} classes besides the identity, "
+            f"but only {derangements} exist; use at most {derangements + 1} clusters for concept shift."
+        )
     rng = np.random.default_rng(seed)
     perms = [list(range(c))]
     while len(perms) < k:
@@ -236,8 +250,8 @@ def shifted_federation(
         (12, [0, 0, 0, 1])
     """
     kinds = parse_shift(shift)
-    k = _check_int(num_clusters, "num_clusters", 1)
-    per = _check_int(clients_per_cluster, "clients_per_cluster", 1)
+    k = check_int(num_clusters, "num_clusters", 1)
+    per = check_int(clients_per_cluster, "clients_per_cluster", 1)
     if not 0.0 <= float(test_fraction) < 1.0:
         raise ValueError(f"test_fraction must be in [0, 1), got {test_fraction}.")
     x, y, c, dname = _load_pool(data, num_classes, root, download, merge)
@@ -282,7 +296,7 @@ def shifted_federation(
     demand = np.zeros(c, dtype=np.int64)  # clients that need each class
     for j in cluster_of:
         demand[subsets[j]] += 1
-    n_test_fixed = None if test_samples is None else _check_int(test_samples, "test_samples", 1)
+    n_test_fixed = None if test_samples is None else check_int(test_samples, "test_samples", 1)
     if samples_per_client is None:
         # the largest balanced size every client can get
         q = min(len(class_pool[cls]) // demand[cls] for cls in range(c) if demand[cls] > 0)
@@ -293,7 +307,7 @@ def shifted_federation(
             sizes = sizes - n_test_fixed
     else:
         sizes = np.full(
-            n_clients, _check_int(samples_per_client, "samples_per_client", 2 if n_test_fixed is None else 1)
+            n_clients, check_int(samples_per_client, "samples_per_client", 2 if n_test_fixed is None else 1)
         )
     if n_test_fixed is not None:
         sizes = sizes + n_test_fixed

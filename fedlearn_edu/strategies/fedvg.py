@@ -171,6 +171,11 @@ class FedVG(Strategy):
             return self.base.client_update(work, params, state)
         return super().client_update(work, params, state)
 
+    @property
+    def validation_data(self) -> tuple[Tensor, Tensor]:
+        """The server's validation set ``(x: Tensor[n, ...], y: Tensor[n])`` (checked by ``simulate`` up front)."""
+        return self._val
+
     def _val_data(self, device: torch.device) -> tuple[Tensor, Tensor]:
         key = str(device)
         if key not in self._val_on:

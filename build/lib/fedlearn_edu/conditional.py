@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -38,8 +38,12 @@ from torch import Tensor, nn
 
 from .data.federation import ClientData, Federation
 from .data.shifts import cluster_ids
-from .models import CNN, MLP, ResNet20, SmallCNN, count_parameters, make_model
+from .models import count_parameters, make_model
+from .personalization import simulate_ditto, simulate_ifca, simulate_local
 from .signals.fingerprint import client_fingerprints
+from .simulation import simulate
+from .strategies.fedavg import FedAvg
+from .utils import derive_seed
 
 __all__ = [
     "ConditionalModel",
@@ -196,62 +200,6 @@ def oracle_federation(federation: Federation) -> Federation:
 # --------------------------------------------------------------------------- #
 # the conditional model
 # --------------------------------------------------------------------------- #
-def _mlp_split(m: MLP):
-    """The condition enters the last hidden layer (all earlier layers are the feature extractor)."""
-
-    def trunk(x):
-        h = x.flatten(1)
-        for layer in m.hidden[:-1]:
-            h = F.relu(layer(h))
-        return h
-
-    def head(z, features):
-        z = m.hidden[-1](z)
-        return z if features else m.out(F.relu(z))
-
-    return trunk, head, f"hidden.{len(m.hidden) - 1}"
-
-
-def _cnn_split(m: CNN):
-    def trunk(x):
-        x = F.max_pool2d(F.relu(m.conv1(x)), 2)
-        return F.max_pool2d(F.relu(m.conv2(x)), 2).flatten(1)
-
-    def head(z, features):
-        z = m.fc2(F.relu(m.fc1(z)))
-        return z if features else m.out(F.relu(z))
-
-    return trunk, head, "fc1"
-
-
-def _smallcnn_split(m: SmallCNN):
-    def trunk(x):
-        x = F.max_pool2d(F.relu(m.conv1(x)), 2)
-        return F.max_pool2d(F.relu(m.conv2(x)), 2).flatten(1)
-
-    def head(z, features):
-        z = m.fc1(z)
-        return z if features else m.out(F.relu(z))
-
-    return trunk, head, "fc1"
-
-
-def _resnet_split(m: ResNet20):
-    def trunk(x):
-        x = m.blocks(F.relu(m.norm(m.conv(x))))
-        return F.adaptive_avg_pool2d(x, 1).flatten(1)
-
-    width = m.blocks[-1].conv2.out_channels  # the pooled features (the condition follows them)
-
-    def head(z, features):
-        return z[:, :width] if features else m.out(z)
-
-    return trunk, head, "out"
-
-
-_SPLITS: dict[type, Callable] = {MLP: _mlp_split, CNN: _cnn_split, SmallCNN: _smallcnn_split, ResNet20: _resnet_split}
-
-
 def _get(module: nn.Module, dotted: str) -> nn.Module:
     for part in dotted.split("."):
         module = getattr(module, part)
@@ -312,11 +260,10 @@ class ConditionalModel(nn.Module):
         zero_init: bool = True,
     ):
         super().__init__()
-        split = _SPLITS.get(type(backbone))
-        if split is None:
+        if not all(hasattr(backbone, a) for a in ("features", "head", "head_layer")):
             raise TypeError(
-                f"ConditionalModel supports the package backbones {[t.__name__ for t in _SPLITS]}; "
-                f"got {type(backbone).__name__}."
+                "ConditionalModel supports the package backbones (MLP, CNN, SmallCNN, ResNet20) and any model "
+                f"that owns its split: features(x), head(z, features), head_layer; got {type(backbone).__name__}."
             )
         if int(cond_dim) < 1:
             raise ValueError(f"cond_dim must be >= 1, got {cond_dim}.")
@@ -325,7 +272,7 @@ class ConditionalModel(nn.Module):
         self.cond_scale = float(cond_scale)
         self.backbone = copy.deepcopy(backbone)
         self.backbone_parameters = count_parameters(backbone)
-        _, _, self.cond_layer = split(self.backbone)
+        self.cond_layer = self.backbone.head_layer
         old = _get(self.backbone, self.cond_layer)
         new = nn.Linear(
             old.in_features + self.cond_dim, old.out_features, device=old.weight.device, dtype=old.weight.dtype
@@ -336,15 +283,16 @@ class ConditionalModel(nn.Module):
             new.weight[:, : old.in_features] = old.weight
             new.bias.copy_(old.bias)
         _set(self.backbone, self.cond_layer, new)
-        self._trunk, self._head, _ = split(self.backbone)
 
     def forward(self, x: Tensor, cond: Tensor | None = None, features: bool = False) -> Tensor:
         if cond is None:
             x, cond = split_condition(x, self.input_shape, self.cond_dim)
         elif cond.shape[-1] != self.cond_dim:
             raise ValueError(f"cond must have {self.cond_dim} entries per sample, got {cond.shape[-1]}.")
-        z = self._trunk(x)
-        return self._head(torch.cat([z, self.cond_scale * cond.to(z.dtype)], dim=1), features)
+        z = self.backbone.features(x)
+        if features and self.cond_layer == "out":  # the head is the output layer alone: z is the penultimate
+            return z
+        return self.backbone.head(torch.cat([z, self.cond_scale * cond.to(z.dtype)], dim=1), features)
 
     def extra_repr(self) -> str:
         return f"cond_dim={self.cond_dim}, cond_layer={self.cond_layer!r}, cond_scale={self.cond_scale}"
@@ -374,7 +322,13 @@ def make_conditional_model(
         torch.Size([4, 10])
     """
     backbone = make_model(name, input_shape, num_classes, seed=seed, **kwargs)
-    return ConditionalModel(backbone, input_shape, cond_dim, cond_scale=cond_scale, zero_init=zero_init)
+    if seed is None:
+        return ConditionalModel(backbone, input_shape, cond_dim, cond_scale=cond_scale, zero_init=zero_init)
+    # The widened layer's fresh weights come from a generator seeded here (the global RNG is
+    # neither read nor advanced): the same seed gives the same model, zero_init or not.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(derive_seed(seed, 0xC0D17))
+        return ConditionalModel(backbone, input_shape, cond_dim, cond_scale=cond_scale, zero_init=zero_init)
 
 
 # --------------------------------------------------------------------------- #
@@ -422,13 +376,43 @@ def compare_methods(
     Returns:
         ``{method: History}`` in the order of ``methods``.
     """
-    from .personalization import simulate_ditto, simulate_ifca, simulate_local
-    from .simulation import simulate
-    from .strategies.fedavg import FedAvg
-
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
         raise ValueError(f"Unknown method(s) {unknown}; choose from {METHODS}.")
+    with torch.random.fork_rng(devices=[]):  # seeded runs: the caller's global RNG is left as it was
+        return _compare_methods(
+            federation,
+            methods,
+            model=model,
+            model_kwargs=model_kwargs,
+            num_eigenvalues=num_eigenvalues,
+            fingerprint_kwargs=fingerprint_kwargs,
+            reference=reference,
+            cond_scale=cond_scale,
+            oracle_scale=oracle_scale,
+            num_clusters=num_clusters,
+            ditto_lam=ditto_lam,
+            ditto_strategy=ditto_strategy,
+            **train,
+        )
+
+
+def _compare_methods(
+    federation,
+    methods,
+    *,
+    model,
+    model_kwargs,
+    num_eigenvalues,
+    fingerprint_kwargs,
+    reference,
+    cond_scale,
+    oracle_scale,
+    num_clusters,
+    ditto_lam,
+    ditto_strategy,
+    **train,
+) -> dict:
     train = dict(train)
     train.setdefault("clients_per_round", len(federation))
     train.setdefault("progress", False)

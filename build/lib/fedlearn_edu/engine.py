@@ -1,32 +1,44 @@
 """Local training: what every selected client does with the global model.
 
-Each client starts from the global parameters theta_t and runs mini-batch SGD on
-its own training split for ``epochs`` epochs:
+Each client starts from the global parameters theta_t (or from its own starting
+point, ``start``) and runs mini-batch SGD on its own training split for
+``epochs`` epochs on its *local objective*
 
-    w <- w - lr * ( grad CE(w; batch) + mu (w - theta_t) + wd * w )   (+ heavy-ball momentum)
+    h_j(w) = CE(w; batch) + (mu / 2) ||w - theta_t||^2 + <c_j, w>
 
-where ``mu`` is FedProx's proximal coefficient (0 for FedAvg). The batch order
+    w <- w - lr * ( grad h_j(w) + wd * w )   (+ heavy-ball momentum)
+
+where ``mu`` is a proximal coefficient (``LocalTraining.prox_mu``: FedProx's mu,
+Ditto's lambda, FedDyn's alpha; 0 for FedAvg) and ``c_j`` an optional per-client
+linear term (``linear``, stacked ``Tensor[m, ...]``: SCAFFOLD's correction
+``c - c_j``, FedDyn's ``-grad_{j}``). This is the one local-objective hook of the
+package; every engine honours it and must give the same numbers. The batch order
 of client ``i`` in round ``t`` comes from a generator seeded with
 ``derive_seed(seed, t, i)`` (see :func:`client_batches`), so it does not depend
 on which other clients were selected, nor on the engine that trains them.
 
 :class:`LoopEngine` trains clients one after another and is the readable
 reference. Any engine (a vectorised one included) implements the same
-``train(model, global_params, datasets, config, seeds)`` call and must return
-the same numbers.
+``train(model, global_params, datasets, config, seeds, start=None, linear=None)``
+call and must return the same numbers. Engines also compute gradients of a summed
+loss at m stacked parameter sets (:meth:`LoopEngine.loss_gradients`), which FedVG's
+server uses for its validation gradients: one engine protocol, for training and
+for the server.
 """
 
 from __future__ import annotations
 
+import warnings
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.func import functional_call, grad_and_value, vmap
+from torch.func import functional_call, grad, grad_and_value, vmap
 
-from .params import Params, stack_params
+from .params import Params, num_stacked, stack_params
 from .utils import tune_cpu_allocator
 
 __all__ = [
@@ -113,15 +125,22 @@ def client_batches(num_samples: int, epochs: int, batch_size: int, seed: int) ->
     return batches
 
 
-def batch_loss(params: Params, model: nn.Module, x: Tensor, y: Tensor, anchor: Params, prox_mu: float):
+def batch_loss(
+    params: Params, model: nn.Module, x: Tensor, y: Tensor, anchor: Params, prox_mu: float, linear: Params | None = None
+):
     """Local objective on one batch; returns ``(objective, cross_entropy)``.
 
-    objective = CE(model(x; params), y) + (prox_mu / 2) * ||params - anchor||^2
+    objective = CE(model(x; params), y) + (prox_mu / 2) * ||params - anchor||^2 + <linear, params>
+
+    Args:
+        params, anchor, linear: ``{name: Tensor}`` of one client (``linear`` may be ``None``).
     """
     ce = F.cross_entropy(functional_call(model, params, (x,)), y)
     obj = ce
     if prox_mu:
         obj = obj + 0.5 * prox_mu * sum(((p - anchor[k]) ** 2).sum() for k, p in params.items())
+    if linear is not None:
+        obj = obj + sum((linear[k] * p).sum() for k, p in params.items())
     return obj, ce
 
 
@@ -148,6 +167,7 @@ class LoopEngine:
         config: LocalTraining,
         seeds: Sequence[int],
         start: Params | None = None,
+        linear: Params | None = None,
     ) -> LocalResult:
         """Run local SGD for each client from ``global_params``.
 
@@ -161,20 +181,23 @@ class LoopEngine:
             start: optional stacked ``{name: Tensor[m, ...]}``: client j starts from
                 ``start[k][j]`` instead (personal or cluster models); the proximal centre
                 stays ``global_params``.
+            linear: optional stacked ``{name: Tensor[m, ...]}``: client j adds
+                ``<linear[k][j], w>`` to its local objective (see the module docstring).
 
         Returns:
             :class:`LocalResult` with ``params`` stacked over the m clients.
         """
-        _check_schedule(datasets, seeds, start)
+        _check_schedule(datasets, seeds, start, linear)
         step_grad = grad_and_value(batch_loss, has_aux=True)
         anchor = {k: v.detach() for k, v in global_params.items()}
         trained, losses, steps = [], [], []
         for j, ((x, y), seed) in enumerate(zip(datasets, seeds)):
             params = {k: (v if start is None else start[k][j]).detach().clone() for k, v in global_params.items()}
+            lin = None if linear is None else {k: v[j].detach() for k, v in linear.items()}
             buf, total, count = None, torch.zeros((), device=y.device), 0
             for idx in client_batches(y.shape[0], config.epochs, config.batch_size, seed):
                 idx = idx.to(y.device)
-                grads, (_, ce) = step_grad(params, model, x[idx], y[idx], anchor, config.prox_mu)
+                grads, (_, ce) = step_grad(params, model, x[idx], y[idx], anchor, config.prox_mu, lin)
                 params, buf = sgd_step(params, grads, buf, config)
                 total, count = total + ce.detach(), count + 1
             trained.append(params)
@@ -182,9 +205,51 @@ class LoopEngine:
             steps.append(count)
         return LocalResult(stack_params(trained), torch.stack(losses), torch.tensor(steps))
 
+    def loss_gradients(
+        self, model: nn.Module, params: Params, x: Tensor, y: Tensor, batch_size: int, divisor: float = 1.0
+    ) -> Params:
+        """``grad sum_i CE(f(x_i; theta_k), y_i) / divisor`` at each of m stacked parameter sets.
+
+        The reference: one client after another, the summed cross-entropy of consecutive
+        batches of ``batch_size`` samples, gradients accumulated over the batches (FedVG's
+        validation gradients, :func:`fedlearn_edu.signals.validation_gradients`).
+
+        Args:
+            params: stacked ``{name: Tensor[m, ...]}``.
+            x: ``Tensor[n, ...]`` inputs; ``y: Tensor[n]`` labels (on the parameters' device).
+            batch_size: samples per backward pass.
+            divisor: divides the result (FedVG: the number of batches).
+
+        Returns:
+            ``{name: Tensor[m, ...]}``.
+        """
+        names = list(params)
+        out = {k: [] for k in names}
+        for j in range(num_stacked(params)):
+            theta = {name: params[name][j].detach().requires_grad_(True) for name in names}
+            acc = {name: torch.zeros_like(theta[name]) for name in names}
+            for s0 in range(0, y.shape[0], batch_size):
+                loss = F.cross_entropy(
+                    functional_call(model, theta, (x[s0 : s0 + batch_size],)), y[s0 : s0 + batch_size], reduction="sum"
+                )
+                grads = torch.autograd.grad(loss, [theta[name] for name in names], allow_unused=True)
+                for name, gr in zip(names, grads):
+                    if gr is not None:
+                        acc[name] += gr
+            for name in names:
+                out[name].append(acc[name] / divisor)
+        return {name: torch.stack(v) for name, v in out.items()}
+
 
 def stacked_grads(
-    model: nn.Module, params: Params, x: Tensor, y: Tensor, mask: Tensor, anchor: Params, prox_mu: float
+    model: nn.Module,
+    params: Params,
+    x: Tensor,
+    y: Tensor,
+    mask: Tensor,
+    anchor: Params,
+    prox_mu: float,
+    linear: Params | None = None,
 ) -> tuple[Params, Tensor]:
     """Every client's gradient of its local objective on its (padded) batch, in one pass.
 
@@ -195,6 +260,8 @@ def stacked_grads(
             averaged over the real samples only, so padding never dilutes a gradient.
         anchor: the proximal centre ``{name: Tensor}`` (unstacked).
         prox_mu: FedProx coefficient.
+        linear: optional stacked ``{name: Tensor[k, ...]}``: row j adds ``<linear_j, w_j>``
+            to client j's objective.
 
     Returns:
         ``(grads, ce)``: ``grads`` stacked like ``params``; ``ce: Tensor[k]`` each client's
@@ -215,6 +282,8 @@ def stacked_grads(
         obj = ce.sum()
         if prox_mu:
             obj = obj + 0.5 * prox_mu * sum(((p - anchor[k]) ** 2).sum() for k, p in live.items())
+        if linear is not None:
+            obj = obj + sum((linear[k] * p).sum() for k, p in live.items())
         grads = torch.autograd.grad(obj, list(live.values()))
     return dict(zip(live, grads)), ce.detach()
 
@@ -289,7 +358,10 @@ class VmapEngine:
         self.memory_budget = memory_budget
         self.max_chunk = int(max_chunk)
         self.tune_allocator = bool(tune_allocator)
-        self._chunk_cache: dict = {}
+        # model -> {(input shape, device, batch size): clients per chunk}. Keyed by the model
+        # object itself, held weakly: a new model can never inherit a freed model's entry
+        # (as it could with id(model)), and a dropped model's entry goes with it.
+        self._chunk_cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     def chunk_size(self, model: nn.Module, sample: Tensor, batch_size: int) -> int:
         """Clients per chunk: memory budget / estimated bytes per client.
@@ -311,19 +383,21 @@ class VmapEngine:
         config: LocalTraining,
         seeds: Sequence[int],
         start: Params | None = None,
+        linear: Params | None = None,
     ) -> LocalResult:
         """Same contract as :meth:`LoopEngine.train`, all clients of a chunk in one batched pass."""
-        _check_schedule(datasets, seeds, start)
+        _check_schedule(datasets, seeds, start, linear)
         reason = vmap_unsupported_reason(model)
         if reason:
             raise ValueError(f"VmapEngine cannot train this model: {reason}. Use engine='loop'.")
         sample = datasets[0][0]
         if self.tune_allocator and sample.device.type == "cpu":
             tune_cpu_allocator()
-        key = (id(model), tuple(sample.shape[1:]), sample.device, config.batch_size)
-        if key not in self._chunk_cache:
-            self._chunk_cache[key] = self.chunk_size(model, sample, config.batch_size)
-        chunk = self._chunk_cache[key]
+        sizes = self._chunk_cache.setdefault(model, {})
+        key = (tuple(sample.shape[1:]), sample.device, config.batch_size)
+        if key not in sizes:
+            sizes[key] = self.chunk_size(model, sample, config.batch_size)
+        chunk = sizes[key]
         # Most steps first, so that each chunk holds clients of similar length and, inside a
         # chunk, the clients still training at any step are a prefix of the stack.
         steps = _num_steps(torch.tensor([y.shape[0] for _, y in datasets]), config.epochs, config.batch_size)
@@ -344,6 +418,7 @@ class VmapEngine:
                 config,
                 [seeds[j] for j in rows],
                 None if start is None else {k: v[rows] for k, v in start.items()},
+                None if linear is None else {k: v[rows] for k, v in linear.items()},
             )
             where = torch.tensor(rows)
             for k, v in out.params.items():
@@ -352,7 +427,7 @@ class VmapEngine:
             out.num_steps.index_copy_(0, where, part.num_steps)
         return out
 
-    def _train_chunk(self, model, global_params, datasets, config, seeds, start) -> LocalResult:
+    def _train_chunk(self, model, global_params, datasets, config, seeds, start, linear=None) -> LocalResult:
         """Train m clients sorted by non-increasing step count; ``start`` (if any) is updated in place."""
         device = datasets[0][1].device
         m, bs = len(datasets), config.batch_size
@@ -374,7 +449,8 @@ class VmapEngine:
             # Views of the running prefix, updated in place (the same arithmetic as sgd_step).
             live = {name: p[:k] for name, p in params.items()}
             idx = index[:k, s]
-            grads, ce = stacked_grads(model, live, x_all[idx], y_all[idx], mask[:k, s], anchor, config.prox_mu)
+            lin = None if linear is None else {name: v[:k] for name, v in linear.items()}
+            grads, ce = stacked_grads(model, live, x_all[idx], y_all[idx], mask[:k, s], anchor, config.prox_mu, lin)
             if config.weight_decay:
                 grads = {name: g + config.weight_decay * live[name] for name, g in grads.items()}
             if buf is not None:
@@ -386,6 +462,67 @@ class VmapEngine:
                 p.add_(grads[name], alpha=-config.lr)
             total[:k] += ce.detach()
         return LocalResult(params, total / steps.to(device, total.dtype), steps)
+
+    def loss_gradients(
+        self,
+        model: nn.Module,
+        params: Params,
+        x: Tensor,
+        y: Tensor,
+        batch_size: int,
+        divisor: float = 1.0,
+        sample_chunk: int | None = None,
+    ) -> Params:
+        """Same contract as :meth:`LoopEngine.loss_gradients`: all clients of a chunk at once.
+
+        ``torch.func.vmap`` over ``torch.func.grad`` of a ``functional_call``; clients and
+        samples are cut into chunks that fit the memory budget. The sum over samples does
+        not depend on the grouping, so ``batch_size`` is not used here.
+
+        Args:
+            sample_chunk: samples per vmapped pass (default: up to 2048).
+        """
+        reason = vmap_unsupported_reason(model)
+        if reason:
+            raise ValueError(f"The vmap engine cannot compute these gradients for this model: {reason}. Use 'loop'.")
+
+        def summed_loss(theta: Params, xb: Tensor, yb: Tensor) -> Tensor:
+            return F.cross_entropy(functional_call(model, theta, (xb,)), yb, reduction="sum") / divisor
+
+        per_client_grad = vmap(grad(summed_loss), in_dims=(0, None, None))
+        clients, samples = self._gradient_chunks(model, params, x, sample_chunk)
+        names = list(params)
+        detached = {name: params[name].detach() for name in names}
+        parts = []
+        for c0 in range(0, num_stacked(params), clients):
+            theta = {name: v[c0 : c0 + clients] for name, v in detached.items()}
+            acc = None
+            for s0 in range(0, y.shape[0], samples):
+                g = per_client_grad(theta, x[s0 : s0 + samples], y[s0 : s0 + samples])
+                acc = g if acc is None else {name: acc[name] + g[name] for name in names}
+            parts.append(acc)
+        return {name: torch.cat([p[name] for p in parts]) for name in names}
+
+    def _gradient_chunks(self, model: nn.Module, params: Params, x: Tensor, sample_chunk: int | None):
+        """(clients per chunk, samples per chunk) so that one vmapped gradient pass fits the budget.
+
+        Per client and sample: the activations of a forward pass, kept for the backward
+        (counted 3 times: forward, backward, temporaries). Per client: 3 copies of the
+        parameters (weights, gradient, accumulator).
+        """
+        n = x.shape[0]
+        budget = self.memory_budget or default_memory_budget(x.device)
+        itemsize = x.element_size()
+        acts = activation_numel(model, x)
+        n_params = sum(v[0].numel() for v in params.values())
+        samples = min(n, int(sample_chunk) if sample_chunk else 2048)
+        per_client = itemsize * (3 * n_params + 3 * acts * samples)
+        clients = budget // max(per_client, 1)
+        if clients < 1:  # even one client does not fit: shrink the sample chunk
+            clients = 1
+            samples = max(1, int((budget // itemsize - 3 * n_params) // (3 * acts)))
+            samples = min(samples, n)
+        return int(clients), int(samples)
 
 
 def _num_steps(sizes: Tensor, epochs: int, batch_size: int) -> Tensor:
@@ -399,6 +536,11 @@ def _padded_schedule(sizes: Sequence[int], epochs: int, batch_size: int, seeds: 
     Returns ``index: Tensor[m, S, batch_size]`` (long; client j's local sample r is stored
     as ``offsets[j] + r``, its position in the clients' concatenated data), ``mask`` of the
     same shape (1 for a real sample, 0 for padding) and ``steps: Tensor[m]`` (S = max steps).
+
+    A padding slot of client j repeats a sample of client j's own batch at that step (its
+    first sample once client j has finished): padding never reads another client's data,
+    so a NaN or Inf in one client's inputs cannot reach another client's loss (``NaN * 0``
+    is still NaN, so masking alone would not keep it out).
     """
     sizes_t = torch.tensor([int(n) for n in sizes])
     per_epoch = _num_steps(sizes_t, 1, batch_size)
@@ -412,22 +554,25 @@ def _padded_schedule(sizes: Sequence[int], epochs: int, batch_size: int, seeds: 
     n = sizes_t[client]
     step = (r // n) * per_epoch[client] + (r % n) // batch_size
     slot = (r % n) % batch_size
-    index = torch.zeros(m, max_steps, batch_size, dtype=torch.long)
+    offsets = torch.cumsum(sizes_t, 0) - sizes_t
+    index = offsets.view(m, 1, 1).repeat(1, max_steps, batch_size)
     mask = torch.zeros(m, max_steps, batch_size)
-    index[client, step, slot] = order + (torch.cumsum(sizes_t, 0) - sizes_t)[client]
+    index[client, step, slot] = order + offsets[client]
     mask[client, step, slot] = 1.0
+    index = torch.where(mask.bool(), index, index[:, :, :1])  # slot 0 of a step is always real
     return index, mask, steps
 
 
-def _check_schedule(datasets, seeds, start) -> None:
+def _check_schedule(datasets, seeds, start, linear=None) -> None:
     if len(datasets) != len(seeds):
         raise ValueError(f"Got {len(datasets)} datasets but {len(seeds)} seeds.")
-    if start is not None:
-        sizes = {k: v.shape[0] for k, v in start.items()}
-        if any(n != len(datasets) for n in sizes.values()):
-            raise ValueError(
-                f"start must be stacked with one row per client (m = {len(datasets)}); got leading sizes {sizes}."
-            )
+    for what, stacked in (("start", start), ("linear", linear)):
+        if stacked is not None:
+            sizes = {k: v.shape[0] for k, v in stacked.items()}
+            if any(n != len(datasets) for n in sizes.values()):
+                raise ValueError(
+                    f"{what} must be stacked with one row per client (m = {len(datasets)}); got leading sizes {sizes}."
+                )
 
 
 ENGINES = {"loop": LoopEngine, "vmap": VmapEngine}
@@ -437,13 +582,13 @@ def make_engine(engine, model: nn.Module | None = None):
     """An engine instance from ``"auto"``, ``"loop"``, ``"vmap"`` or an object with ``.train``.
 
     ``"auto"`` picks :class:`VmapEngine` when the model supports it and otherwise falls
-    back to :class:`LoopEngine`, printing a one-line reason.
+    back to :class:`LoopEngine` with a warning (``warnings.warn``) that says why.
     """
     if isinstance(engine, str):
         if engine == "auto":
             reason = vmap_unsupported_reason(model) if model is not None else None
             if reason:
-                print(f"fedlearn_edu: using the loop engine because {reason}.")
+                warnings.warn(f"fedlearn_edu: using the loop engine because {reason}.", stacklevel=2)
                 return LoopEngine()
             return VmapEngine()
         if engine not in ENGINES:

@@ -5,6 +5,14 @@ misbehave under non-IID averaging, so normalisation is GroupNorm. Every model
 maps ``Tensor[B, *input_shape]`` to logits ``Tensor[B, num_classes]`` and, with
 ``features=True``, returns the penultimate layer's *pre-activations*
 ``Tensor[B, d]`` (the layer FedOUI reads).
+
+Every model owns its split into a feature extractor and a fully connected head::
+
+    model(x, features) == model.head(model.features(x), features)
+
+``features(x)`` is ``Tensor[B, d]``, the input of the first fully connected layer
+of the head, named by ``model.head_layer`` (where a client-conditional model
+appends its condition, :class:`fedlearn_edu.conditional.ConditionalModel`).
 """
 
 from __future__ import annotations
@@ -15,6 +23,8 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from .checks import check_int, check_seed
 
 __all__ = ["MLP", "CNN", "SmallCNN", "ResNet20", "make_model", "MODELS", "count_parameters"]
 
@@ -50,14 +60,25 @@ class MLP(nn.Module):
         self.hidden = nn.ModuleList(nn.Linear(a, b) for a, b in zip(sizes[:-1], sizes[1:]))
         self.out = nn.Linear(sizes[-1], num_classes)
 
-    def forward(self, x: Tensor, features: bool = False) -> Tensor:
+    @property
+    def head_layer(self) -> str:
+        """The first layer of the head: the last hidden layer (earlier layers are the features)."""
+        return f"hidden.{len(self.hidden) - 1}"
+
+    def features(self, x: Tensor) -> Tensor:
+        """``Tensor[B, d]``: the activations entering the last hidden layer."""
         h = x.flatten(1)
-        for i, layer in enumerate(self.hidden):
-            z = layer(h)
-            if features and i == len(self.hidden) - 1:
-                return z
-            h = F.relu(z)
-        return self.out(h)
+        for layer in self.hidden[:-1]:
+            h = F.relu(layer(h))
+        return h
+
+    def head(self, z: Tensor, features: bool = False) -> Tensor:
+        """Logits from :meth:`features` (``features=True``: the last hidden pre-activations)."""
+        z = self.hidden[-1](z)
+        return z if features else self.out(F.relu(z))
+
+    def forward(self, x: Tensor, features: bool = False) -> Tensor:
+        return self.head(self.features(x), features)
 
 
 class CNN(nn.Module):
@@ -75,12 +96,20 @@ class CNN(nn.Module):
         self.fc2 = nn.Linear(384, 192)
         self.out = nn.Linear(192, num_classes)
 
-    def forward(self, x: Tensor, features: bool = False) -> Tensor:
+    head_layer = "fc1"
+
+    def features(self, x: Tensor) -> Tensor:
+        """``Tensor[B, d]``: the flattened output of the two conv/pool stages."""
         x = F.max_pool2d(F.relu(self.conv1(x)), 2)
-        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
-        x = F.relu(self.fc1(x.flatten(1)))
-        z = self.fc2(x)
+        return F.max_pool2d(F.relu(self.conv2(x)), 2).flatten(1)
+
+    def head(self, z: Tensor, features: bool = False) -> Tensor:
+        """Logits from :meth:`features` (``features=True``: the fc2 pre-activations)."""
+        z = self.fc2(F.relu(self.fc1(z)))
         return z if features else self.out(F.relu(z))
+
+    def forward(self, x: Tensor, features: bool = False) -> Tensor:
+        return self.head(self.features(x), features)
 
 
 class SmallCNN(nn.Module):
@@ -97,11 +126,20 @@ class SmallCNN(nn.Module):
         self.fc1 = nn.Linear(flat, 128)
         self.out = nn.Linear(128, num_classes)
 
-    def forward(self, x: Tensor, features: bool = False) -> Tensor:
+    head_layer = "fc1"
+
+    def features(self, x: Tensor) -> Tensor:
+        """``Tensor[B, d]``: the flattened output of the two conv/pool stages."""
         x = F.max_pool2d(F.relu(self.conv1(x)), 2)
-        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
-        z = self.fc1(x.flatten(1))
+        return F.max_pool2d(F.relu(self.conv2(x)), 2).flatten(1)
+
+    def head(self, z: Tensor, features: bool = False) -> Tensor:
+        """Logits from :meth:`features` (``features=True``: the fc1 pre-activations, the OUI layer)."""
+        z = self.fc1(z)
         return z if features else self.out(F.relu(z))
+
+    def forward(self, x: Tensor, features: bool = False) -> Tensor:
+        return self.head(self.features(x), features)
 
 
 class _BasicBlock(nn.Module):
@@ -143,11 +181,19 @@ class ResNet20(nn.Module):
         self.blocks = nn.Sequential(*blocks)
         self.out = nn.Linear(cin, num_classes)
 
-    def forward(self, x: Tensor, features: bool = False) -> Tensor:
-        x = F.relu(self.norm(self.conv(x)))
-        x = self.blocks(x)
-        z = F.adaptive_avg_pool2d(x, 1).flatten(1)  # already post-ReLU: the penultimate features
+    head_layer = "out"
+
+    def features(self, x: Tensor) -> Tensor:
+        """``Tensor[B, 4 width]``: the pooled output of the residual stages (already post-ReLU)."""
+        x = self.blocks(F.relu(self.norm(self.conv(x))))
+        return F.adaptive_avg_pool2d(x, 1).flatten(1)
+
+    def head(self, z: Tensor, features: bool = False) -> Tensor:
+        """Logits from :meth:`features` (``features=True``: ``z`` itself, the penultimate features)."""
         return z if features else self.out(z)
+
+    def forward(self, x: Tensor, features: bool = False) -> Tensor:
+        return self.head(self.features(x), features)
 
 
 MODELS = {"mlp": MLP, "cnn": CNN, "smallcnn": SmallCNN, "resnet20": ResNet20}
@@ -168,16 +214,25 @@ def make_model(name: str, input_shape: Sequence[int], num_classes: int, *, seed:
         >>> model(torch.zeros(2, 1, 8, 8)).shape
         torch.Size([2, 10])
     """
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a string such as 'mlp', got {type(name).__name__}.")
     key = name.lower().replace("-", "").replace("_", "")
     if key not in MODELS:
         raise ValueError(f"Unknown model {name!r}; choose one of {sorted(MODELS)}.")
-    if int(num_classes) < 2:
-        raise ValueError(f"num_classes must be at least 2, got {num_classes}.")
+    num_classes = check_int(num_classes, "num_classes", 2)
+    if isinstance(input_shape, (str, bytes)) or not hasattr(input_shape, "__iter__"):
+        raise TypeError(f"input_shape must be a sequence of sizes such as (1, 8, 8), got {input_shape!r}.")
+    input_shape = tuple(check_int(s, "input_shape entries", 1) for s in input_shape)
+    if "hidden" in kwargs:
+        if isinstance(kwargs["hidden"], (str, bytes)) or not hasattr(kwargs["hidden"], "__iter__"):
+            raise TypeError(f"hidden must be a sequence of layer sizes such as (200, 200), got {kwargs['hidden']!r}.")
+        kwargs["hidden"] = tuple(check_int(h, "hidden layer sizes", 1) for h in kwargs["hidden"])
     if seed is None:
-        return MODELS[key](input_shape, int(num_classes), **kwargs)
+        return MODELS[key](input_shape, num_classes, **kwargs)
+    seed = check_seed(seed)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        return MODELS[key](input_shape, int(num_classes), **kwargs)
+        return MODELS[key](input_shape, num_classes, **kwargs)
 
 
 def count_parameters(model: nn.Module) -> int:

@@ -1,19 +1,27 @@
-"""The simulator: rounds, seeded client sampling, evaluation, History.
+"""The round driver: one loop for every method (global, personalised, clustered).
 
 One round t:
 
 1. sample ``clients_per_round`` clients without replacement (seeded);
-2. the engine trains them all from theta_t (the strategy may change the local config);
-3. clients compute their signals; the server receives ``Delta_i = theta_i - theta_t``;
-4. the strategy aggregates into theta_{t+1};
-5. every ``eval_every`` rounds the global model is evaluated on *every* client's
-   local test split (per-client accuracy and loss).
+2. the strategy's client update trains them through the engine (the strategy may change
+   the local config and the local objective, and reads/writes its per-client state);
+3. non-finite updates raise, or drop the client for the round (``on_nonfinite``);
+4. the strategy aggregates the updates into the server's parameters (direction +
+   server optimizer);
+5. every ``eval_every`` rounds the models the strategy names (the global model, or
+   each client's personal / cluster model) are evaluated on *every* client's local
+   test split (per-client accuracy and loss);
+6. every ``checkpoint_every`` rounds everything the next round needs is saved.
 """
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import math
+import os
 import time
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -23,14 +31,18 @@ from torch import Tensor, nn
 from torch.func import functional_call
 
 from .aggregators import count_conflicts
+from .checks import check_float, check_int, check_model_data, check_seed, check_trainable
 from .data.federation import Federation
 from .engine import LocalTraining, make_engine
-from .metrics import fairness_metrics
+from .metrics import METRIC_NAMES, fairness_metrics
 from .params import Params, get_params
-from .strategies.base import ClientUpdates, Strategy
+from .strategies.base import ClientUpdates, ClientWork, Strategy
 from .utils import derive_seed, resolve_device
 
-__all__ = ["simulate", "History", "evaluate_clients"]
+__all__ = ["simulate", "History", "evaluate_clients", "ON_NONFINITE"]
+
+ON_NONFINITE = ("raise", "skip")
+CHECKPOINT_VERSION = 1
 
 
 @dataclass
@@ -51,7 +63,16 @@ class History:
             applied update) and ``conflicts_per_layer``.
         config: the simulation's settings.
         seconds: wall-clock time of the run.
-        final_params: the last global parameters (on the CPU).
+        final_params: the last global parameters (on the CPU); IFCA: the stacked cluster models.
+        evaluated: which model ``client_accuracy`` is of: ``"global"``, ``"personal"`` (each
+            client's own model) or ``"cluster"`` (each client's cluster model).
+        other_accuracy: ``{model: ndarray[E, N]}`` accuracies of the other models the
+            strategy evaluates (Ditto: ``{"global": ...}``).
+        model_index: ``ndarray[E, N]`` for stacked models: the model client i used at each
+            evaluation (IFCA: its cluster); ``None`` for one global model.
+        dropped: per round, ``{client id: reason}`` of the clients dropped by
+            ``on_nonfinite="skip"`` (empty when none).
+        final_state: the strategy's client state at the end, ``{name: Tensor[N, ...]}`` (CPU).
     """
 
     strategy: str
@@ -64,6 +85,11 @@ class History:
     config: dict = field(default_factory=dict)
     seconds: float = 0.0
     final_params: Params | None = None
+    evaluated: str = "global"
+    other_accuracy: dict = field(default_factory=dict)
+    model_index: np.ndarray | None = None
+    dropped: list = field(default_factory=list)
+    final_state: dict = field(default_factory=dict)
 
     def metrics(self, index: int = -1) -> dict[str, float]:
         """Fairness metrics (mean, std, worst10, best10) at evaluation ``index`` (default: last)."""
@@ -73,7 +99,13 @@ class History:
         return {"round": self.eval_rounds[index], **out}
 
     def curve(self, metric: str = "mean") -> np.ndarray:
-        """``ndarray[E]``: a fairness metric at every evaluation round."""
+        """``ndarray[E]``: a fairness metric at every evaluation round.
+
+        Args:
+            metric: one of ``"mean"``, ``"std"``, ``"worst10"``, ``"best10"``.
+        """
+        if metric not in METRIC_NAMES:
+            raise ValueError(f"Unknown metric {metric!r}; choose one of {sorted(METRIC_NAMES)}.")
         return np.array([fairness_metrics(row)[metric] for row in self.client_accuracy])
 
     def best(self, metric: str = "mean") -> float:
@@ -89,6 +121,64 @@ class History:
     def summary(self) -> str:
         """A text table of the fairness metrics at each evaluation (at most ~8 rows)."""
         return format_table({self.strategy: self}, every=True)
+
+    def to_state(self) -> dict:
+        """The History as tensors and plain containers (what a checkpoint stores)."""
+        return {
+            "strategy": self.strategy,
+            "eval_rounds": list(self.eval_rounds),
+            "client_accuracy": torch.as_tensor(self.client_accuracy),
+            "client_loss": torch.as_tensor(self.client_loss),
+            "train_loss": list(self.train_loss),
+            "selected": [torch.as_tensor(s) for s in self.selected],
+            "diagnostics": _plain(self.diagnostics),
+            "evaluated": self.evaluated,
+            "other_accuracy": {k: torch.as_tensor(v) for k, v in self.other_accuracy.items()},
+            "model_index": None if self.model_index is None else torch.as_tensor(self.model_index),
+            "dropped": [dict(d) for d in self.dropped],
+        }
+
+    @classmethod
+    def from_state(cls, state: dict, config: dict) -> History:
+        """Inverse of :meth:`to_state`."""
+        return cls(
+            strategy=state["strategy"],
+            eval_rounds=list(state["eval_rounds"]),
+            client_accuracy=state["client_accuracy"].numpy(),
+            client_loss=state["client_loss"].numpy(),
+            train_loss=list(state["train_loss"]),
+            selected=[s.numpy() for s in state["selected"]],
+            diagnostics=list(state["diagnostics"]),
+            config=config,
+            evaluated=state["evaluated"],
+            other_accuracy={k: v.numpy() for k, v in state["other_accuracy"].items()},
+            model_index=None if state["model_index"] is None else state["model_index"].numpy(),
+            dropped=[dict(d) for d in state["dropped"]],
+        )
+
+
+def _plain(obj):
+    """``obj`` with NumPy arrays/scalars turned into tensors/Python numbers (for ``weights_only`` loading)."""
+    if isinstance(obj, dict):
+        return {k: _plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_plain(v) for v in obj)
+    if isinstance(obj, np.ndarray):
+        return torch.from_numpy(obj)
+    if isinstance(obj, np.generic):
+        return obj.item()
+    return obj
+
+
+def _to(obj, device):
+    """Every tensor in a nested dict/list/tuple moved to ``device``."""
+    if isinstance(obj, Tensor):
+        return obj.to(device)
+    if isinstance(obj, dict):
+        return {k: _to(v, device) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_to(v, device) for v in obj)
+    return obj
 
 
 def format_table(histories: dict[str, History], every: bool = False) -> str:
@@ -125,23 +215,54 @@ class _TestSet:
 
 @torch.no_grad()
 def evaluate_clients(
-    model: nn.Module, params: Params, federation: Federation, batch_size: int = 2048, _test: _TestSet | None = None
+    model: nn.Module,
+    params: Params,
+    federation: Federation,
+    batch_size: int = 2048,
+    which: Tensor | None = None,
+    _test: _TestSet | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Accuracy and mean loss of one global model on every client's local test split.
+    """Accuracy and mean loss, on every client's local test split, of the model that client uses.
+
+    Args:
+        model: the architecture (used through ``functional_call``).
+        params: one model ``{name: Tensor}`` used by every client (``which=None``), or K
+            stacked models ``{name: Tensor[K, ...]}``.
+        federation: the clients.
+        batch_size: test samples per forward pass.
+        which: ``Tensor[N]`` (int64): client i uses model ``which[i]`` of the stacked
+            ``params`` (``torch.arange(N)``: each client its own personal model; IFCA: the
+            cluster ids).
 
     Returns:
         ``(accuracy: ndarray[N], loss: ndarray[N])``; NaN for a client without test samples.
     """
+    names = {n for n, _ in model.named_parameters()}
+    missing, unknown = sorted(names - set(params)), sorted(set(params) - names - {n for n, _ in model.named_buffers()})
+    if missing or unknown:
+        raise ValueError(
+            f"params must hold exactly the model's parameters: missing {missing[:5]}, unknown {unknown[:5]} "
+            f"(a missing or misspelt key would silently use the module's own tensor)."
+        )
     device = next(iter(params.values())).device
     test = _test or _TestSet(federation, device)
+    if which is not None and tuple(which.shape) != (test.num_clients,):
+        raise ValueError(f"which must be Tensor[N] with N = {test.num_clients} clients; got {tuple(which.shape)}.")
     correct = torch.zeros(test.num_clients, dtype=torch.float64, device=device)
     loss = torch.zeros(test.num_clients, dtype=torch.float64, device=device)
-    for start in range(0, test.y.shape[0], batch_size):
-        sl = slice(start, start + batch_size)
-        logits = functional_call(model, params, (test.x[sl],))
-        owner = test.owner[sl]
-        correct.index_add_(0, owner, (logits.argmax(1) == test.y[sl]).double())
-        loss.index_add_(0, owner, F.cross_entropy(logits, test.y[sl], reduction="none").double())
+    # One group of test samples per model: all samples for one global model, else the samples
+    # of the clients that use model j.
+    groups = [None] if which is None else torch.unique(which).tolist()
+    sample_model = None if which is None else which.to(device)[test.owner]
+    for j in groups:
+        p = params if j is None else {k: v[j] for k, v in params.items()}
+        idx = None if j is None else (sample_model == j).nonzero().flatten()
+        x, y, owner = (test.x, test.y, test.owner) if idx is None else (test.x[idx], test.y[idx], test.owner[idx])
+        for start in range(0, y.shape[0], batch_size):
+            sl = slice(start, start + batch_size)
+            logits = functional_call(model, p, (x[sl],))
+            correct.index_add_(0, owner[sl], (logits.argmax(1) == y[sl]).double())
+            loss.index_add_(0, owner[sl], F.cross_entropy(logits, y[sl], reduction="none").double())
     counts = test.counts.to(device)
     with np.errstate(invalid="ignore", divide="ignore"):
         acc = (correct / counts).cpu().numpy()
@@ -149,36 +270,77 @@ def evaluate_clients(
     return acc, mean_loss
 
 
-def check_run_arguments(federation, rounds, clients_per_round, eval_every, lr_decay) -> None:
-    """Validate the arguments every simulation loop shares (clear errors at the public boundary)."""
+def check_run_arguments(
+    federation, rounds, clients_per_round, eval_every, lr_decay, *, model=None, seed=0, strategy=None
+) -> None:
+    """Validate the arguments every simulation loop shares (clear errors at the public boundary).
+
+    Args:
+        federation: must be a :class:`~fedlearn_edu.data.Federation`.
+        rounds: positive integer (``"2"``, ``2.5`` and NaN are refused, not converted).
+        clients_per_round: positive integer.
+        eval_every: positive integer.
+        lr_decay: a number in ``(0, 1]``.
+        model: when given, checked once against the data: no BatchNorm (see
+            :func:`~fedlearn_edu.checks.check_trainable`), input shape, number of classes
+            and dtype (:func:`~fedlearn_edu.checks.check_model_data`), and the strategy's
+            server validation set if it has one (FedVG).
+        seed: non-negative integer.
+        strategy: the strategy, for its validation set (``strategy.validation_data``).
+
+    Raises:
+        TypeError: a wrong type (a string for a count, a model that is not a module).
+        ValueError: a value out of range, or a model that does not fit the data.
+    """
     if not isinstance(federation, Federation):
         raise TypeError(f"federation must be a fedlearn_edu Federation, got {type(federation).__name__}.")
     for name, v in (("rounds", rounds), ("clients_per_round", clients_per_round), ("eval_every", eval_every)):
-        if int(v) != v or v < 1:
-            raise ValueError(f"{name} must be a positive integer, got {v}.")
+        check_int(v, name, 1)
+    lr_decay = check_float(lr_decay, "lr_decay")
     if not 0 < lr_decay <= 1:
         raise ValueError(f"lr_decay must be in (0, 1], got {lr_decay}.")
+    check_seed(seed)
+    if model is None:
+        return
+    check_trainable(model)
+    data_name = federation.name or "federation"
+    check_model_data(model, federation.input_shape, federation.num_classes, data_name, federation[0].train_x.dtype)
+    val = getattr(strategy, "validation_data", None)
+    if val is not None:
+        x_val, y_val = val
+        if tuple(x_val.shape[1:]) != tuple(federation.input_shape):
+            raise ValueError(
+                f"The server validation set of {type(strategy).__name__} has inputs of shape "
+                f"{tuple(x_val.shape[1:])}, but data set {data_name!r} has {tuple(federation.input_shape)}."
+            )
+        if y_val.numel() and (int(y_val.min()) < 0 or int(y_val.max()) >= federation.num_classes):
+            raise ValueError(
+                f"The server validation set of {type(strategy).__name__} has labels outside "
+                f"[0, {federation.num_classes - 1}] (data set {data_name!r})."
+            )
 
 
 def server_step(strategy: Strategy, params: Params, updates: ClientUpdates, name: str) -> tuple[Params, dict]:
     """One aggregation: ``strategy.aggregate`` plus the conflict counts of the applied update.
 
-    Returns the new (detached) global parameters and the round's diagnostics; raises
-    ``FloatingPointError`` with advice when the global parameters become NaN/Inf.
+    Returns the new (detached) global parameters and the round's diagnostics.
+
+    Raises:
+        FloatingPointError: the server parameters became NaN/Inf although every client update
+            was finite (the server step, not local training, is at fault).
     """
     new_params, diag = strategy.aggregate(params, updates)
-    applied = {k: new_params[k] - params[k] for k in params}
-    diag = {
-        **{k: (v.detach().cpu() if isinstance(v, Tensor) else v) for k, v in diag.items()},
-        **count_conflicts(updates.deltas, applied),
-    }
     new_params = {k: v.detach() for k, v in new_params.items()}
     bad = [k for k, v in new_params.items() if not bool(torch.isfinite(v).all())]
     if bad:
         raise FloatingPointError(
-            f"Round {updates.round}: the global parameters {bad[:3]} became NaN/Inf under "
-            f"{name}. Lower the client lr or server_lr."
+            f"Round {updates.round}: every client update was finite, but the server step of {name} made the "
+            f"global parameters {bad[:3]} NaN/Inf: the step is too large for them. Lower server_lr "
+            f"(now {strategy.server_lr:g}) or use a bounded server optimizer."
         )
+    diag = {k: (v.detach().cpu() if isinstance(v, Tensor) else v) for k, v in diag.items()}
+    if strategy.single_model:
+        diag.update(count_conflicts(updates.deltas, {k: new_params[k] - params[k] for k in params}))
     return new_params, diag
 
 
@@ -208,13 +370,19 @@ def simulate(
     device: str | torch.device = "auto",
     engine="auto",
     progress: bool = True,
+    on_nonfinite: str = "raise",
+    checkpoint: str | os.PathLike | None = None,
+    checkpoint_every: int = 1,
+    resume: bool = False,
 ) -> History:
-    """Run federated training and record per-client accuracy of the global model.
+    """Run federated training with any strategy and record per-client accuracy.
 
     Args:
         federation: the clients (see :func:`fedlearn_edu.data.federated_dataset`).
-        model: the architecture and the initial global parameters theta_0 (not modified).
-        strategy: the server strategy (e.g. ``FedAvg()``); its state is reset first.
+        model: the architecture and the initial global parameters theta_0. Not modified and
+            not moved: the run works on a copy on ``device``.
+        strategy: the method (e.g. ``FedAvg()``, ``FedAdam()``, ``Ditto(0.1)``, ``IFCA(4)``);
+            its state is reset first.
         rounds: number of communication rounds T.
         clients_per_round: m, clients sampled uniformly without replacement each round
             (capped at the number of clients).
@@ -225,7 +393,24 @@ def simulate(
         seed: one seed for client sampling and local batch orders: same seed, same History.
         device: ``"auto"`` (CUDA, then MPS, then CPU), or any torch device.
         engine: ``"loop"`` (reference), ``"vmap"``/``"auto"`` when available, or an engine object.
+            Global state: on the CPU the vectorised engine calls
+            :func:`~fedlearn_edu.utils.tune_cpu_allocator` on first use, which changes glibc's
+            allocator for the whole process and is never reverted (freed memory is kept for
+            reuse; measured 1.5x faster rounds). Pass ``engine=VmapEngine(tune_allocator=False)``
+            (or ``"loop"``) to leave the allocator alone.
         progress: show a progress bar (notebook-aware).
+        on_nonfinite: a client whose update (or new client state) holds NaN/Inf:
+            ``"raise"`` stops the run with the cause; ``"skip"`` drops the client for the
+            round (the others are aggregated, the global model never sees the bad update,
+            ``History.dropped`` says who and why; a round where every client is dropped
+            is skipped with a warning).
+        checkpoint: a file to save the run to (global parameters, server-optimizer and
+            strategy state, client state, the sampler's RNG state, History so far), written
+            atomically (a temporary file, then ``os.replace``).
+        checkpoint_every: save every k rounds (and after the last round).
+        resume: continue from ``checkpoint`` when the file exists (start afresh when it does
+            not). The result is bit-identical to the uninterrupted run. A checkpoint written by
+            another configuration is refused, naming the first setting that differs.
 
     Returns:
         :class:`History`.
@@ -238,75 +423,238 @@ def simulate(
         >>> h.client_accuracy.shape
         (3, 10)
     """
-    check_run_arguments(federation, rounds, clients_per_round, eval_every, lr_decay)
+    check_run_arguments(
+        federation, rounds, clients_per_round, eval_every, lr_decay, model=model, seed=seed, strategy=strategy
+    )
     if not isinstance(strategy, Strategy):
         raise TypeError(f"strategy must be a fedlearn_edu Strategy (e.g. FedAvg()), got {type(strategy).__name__}.")
+    if on_nonfinite not in ON_NONFINITE:
+        raise ValueError(f"on_nonfinite must be one of {ON_NONFINITE}, got {on_nonfinite!r}.")
+    if int(checkpoint_every) != checkpoint_every or checkpoint_every < 1:
+        raise ValueError(f"checkpoint_every must be a positive integer, got {checkpoint_every}.")
+    if resume and checkpoint is None:
+        raise ValueError("resume=True needs checkpoint=PATH (the file to continue from).")
     base_config = LocalTraining(local_epochs, batch_size, lr, momentum, weight_decay)
     dev = resolve_device(device)
-    runner = make_engine(engine, model)
+    net = copy.deepcopy(model).to(dev)  # the caller's model is neither moved nor modified
+    runner = make_engine(engine, net)
     num_clients = len(federation)
     m = min(int(clients_per_round), num_clients)
+    name = getattr(strategy, "name", type(strategy).__name__)
 
-    model = model.to(dev)
-    params = {k: v.to(dev) for k, v in get_params(model).items()}
+    params0 = {k: v.to(dev) for k, v in get_params(net).items()}
     train_sets = [(c.train_x.to(dev), c.train_y.to(dev)) for c in federation]
+    bad_data = {i for i, (x, _) in enumerate(train_sets) if x.is_floating_point() and not bool(torch.isfinite(x).all())}
     num_samples = federation.num_train_samples
     test = _TestSet(federation, dev)
     sampler = torch.Generator().manual_seed(derive_seed(seed, 0xC11E47))
-    strategy.init(params)
-
-    history = History(
-        strategy=getattr(strategy, "name", type(strategy).__name__),
-        config=dict(
-            rounds=rounds,
-            clients_per_round=m,
-            num_clients=num_clients,
-            local=base_config,
-            lr_decay=lr_decay,
-            eval_every=eval_every,
-            seed=seed,
-            device=str(dev),
-            engine=getattr(runner, "name", type(runner).__name__),
-            strategy=repr(strategy),
-        ),
+    strategy.init(params0)
+    params, client_state = strategy.init_state(params0, net, num_clients, seed)
+    engine_name = getattr(runner, "name", type(runner).__name__)
+    config = dict(
+        rounds=rounds,
+        clients_per_round=m,
+        num_clients=num_clients,
+        local=base_config,
+        lr_decay=lr_decay,
+        eval_every=eval_every,
+        seed=seed,
+        device=str(dev),
+        engine=engine_name,
+        strategy=repr(strategy),
     )
-    accs, losses = [], []
+    settings = None if checkpoint is None else _run_settings(config, federation, net)
+    history = History(strategy=name, config=config, evaluated=strategy.evaluates)
+    first = 1
+    if resume and os.path.exists(checkpoint):
+        saved = _load_checkpoint(checkpoint, settings)
+        if saved["round"] > rounds:
+            raise ValueError(
+                f"The checkpoint {os.fspath(checkpoint)!r} is at round {saved['round']}, past rounds={rounds}."
+            )
+        params = _to(saved["params"], dev)
+        client_state = _to(saved["client_state"], dev)
+        strategy.load_state_dict(_to(saved["strategy"], dev))
+        sampler.set_state(saved["sampler"])
+        history = History.from_state(saved["history"], config)
+        first = saved["round"] + 1
+        if history.eval_rounds[-1] % eval_every and first <= rounds:
+            _drop_last_evaluation(history)  # the earlier run's final evaluation, off this run's grid
 
     def record(t: int) -> None:
-        acc, loss = evaluate_clients(model, params, federation, _test=test)
+        models = strategy.eval_models(net, params, client_state, train_sets)
+        for i, (label, (p, which)) in enumerate(models.items()):
+            acc, loss = evaluate_clients(net, p, federation, which=which, _test=test)
+            if i == 0:
+                history.client_accuracy = _append_row(history.client_accuracy, acc)
+                history.client_loss = _append_row(history.client_loss, loss)
+                if which is not None:
+                    history.model_index = _append_row(history.model_index, which.cpu().numpy())
+            else:
+                history.other_accuracy[label] = _append_row(history.other_accuracy.get(label), acc)
         history.eval_rounds.append(t)
-        accs.append(acc)
-        losses.append(loss)
 
     start = time.perf_counter()
-    record(0)
-    bar = _progress(range(1, rounds + 1), progress, f"{history.strategy}")
+    if first == 1:
+        record(0)
+    bar = _progress(range(first, rounds + 1), progress, name)
     for t in bar:
         ids = torch.randperm(num_clients, generator=sampler)[:m].sort().values
-        config = strategy.configure_local(base_config.replace(lr=lr * lr_decay ** (t - 1)))
-        datasets = [train_sets[i] for i in ids.tolist()]
-        seeds = [derive_seed(seed, t, i) for i in ids.tolist()]
-        local = runner.train(model, params, datasets, config, seeds)
-        signals = strategy.client_signals(model, params, local, datasets)
-        deltas = {k: local.params[k] - params[k].unsqueeze(0) for k in params}
-        finite = torch.stack([torch.isfinite(v.reshape(len(ids), -1)).all(1) for v in deltas.values()]).all(0)
+        work = ClientWork(
+            round=t,
+            client_ids=ids,
+            datasets=[train_sets[i] for i in ids.tolist()],
+            seeds=[derive_seed(seed, t, i) for i in ids.tolist()],
+            config=strategy.configure_local(base_config.replace(lr=lr * lr_decay ** (t - 1))),
+            model=net,
+            engine=runner,
+            seed=seed,
+        )
+        dev_ids = ids.to(dev)
+        rows = _select_rows(client_state, dev_ids)
+        out = strategy.client_update(work, params, rows)
+        updates = ClientUpdates(t, ids, out.deltas, num_samples[ids], out.train_loss, net, out.signals, work.config)
+        recorded = out.train_loss if out.recorded_loss is None else out.recorded_loss
+        finite = _finite_rows(len(ids), out.deltas, out.state)
+        dropped = {}
         if not bool(finite.all()):
-            bad_ids = ids[~finite.cpu()].tolist()
-            raise FloatingPointError(
-                f"Round {t}: local training of client(s) {bad_ids[:5]} diverged (NaN/Inf in the update). "
-                f"Lower the client lr (now {config.lr:g}) or the number of local epochs."
-            )
-        updates = ClientUpdates(t, ids, deltas, num_samples[ids], local.train_loss, model, signals)
-        params, diag = server_step(strategy, params, updates, history.strategy)
+            bad = ids[~finite.cpu()].tolist()
+            dropped = {i: _nonfinite_reason(i in bad_data) for i in bad}
+            if on_nonfinite == "raise":
+                raise FloatingPointError(_nonfinite_message(t, dropped, work.config.lr))
+            keep = finite.cpu()
+            updates = updates.subset(keep)
+            recorded = recorded[keep.to(recorded.device)]
+            out.state = _select_rows(out.state, keep.to(dev))
+            dev_ids = dev_ids[keep.to(dev)]
         history.selected.append(ids.numpy())
-        history.train_loss.append(float(local.train_loss.mean()))
-        history.diagnostics.append(diag)
+        history.dropped.append(dropped)
+        if updates.num_clients == 0:
+            warnings.warn(f"Round {t}: every selected client was dropped ({dropped}); the round is skipped.")
+            history.train_loss.append(float("nan"))
+            history.diagnostics.append({})
+        else:
+            params, diag = server_step(strategy, params, updates, name)
+            _write_rows(client_state, dev_ids, out.state)
+            history.train_loss.append(float(recorded.mean()))
+            history.diagnostics.append(diag)
         if t % eval_every == 0 or t == rounds:
             record(t)
             if progress and hasattr(bar, "set_postfix"):
-                bar.set_postfix(mean_acc=f"{np.nanmean(accs[-1]):.3f}")
+                bar.set_postfix(mean_acc=f"{np.nanmean(history.client_accuracy[-1]):.3f}")
+        if checkpoint is not None and (t % checkpoint_every == 0 or t == rounds):
+            _save_checkpoint(
+                checkpoint,
+                {
+                    "version": CHECKPOINT_VERSION,
+                    "settings": settings,
+                    "round": t,
+                    "params": _to(params, "cpu"),
+                    "client_state": _to(client_state, "cpu"),
+                    "strategy": _to(_plain(strategy.state_dict()), "cpu"),
+                    "sampler": sampler.get_state(),
+                    "history": history.to_state(),
+                },
+            )
     history.seconds = time.perf_counter() - start
-    history.client_accuracy = np.stack(accs)
-    history.client_loss = np.stack(losses)
     history.final_params = {k: v.cpu() for k, v in params.items()}
+    history.final_state = _to(client_state, "cpu")
     return history
+
+
+def _append_row(rows: np.ndarray | None, row: np.ndarray) -> np.ndarray:
+    row = np.asarray(row)[None]
+    return row if rows is None or rows.size == 0 else np.concatenate([rows, row])
+
+
+def _drop_last_evaluation(history: History) -> None:
+    history.eval_rounds.pop()
+    history.client_accuracy = history.client_accuracy[:-1]
+    history.client_loss = history.client_loss[:-1]
+    if history.model_index is not None:
+        history.model_index = history.model_index[:-1]
+    history.other_accuracy = {k: v[:-1] for k, v in history.other_accuracy.items()}
+
+
+def _leaves(tree: dict):
+    """The tensors of a client-state dict whose values are tensors or dicts of tensors."""
+    for v in tree.values():
+        yield from (_leaves(v) if isinstance(v, dict) else (v,))
+
+
+def _select_rows(tree: dict, index: Tensor) -> dict:
+    """Rows ``index`` (ids or a bool mask) of every ``Tensor[N, ...]`` in a client-state dict."""
+    return {k: _select_rows(v, index) if isinstance(v, dict) else v[index.to(v.device)] for k, v in tree.items()}
+
+
+def _write_rows(tree: dict, index: Tensor, rows: dict) -> None:
+    """``tree[...][index] = rows[...]`` for every tensor of ``rows`` (in place)."""
+    for k, v in rows.items():
+        if isinstance(v, dict):
+            _write_rows(tree[k], index, v)
+        else:
+            tree[k][index.to(tree[k].device)] = v.detach()
+
+
+def _finite_rows(m: int, *trees: dict) -> Tensor:
+    """``Tensor[m]`` (bool): client j's rows of every tensor in ``trees`` are finite."""
+    finite = torch.ones(m, dtype=torch.bool)
+    for tree in trees:
+        for v in _leaves(tree):
+            finite &= torch.isfinite(v.reshape(m, -1)).all(1).cpu()
+    return finite
+
+
+def _nonfinite_reason(bad_data: bool) -> str:
+    if bad_data:
+        return "its training data hold NaN/Inf values"
+    return "local training diverged (NaN/Inf in the update)"
+
+
+def _nonfinite_message(t: int, dropped: dict, lr: float) -> str:
+    data = [i for i, why in dropped.items() if "data" in why]
+    diverged = [i for i in dropped if i not in data]
+    parts = []
+    if data:
+        parts.append(f"the training data of client(s) {data[:5]} hold NaN/Inf values: clean the data")
+    if diverged:
+        parts.append(
+            f"local training of client(s) {diverged[:5]} diverged (NaN/Inf in the update): lower the client lr "
+            f"(now {lr:g}) or the number of local epochs"
+        )
+    return f"Round {t}: " + "; ".join(parts) + ", or pass on_nonfinite='skip' to drop such clients for the round."
+
+
+# --------------------------------------------------------------------------- #
+# checkpoints
+# --------------------------------------------------------------------------- #
+def _run_settings(config: dict, federation: Federation, model: nn.Module) -> dict:
+    """What a checkpoint must agree on to be resumed (everything but ``rounds``), as plain values."""
+    settings = {k: v for k, v in config.items() if k != "rounds"}
+    settings["local"] = dataclasses.asdict(config["local"])
+    settings["model"] = [f"{n}:{tuple(p.shape)}" for n, p in model.named_parameters()]
+    settings["federation"] = f"{federation.name}: {federation.num_train_samples.tolist()} training samples"
+    settings["data_checksum"] = float(sum(float(c.train_x.double().sum()) + float(c.train_y.sum()) for c in federation))
+    return settings
+
+
+def _save_checkpoint(path, payload: dict) -> None:
+    """Write ``payload`` to ``path`` atomically: a temporary file beside it, then ``os.replace``."""
+    path = os.fspath(path)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    torch.save(payload, tmp)
+    os.replace(tmp, path)
+
+
+def _load_checkpoint(path, settings: dict) -> dict:
+    """Load a checkpoint (``weights_only=True``: tensors and plain containers only) and check it."""
+    saved = torch.load(os.fspath(path), map_location="cpu", weights_only=True)
+    if not isinstance(saved, dict) or saved.get("version") != CHECKPOINT_VERSION:
+        raise ValueError(f"{os.fspath(path)!r} is not a fedlearn_edu checkpoint (version {CHECKPOINT_VERSION}).")
+    for key, value in settings.items():
+        if saved["settings"].get(key) != value:
+            raise ValueError(
+                f"The checkpoint {os.fspath(path)!r} was written by another configuration: its {key} is "
+                f"{saved['settings'].get(key)!r}, this run's is {value!r}. Use the same settings, or another file."
+            )
+    return saved

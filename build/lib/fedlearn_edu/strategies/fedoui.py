@@ -20,7 +20,7 @@ import torch
 from torch import Tensor, nn
 
 from ..aggregators import fedalign_weights, fedavg
-from ..aggregators.fedoui import _scores_and_fit, _weights_from_scores
+from ..aggregators.fedoui import scores_and_fit, weights_from_scores
 from ..engine import LocalResult
 from ..params import Params
 from ..signals.oui import client_oui, probe_batch
@@ -84,18 +84,17 @@ class FedOUI(Strategy):
         probes = torch.stack([probe_batch(x, self.probe_size, self.probe_seed) for x, _ in datasets])
         return {"oui": client_oui(model, local.params, probes, layer=self.layer)}
 
-    def aggregate(self, params: Params, updates: ClientUpdates) -> tuple[Params, dict]:
+    def direction(self, params: Params, updates: ClientUpdates) -> tuple[Params, dict]:
         if "oui" not in updates.signals:
             raise ValueError(
                 "FedOUI.aggregate needs updates.signals['oui'] (Tensor[m]); "
                 "run it through simulate(), or compute it with FedOUI.client_signals."
             )
         o = torch.as_tensor(updates.signals["oui"], dtype=torch.float64)
-        scores, alpha, beta, method = _scores_and_fit(o)
-        w = _weights_from_scores(scores, updates.num_samples, self.eps)
+        scores, alpha, beta, method = scores_and_fit(o)
+        w = weights_from_scores(scores, updates.num_samples, self.eps)
         step = fedavg(updates.deltas, w)
-        new = {k: v + self.server_lr * step[k] for k, v in params.items()}
-        return new, {
+        return {k: -v for k, v in step.items()}, {
             "weights": w,
             "oui": o.cpu(),
             "scores": scores.cpu(),
@@ -128,8 +127,7 @@ class FedAlign(Strategy):
             raise ValueError(f"eps must be a finite number > 0, got {eps}.")
         self.eps = float(eps)
 
-    def aggregate(self, params: Params, updates: ClientUpdates) -> tuple[Params, dict]:
+    def direction(self, params: Params, updates: ClientUpdates) -> tuple[Params, dict]:
         w = fedalign_weights(updates.deltas, updates.num_samples, self.eps)
         step = fedavg(updates.deltas, w)
-        new = {k: v + self.server_lr * step[k] for k, v in params.items()}
-        return new, {"weights": w.cpu()}
+        return {k: -v for k, v in step.items()}, {"weights": w.cpu()}

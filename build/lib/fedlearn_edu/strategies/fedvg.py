@@ -7,30 +7,32 @@ Server side, each round (Devkota et al., 2026)::
     s_k     = (1/(G_k + eps)) / sum_j 1/(G_j + eps),  G_k = sum_l ||g_{k,l}||_p
     theta_{t+1} = theta_t + eta_s * sum_k s_k Delta_k
 
-FedVG is a *weighting module*: it changes only the weights of the average, so it
-composes with what clients do and with what the server does with the average.
-This class offers the two compositions of the FedAvg family:
+FedVG is a *weighting module*: its direction is ``g = -sum_k s_k Delta_k``, so it
+composes with what clients do and with how the server applies ``g``:
 
-* FedVG on top of **FedProx** clients: ``prox_mu > 0`` adds ``(mu/2)||w - theta_t||^2``
-  to every client's local loss (exactly :class:`~fedlearn_edu.FedProx`'s clients);
-* FedVG on top of a **FedAvgM** server: ``server_momentum = beta > 0`` applies server
-  momentum to the FedVG-weighted pseudo-gradient ``g = -sum_k s_k Delta_k``:
-  ``v <- beta v + g``, ``theta <- theta - eta_s v`` (exactly :class:`~fedlearn_edu.FedAvgM`
-  with FedVG's weights in place of ``n_k / sum n``).
+* FedVG on top of **any base strategy** (``FedVG(val, base=FedProx(mu))``): the clients
+  run the base's local objective and client update (e.g. FedProx's
+  ``(mu/2)||w - theta_t||^2``), and the base's server optimizer applies FedVG's
+  direction (e.g. ``FedAvgM``'s momentum, ``FedAdam``'s moments);
+* FedVG with **any server optimizer** (``optimizer=ServerMomentum(eta_s, beta)``, or the
+  shorthand ``server_momentum=beta``).
 
-:meth:`FedVG.on_top_of` builds these from a FedAvg / FedProx / FedAvgM object.
+:meth:`FedVG.on_top_of` is ``FedVG(val, base=base)``.
 """
 
 from __future__ import annotations
+
+import copy
 
 import torch
 from torch import Tensor
 
 from ..aggregators import fedvg_aggregate, fedvg_layerwise_weights, fedvg_mixed_weights, fedvg_weights
-from ..engine import LocalTraining
+from ..engine import LocalTraining, make_engine
 from ..params import Params
 from ..signals import as_validation_set, validation_gradient_norms
-from .base import ClientUpdates, Strategy
+from .base import ClientOutput, ClientUpdates, ClientWork, Strategy
+from .server_optim import ServerMomentum, ServerOptimizer, ServerSGD
 
 __all__ = ["FedVG"]
 
@@ -52,10 +54,16 @@ class FedVG(Strategy):
         eps: added before inverting the norms (1e-8).
         server_lr: eta_s.
         server_momentum: beta of FedAvgM-style server momentum on the FedVG-weighted
-            pseudo-gradient (0: plain FedVG).
+            pseudo-gradient (0: plain FedVG); a shorthand for
+            ``optimizer=ServerMomentum(server_lr, beta)``.
         prox_mu: FedProx proximal coefficient of the clients' local loss (0: FedAvg clients).
         batch_size: batch size of the validation-gradient definition (32).
-        engine: ``"vmap"`` (all clients' validation gradients in one batched pass) or ``"loop"``.
+        engine: the engine of the validation gradients: ``"vmap"`` (all clients in one batched
+            pass), ``"loop"`` or an engine object (:func:`fedlearn_edu.engine.make_engine`).
+        base: a strategy whose clients (``configure_local``, ``client_update``) and server
+            optimizer FedVG keeps (its direction is replaced by FedVG's).
+        optimizer: the server optimizer (default: a fresh copy of ``base``'s, else
+            ``ServerSGD(server_lr)`` or ``ServerMomentum(server_lr, server_momentum)``).
 
     Diagnostics per round: ``weights`` (``Tensor[m]``; for the layer-wise mode the mean of the
     per-tensor weights), ``grad_norm`` (``G_k``, ``Tensor[m]``), ``grad_norms``
@@ -85,9 +93,12 @@ class FedVG(Strategy):
         server_momentum: float = 0.0,
         prox_mu: float = 0.0,
         batch_size: int = 32,
-        engine: str = "vmap",
+        engine="vmap",
+        base: Strategy | None = None,
+        optimizer: ServerOptimizer | None = None,
     ):
-        super().__init__(server_lr)
+        if base is not None and not isinstance(base, Strategy):
+            raise TypeError(f"FedVG.on_top_of / base= needs a fedlearn_edu Strategy; got {type(base).__name__}.")
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}.")
         if not float(norm_order) > 0:
@@ -98,28 +109,34 @@ class FedVG(Strategy):
             raise ValueError(f"server_momentum must be in [0, 1), got {server_momentum}.")
         if not (prox_mu >= 0 and prox_mu < float("inf")):
             raise ValueError(f"prox_mu must be a finite number >= 0, got {prox_mu}.")
-        if engine not in ("vmap", "loop"):
-            raise ValueError(f"engine must be 'vmap' or 'loop', got {engine!r}.")
+        if optimizer is None:
+            if base is not None and server_momentum == 0:
+                optimizer = copy.deepcopy(base.optimizer)
+                optimizer.init()
+            elif server_momentum:
+                optimizer = ServerMomentum(server_lr if base is None else base.server_lr, server_momentum)
+            else:
+                optimizer = ServerSGD(server_lr)
+        super().__init__(optimizer=optimizer)
+        self._engine = make_engine(engine)
         self._val = as_validation_set(val_data)
         self.num_val = int(self._val[1].shape[0])
         self.norm_order = float(norm_order)
         self.mode = mode
         self.mix = bool(mix)
         self.eps = float(eps)
-        self.server_momentum = float(server_momentum)
-        self.prox_mu = float(prox_mu)
+        self._prox_mu = float(prox_mu)
         self.batch_size = int(batch_size)
-        self.engine = engine
-        self._velocity: Params | None = None
+        self.engine = getattr(self._engine, "name", type(self._engine).__name__)
+        self.base = base
         self._val_on: dict = {}
 
     @classmethod
     def on_top_of(cls, base: Strategy, val_data, **kwargs) -> FedVG:
-        """FedVG with the client objective and server optimiser of a FedAvg-family strategy.
+        """FedVG with the clients and the server optimizer of ``base``: ``FedVG(val_data, base=base)``.
 
-        ``FedProx(mu)`` gives ``prox_mu=mu``; ``FedAvgM(server_lr, momentum)`` gives
-        ``server_momentum=momentum``; the base's ``server_lr`` is kept. Other keyword
-        arguments go to :class:`FedVG`.
+        ``FedProx(mu)`` gives FedProx's clients; ``FedAvgM(server_lr, momentum)`` its momentum;
+        ``FedAdam()`` its adaptive server step. Other keyword arguments go to :class:`FedVG`.
 
         Example:
             >>> from fedlearn_edu import FedProx
@@ -127,22 +144,37 @@ class FedVG(Strategy):
             >>> FedVG.on_top_of(FedProx(mu=0.1), (x, y)).prox_mu
             0.1
         """
-        from .fedavg import FedAvg, FedAvgM, FedProx
+        return cls(val_data, base=base, **kwargs)
 
-        if not isinstance(base, (FedAvg, FedAvgM)):
-            raise TypeError(f"FedVG.on_top_of supports FedAvg, FedProx and FedAvgM; got {type(base).__name__}.")
-        settings = {"server_lr": base.server_lr}
-        if isinstance(base, FedProx):
-            settings["prox_mu"] = base.mu
-        if isinstance(base, FedAvgM):
-            settings["server_momentum"] = base.momentum
-        return cls(val_data, **{**settings, **kwargs})
+    @property
+    def prox_mu(self) -> float:
+        """The proximal coefficient of the clients' objective (the base's, if any)."""
+        return self.configure_local(LocalTraining()).prox_mu
+
+    @property
+    def server_momentum(self) -> float:
+        """beta of the server optimizer (0 unless it is a momentum optimizer)."""
+        return float(getattr(self.optimizer, "momentum", 0.0))
 
     def init(self, params: Params) -> None:
-        self._velocity = None
+        super().init(params)
+        if self.base is not None:
+            self.base.init(params)
 
     def configure_local(self, config: LocalTraining) -> LocalTraining:
-        return config.replace(prox_mu=self.prox_mu) if self.prox_mu else config
+        if self.base is not None:
+            config = self.base.configure_local(config)
+        return config.replace(prox_mu=self._prox_mu) if self._prox_mu else config
+
+    def client_update(self, work: ClientWork, params: Params, state: dict) -> ClientOutput:
+        if self.base is not None:
+            return self.base.client_update(work, params, state)
+        return super().client_update(work, params, state)
+
+    @property
+    def validation_data(self) -> tuple[Tensor, Tensor]:
+        """The server's validation set ``(x: Tensor[n, ...], y: Tensor[n])`` (checked by ``simulate`` up front)."""
+        return self._val
 
     def _val_data(self, device: torch.device) -> tuple[Tensor, Tensor]:
         key = str(device)
@@ -150,7 +182,7 @@ class FedVG(Strategy):
             self._val_on = {key: tuple(t.to(device) for t in self._val)}
         return self._val_on[key]
 
-    def aggregate(self, params: Params, updates: ClientUpdates) -> tuple[Params, dict]:
+    def direction(self, params: Params, updates: ClientUpdates) -> tuple[Params, dict]:
         device = next(iter(params.values())).device
         # The server rebuilds the clients' models from their deltas: theta_k = theta_t + Delta_k.
         theta = {k: params[k].unsqueeze(0) + updates.deltas[k] for k in params}
@@ -160,7 +192,7 @@ class FedVG(Strategy):
             self._val_data(device),
             self.norm_order,
             batch_size=self.batch_size,
-            engine=self.engine,
+            engine=self._engine,
         )
         if self.mode == "clientwise":
             weights = fedvg_weights(norms, self.eps)
@@ -169,15 +201,6 @@ class FedVG(Strategy):
         if self.mix:
             weights = fedvg_mixed_weights(weights, updates.num_samples)
         step = fedvg_aggregate(updates.deltas, weights)
-        if self.server_momentum:
-            pseudo_grad = {k: -v for k, v in step.items()}
-            if self._velocity is None:
-                self._velocity = pseudo_grad
-            else:
-                self._velocity = {k: self.server_momentum * self._velocity[k] + g for k, g in pseudo_grad.items()}
-            new = {k: v - self.server_lr * self._velocity[k] for k, v in params.items()}
-        else:
-            new = {k: v + self.server_lr * step[k] for k, v in params.items()}
         diag = {
             "weights": weights if weights.dim() == 1 else weights.mean(dim=1),
             "grad_norm": norms.sum(dim=1),
@@ -185,4 +208,4 @@ class FedVG(Strategy):
         }
         if weights.dim() == 2:
             diag["layer_weights"] = weights
-        return new, diag
+        return {k: -v for k, v in step.items()}, diag

@@ -1,0 +1,88 @@
+"""FedDyn's dynamic regulariser (Acar et al., ICLR 2021, Algorithm 1): pure functions.
+
+Client k keeps the linear term ``g_k`` (its gradient ``grad L_k(theta_k^{t-1})`` at its last
+local solution, zero at the start); the server keeps ``h`` (zero at the start). In round t a
+selected client (approximately) minimises
+
+    ``L_k(theta) - <g_k, theta> + (alpha/2) ||theta - theta^{t-1}||^2``
+
+(:func:`fedlearn_edu.local_objectives.feddyn_regulariser`), starting from ``theta^{t-1}``, and
+then updates its linear term from the first-order condition of that problem,
+
+    ``g_k <- g_k - alpha (theta_k^t - theta^{t-1})``.
+
+The server sets ``h <- h - alpha (1/N) sum_{k in P_t} (theta_k^t - theta^{t-1})`` and
+``theta^t = (1/|P_t|) sum_{k in P_t} theta_k^t - h / alpha``.
+
+Client quantities are ``Tensor[m, d]`` or dicts of ``Tensor[m, ...]``; server quantities
+have the same structure without the client axis.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ._checks import Updates, check_updates
+from ._tree import check_num_clients, check_positive, check_stacked_like, map_updates
+from .craft import _check_reference
+from .fedavg import fedavg
+
+__all__ = ["feddyn_client_update", "feddyn_server_update"]
+
+
+def feddyn_client_update(linear_terms: Updates, deltas: Updates, alpha: float) -> Updates:
+    """FedDyn's client state: ``g_k+ = g_k - alpha * Delta_k`` with ``Delta_k = theta_k^t - theta^{t-1}``.
+
+    Args:
+        linear_terms: ``g_k`` of the selected clients, ``Tensor[m, d]`` or dict of ``Tensor[m, ...]``.
+        deltas: ``Delta_k``, structured like ``linear_terms``.
+        alpha: the regularisation strength (> 0).
+
+    Returns:
+        ``g_k+``, structured like ``linear_terms`` (new tensors).
+
+    Example:
+        >>> feddyn_client_update(torch.tensor([[1.0, 0.0]]), torch.tensor([[0.5, -0.5]]), alpha=0.1)
+        tensor([[0.9500, 0.0500]])
+    """
+    check_updates(linear_terms, "linear_terms")
+    check_stacked_like(deltas, linear_terms, "deltas", "linear_terms")
+    a = check_positive(alpha, "alpha")
+    return map_updates(lambda g, d: g - a * d, linear_terms, deltas)
+
+
+def feddyn_server_update(
+    deltas: Updates, server_state: Updates, alpha: float, num_clients: int, weights=None
+) -> tuple[Updates, Updates]:
+    """FedDyn's server step: ``h+ = h - (alpha/N) sum_S Delta_k``, ``theta^t = mean_S theta_k - h+/alpha``.
+
+    Returned as a direction from ``theta^{t-1}``: ``direction = mean_S Delta_k - h+/alpha``, so
+    that ``theta^t = theta^{t-1} + direction`` (a server learning rate other than 1 is not
+    FedDyn). With ``weights`` (FedVG on FedDyn) the mean becomes ``sum_S p_k Delta_k``,
+    ``p = weights / sum(weights)``; ``h`` keeps the paper's ``1/N``.
+
+    Args:
+        deltas: ``Delta_k = theta_k^t - theta^{t-1}``, ``Tensor[m, d]`` or dict of ``Tensor[m, ...]``.
+        server_state: ``h``, ``Tensor[d]`` or dict of ``Tensor[...]``.
+        alpha: the regularisation strength used by the clients (> 0).
+        num_clients: N, the number of clients in the federation.
+        weights: optional ``Tensor[m]`` non-negative weights (uniform if None).
+
+    Returns:
+        ``(direction, new_server_state)``, both shaped like ``server_state``.
+
+    Example:
+        >>> d = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+        >>> feddyn_server_update(d, torch.zeros(2), alpha=0.5, num_clients=2)
+        (tensor([1., 1.]), tensor([-0.2500, -0.2500]))
+    """
+    m = check_updates(deltas, "deltas")
+    if server_state is None:
+        raise TypeError("server_state must be given (zeros at the start of training).")
+    _check_reference(server_state, deltas, "server_state")
+    a = check_positive(alpha, "alpha")
+    n = check_num_clients(num_clients, m)
+    new_state = map_updates(lambda h, d: h - (a / n) * d.sum(0), server_state, deltas)
+    mean = fedavg(deltas, torch.ones(m, dtype=torch.float64) if weights is None else weights)
+    direction = map_updates(lambda avg, h: avg - h / a, mean, new_state)
+    return direction, new_state

@@ -1,0 +1,95 @@
+"""FedNova's normalised averaging (Wang et al., NeurIPS 2020): pure functions.
+
+Client i's cumulative update after ``tau_i`` local steps is ``Delta_i = -eta G_i a_i``, with
+``G_i`` its stacked stochastic gradients and ``a_i`` the vector of how much each gradient
+counts. Plain averaging ``sum_i p_i Delta_i`` weighs clients by ``||a_i||_1`` as well as by
+``p_i`` -- a client that takes more steps pulls the model towards its own optimum, and the
+federation minimises ``sum_i p_i ||a_i||_1 F_i`` instead of ``sum_i p_i F_i`` (objective
+inconsistency). FedNova divides each update by ``||a_i||_1`` and rescales by
+``tau_eff = sum_i p_i ||a_i||_1``:
+
+    ``direction = tau_eff * sum_i p_i Delta_i / ||a_i||_1``;   ``x <- x + direction``.
+
+``||a_i||_1`` (the paper's Section 4 and Appendix):
+
+* plain local SGD: ``tau_i``;
+* local SGD with (heavy-ball) momentum ``rho``: ``[tau_i - rho (1 - rho^tau_i) / (1 - rho)] / (1 - rho)``;
+* FedProx's proximal term (``alpha = eta_l mu``): ``[1 - (1 - alpha)^tau_i] / alpha``.
+
+With equal ``||a_i||_1`` (e.g. every client takes the same number of plain SGD steps) the
+direction is FedAvg's weighted mean.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ._checks import Updates, check_updates, check_weights
+from ._tree import check_counts, check_positive
+from .conflict import _combine
+
+__all__ = ["fednova_norms", "fednova_aggregate"]
+
+
+def fednova_norms(local_steps, momentum: float = 0.0, proximal: float = 0.0) -> Tensor:
+    """``||a_i||_1``, each client's effective number of local steps.
+
+    Args:
+        local_steps: ``tau_i``, a number or ``Tensor[m]`` (> 0).
+        momentum: the clients' momentum ``rho`` in [0, 1) (0: plain SGD).
+        proximal: ``alpha = eta_l * mu`` of FedProx's proximal term, in [0, 1) (0: none).
+
+    Returns:
+        ``Tensor[m]`` (float64) of ``||a_i||_1``.
+
+    Example:
+        >>> fednova_norms(torch.tensor([1, 2, 4]))
+        tensor([1., 2., 4.], dtype=torch.float64)
+        >>> fednova_norms(torch.tensor([2]), momentum=0.5)  # a = (1, 1 + 0.5)
+        tensor([2.5000], dtype=torch.float64)
+    """
+    t = torch.as_tensor(local_steps)
+    tau = check_counts(t, 1 if t.dim() == 0 else t.shape[0], "local_steps")
+    rho = check_positive(momentum, "momentum", allow_zero=True)
+    alpha = check_positive(proximal, "proximal", allow_zero=True)
+    if rho >= 1:
+        raise ValueError(f"momentum must be in [0, 1), got {rho}.")
+    if alpha >= 1:
+        raise ValueError(f"proximal (eta_l * mu) must be in [0, 1), got {alpha}.")
+    if rho > 0 and alpha > 0:
+        raise ValueError(
+            "FedNova's closed form covers momentum or a proximal term, not both: set momentum=0 or proximal=0."
+        )
+    if rho > 0:
+        return (tau - rho * (1 - rho**tau) / (1 - rho)) / (1 - rho)
+    if alpha > 0:
+        return (1 - (1 - alpha) ** tau) / alpha
+    return tau
+
+
+def fednova_aggregate(deltas: Updates, local_steps, weights, momentum: float = 0.0, proximal: float = 0.0) -> Updates:
+    """FedNova's direction ``tau_eff * sum_i p_i Delta_i / ||a_i||_1``, ``tau_eff = sum_i p_i ||a_i||_1``.
+
+    Args:
+        deltas: client updates ``Delta_i = x_i - x``, ``Tensor[m, d]`` or dict of ``Tensor[m, ...]``.
+        local_steps: ``tau_i``, a number or ``Tensor[m]`` (> 0).
+        weights: ``Tensor[m]`` non-negative data weights (``n_i``); ``p = weights / sum(weights)``.
+        momentum: the clients' momentum ``rho`` (see :func:`fednova_norms`).
+        proximal: FedProx's ``eta_l * mu`` (see :func:`fednova_norms`).
+
+    Returns:
+        ``Tensor[d]`` or a dict of ``Tensor[...]``; the server sets ``x <- x + eta_g * direction``.
+
+    Example:
+        >>> d = torch.tensor([[1.0, 0.0], [0.0, 4.0]])
+        >>> fednova_aggregate(d, torch.tensor([1, 4]), torch.tensor([1.0, 1.0]))  # tau_eff = 2.5
+        tensor([1.2500, 1.2500])
+    """
+    m = check_updates(deltas, "deltas")
+    steps = check_counts(local_steps, m, "local_steps")
+    norms = fednova_norms(steps, momentum=momentum, proximal=proximal)
+    w = check_weights(weights, m).to(torch.float64).cpu()
+    p = w / w.sum()
+    tau_eff = (p * norms).sum()
+    return _combine(tau_eff * p / norms, deltas)

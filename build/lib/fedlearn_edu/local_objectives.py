@@ -1,0 +1,103 @@
+"""The terms SCAFFOLD and FedDyn add to a client's local loss: pure functions of one client's parameters.
+
+A client minimises ``CE(model(x; theta), y) + term(theta)``. Each function here takes one
+client's parameters ``{name: Tensor[...]}`` and that client's state (unstacked) and returns
+a scalar, built from plain tensor operations only, so that ``torch.func.grad`` and
+``torch.func.vmap`` over a stacked client axis apply (the vectorised engine) as well as
+``loss.backward()`` (the loop engine).
+
+* SCAFFOLD (Karimireddy et al., 2020): the corrected gradient ``g_i(y) - c_i + c`` is the
+  gradient of ``L_i(y) + <c - c_i, y>``: :func:`scaffold_correction`.
+* FedDyn (Acar et al., 2021): ``L_k(theta) - <g_k, theta> + (alpha/2) ||theta - theta^{t-1}||^2``:
+  :func:`feddyn_regulariser`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+from torch import Tensor
+
+__all__ = ["linear_term", "proximal_term", "scaffold_correction", "feddyn_regulariser"]
+
+
+def _same_keys(params: Mapping[str, Tensor], other: Mapping[str, Tensor], what: str) -> None:
+    if not isinstance(other, Mapping) or other.keys() != params.keys():
+        keys = sorted(other) if isinstance(other, Mapping) else type(other).__name__
+        raise ValueError(f"{what} must be a dict with the parameters' keys {sorted(params)}; got {keys}.")
+
+
+def linear_term(params: Mapping[str, Tensor], vector: Mapping[str, Tensor]) -> Tensor:
+    """``<v, theta> = sum_k sum(v_k * theta_k)`` over the parameter tensors; its gradient is ``v``.
+
+    Args:
+        params: one client's parameters ``{name: Tensor[...]}``.
+        vector: ``{name: Tensor[...]}`` with the same keys and shapes.
+
+    Returns:
+        Scalar ``Tensor``.
+
+    Example:
+        >>> linear_term({"w": torch.tensor([1.0, 2.0])}, {"w": torch.tensor([3.0, -1.0])})
+        tensor(1.)
+    """
+    _same_keys(params, vector, "vector")
+    return sum((v.to(p.dtype) * p).sum() for p, v in ((params[k], vector[k]) for k in params))
+
+
+def proximal_term(params: Mapping[str, Tensor], anchor: Mapping[str, Tensor], mu: float) -> Tensor:
+    """``(mu/2) ||theta - anchor||^2`` over the parameter tensors; its gradient is ``mu (theta - anchor)``.
+
+    Example:
+        >>> proximal_term({"w": torch.tensor([1.0, 2.0])}, {"w": torch.zeros(2)}, mu=0.5)
+        tensor(1.2500)
+    """
+    _same_keys(params, anchor, "anchor")
+    return 0.5 * mu * sum(torch.square(params[k] - anchor[k].to(params[k].dtype)).sum() for k in params)
+
+
+def scaffold_correction(
+    params: Mapping[str, Tensor], client_control: Mapping[str, Tensor], server_control: Mapping[str, Tensor]
+) -> Tensor:
+    """SCAFFOLD's local term ``<c - c_i, y>``: gradient steps on ``L_i + term`` follow ``g_i(y) - c_i + c``.
+
+    Args:
+        params: the client's current parameters ``y``, ``{name: Tensor[...]}``.
+        client_control: its control variate ``c_i`` (same keys and shapes).
+        server_control: the server's control variate ``c``.
+
+    Returns:
+        Scalar ``Tensor`` to add to the client's loss.
+
+    Example:
+        >>> y = {"w": torch.tensor([1.0, 1.0], requires_grad=True)}
+        >>> scaffold_correction(y, {"w": torch.tensor([0.5, 0.0])}, {"w": torch.tensor([0.0, 2.0])}).backward()
+        >>> y["w"].grad   # c - c_i
+        tensor([-0.5000,  2.0000])
+    """
+    _same_keys(params, client_control, "client_control")
+    _same_keys(params, server_control, "server_control")
+    return linear_term(params, {k: server_control[k] - client_control[k] for k in params})
+
+
+def feddyn_regulariser(
+    params: Mapping[str, Tensor], linear: Mapping[str, Tensor], anchor: Mapping[str, Tensor], alpha: float
+) -> Tensor:
+    """FedDyn's local term ``-<g_k, theta> + (alpha/2) ||theta - theta^{t-1}||^2``.
+
+    Args:
+        params: the client's current parameters ``theta``.
+        linear: its linear term ``g_k`` (see :func:`fedlearn_edu.aggregators.feddyn_client_update`).
+        anchor: the server model ``theta^{t-1}`` the round started from.
+        alpha: FedDyn's regularisation strength.
+
+    Returns:
+        Scalar ``Tensor`` to add to the client's loss.
+
+    Example:
+        >>> theta = {"w": torch.tensor([1.0, 0.0])}
+        >>> feddyn_regulariser(theta, {"w": torch.tensor([2.0, 0.0])}, {"w": torch.zeros(2)}, alpha=0.1)
+        tensor(-1.9500)
+    """
+    return proximal_term(params, anchor, alpha) - linear_term(params, linear)

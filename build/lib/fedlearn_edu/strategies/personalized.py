@@ -1,0 +1,282 @@
+"""Methods that keep more than one model: local-only training, IFCA and Ditto, as strategies.
+
+They run through :func:`~fedlearn_edu.simulate` like every other method (same
+sampling, seeds, engines, NaN checks, checkpoints); what differs is expressed
+through the protocol of :mod:`fedlearn_edu.strategies.base`:
+
+======================  ==========================================================
+:class:`LocalOnly`      client state ``personal`` (``Tensor[N, ...]``): every client
+                        trains its own model; nothing is shared
+:class:`IFCA`           the server's parameters are K cluster models
+                        (``Tensor[K, ...]``); each client trains the one with the
+                        lowest loss on its data; the server averages per cluster
+                        (Ghosh et al., 2020)
+:class:`Ditto`          a global model trained by any base strategy (FedAvg by
+                        default) plus client state ``personal`` pulled towards it:
+                        ``v <- v - lr (grad F_i(v) + lam (v - theta_t))``
+                        (Li et al., 2021)
+======================  ==========================================================
+
+History's ``client_accuracy[e, i]`` is then the accuracy of the model *client i
+would use* (its own, its cluster's or its personal model) on client i's local test
+split (``History.evaluated`` says which), so the numbers sit in one table with
+FedAvg's.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.func import functional_call
+
+from ..aggregators import fedavg
+from ..params import Params, get_params, stack_params
+from ..utils import derive_seed
+from .base import ClientOutput, ClientUpdates, ClientWork, Strategy
+from .fedavg import FedAvg
+
+__all__ = ["LocalOnly", "IFCA", "Ditto", "client_losses", "repeat_params"]
+
+DITTO_SEED_TAG = 0xD1770
+IFCA_SEED_TAG = 0x1FCA
+
+
+def repeat_params(params: Params, n: int) -> Params:
+    """``{name: Tensor[n, ...]}``: ``n`` copies of one model stacked on a leading axis."""
+    return {k: v.detach().unsqueeze(0).repeat(n, *([1] * v.dim())).clone() for k, v in params.items()}
+
+
+@torch.no_grad()
+def client_losses(model: nn.Module, models: Params, datasets: Sequence[tuple[Tensor, Tensor]]) -> Tensor:
+    """``Tensor[m, K]``: mean cross-entropy of each of K stacked models on each client's data.
+
+    IFCA's cluster identity estimate is the row-wise argmin.
+    """
+    k = next(iter(models.values())).shape[0]
+    out = torch.empty(len(datasets), k, dtype=torch.float64)
+    for j in range(k):
+        p = {name: v[j] for name, v in models.items()}
+        for i, (x, y) in enumerate(datasets):
+            out[i, j] = float(F.cross_entropy(functional_call(model, p, (x,)), y))
+    return out
+
+
+def _own_models(num_clients: int, device) -> Tensor:
+    return torch.arange(num_clients, device=device)
+
+
+class LocalOnly(Strategy):
+    """Local-only training: every client starts from theta_0 and trains only on its own data.
+
+    Whenever a client is selected it trains its personal model (client state ``personal``)
+    for the round's local epochs; nothing is averaged and the server's model stays theta_0:
+    the lower bound on what collaboration must beat, and the upper bound when clients have
+    plenty of data and conflicting tasks.
+    """
+
+    name = "local"
+    single_model = False
+    evaluates = "personal"
+
+    def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[Params, dict]:
+        return params, {"personal": repeat_params(params, num_clients)}
+
+    def client_update(self, work: ClientWork, params: Params, state: dict) -> ClientOutput:
+        local = work.train(params, start=state["personal"])
+        deltas = {k: local.params[k] - state["personal"][k] for k in params}
+        return ClientOutput(deltas, local.train_loss, state={"personal": local.params})
+
+    def aggregate(self, params: Params, updates: ClientUpdates) -> tuple[Params, dict]:
+        return params, {}
+
+    def eval_models(self, model: nn.Module, params: Params, state: dict, train_sets) -> dict:
+        personal = state["personal"]
+        return {"personal": (personal, _own_models(len(train_sets), next(iter(personal.values())).device))}
+
+
+def _reinit(model: nn.Module, seed: int) -> Params:
+    """Parameters of a fresh initialisation of ``model``'s architecture, seeded."""
+    clone = copy.deepcopy(model)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        for mod in clone.modules():
+            if hasattr(mod, "reset_parameters") and mod is not clone:
+                mod.reset_parameters()
+    return get_params(clone)
+
+
+class IFCA(Strategy):
+    """IFCA (Ghosh et al., 2020), model-averaging variant.
+
+    The server keeps K cluster models theta^1..theta^K (cluster 1 starts from the
+    model's parameters, the others from fresh seeded initialisations). Each round every
+    selected client i
+
+    1. estimates its cluster: ``j_i = argmin_j F_i(theta^j)`` (mean training loss);
+    2. trains theta^{j_i} locally and sends ``Delta_i`` with ``j_i``;
+
+    and the server averages per cluster, ``theta^j += sum_{i: j_i = j} p_i Delta_i`` with
+    ``p_i`` proportional to n_i within the cluster (a cluster nobody picked stays): the
+    direction ``g^j = -sum_{i: j_i = j} p_i Delta_i`` under the server optimizer. At
+    evaluation every client uses the cluster model with its lowest training loss.
+
+    Warm-up (**ours**, off by default): for ``warmup_rounds`` rounds the selected clients
+    are dealt to the K clusters at random, in equal numbers, instead of by the argmin. From
+    random initial models the argmin can send *every* client to the same model in round 1;
+    that model then improves for everyone and the other K - 1 are never picked again. The
+    IFCA paper counters this with several random restarts; one warm-up round is a cheaper
+    remedy. ``warmup_rounds=0`` is the plain algorithm.
+
+    Args:
+        num_clusters: K.
+        warmup_rounds: rounds of random balanced assignment before the argmin takes over.
+        server_lr: eta_s (1: the plain per-cluster average).
+
+    Client state: ``cluster`` (``Tensor[N]``, int64), the cluster each client picked when
+    it was last selected (-1 before). Diagnostics: ``assignment`` (``Tensor[m]``) and
+    ``cluster_sizes`` (``Tensor[K]``).
+    """
+
+    name = "ifca"
+    single_model = False
+    evaluates = "cluster"
+
+    def __init__(self, num_clusters: int, warmup_rounds: int = 0, server_lr: float = 1.0):
+        super().__init__(server_lr)
+        if int(num_clusters) != num_clusters or num_clusters < 1:
+            raise ValueError(f"num_clusters must be an integer >= 1, got {num_clusters}.")
+        if int(warmup_rounds) != warmup_rounds or warmup_rounds < 0:
+            raise ValueError(f"warmup_rounds must be an integer >= 0, got {warmup_rounds}.")
+        self.num_clusters = int(num_clusters)
+        self.warmup_rounds = int(warmup_rounds)
+
+    def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[Params, dict]:
+        device = next(iter(params.values())).device
+        others = [
+            {n: v.to(device) for n, v in _reinit(model, derive_seed(seed, IFCA_SEED_TAG, j)).items()}
+            for j in range(1, self.num_clusters)
+        ]
+        clusters = stack_params([params, *others])
+        return clusters, {"cluster": torch.full((num_clients,), -1, dtype=torch.long, device=device)}
+
+    def client_update(self, work: ClientWork, params: Params, state: dict) -> ClientOutput:
+        device = next(iter(params.values())).device
+        m = len(work.datasets)
+        if work.round <= self.warmup_rounds:
+            g = torch.Generator().manual_seed(derive_seed(work.seed, work.round, IFCA_SEED_TAG))
+            assign = (torch.randperm(m, generator=g) % self.num_clusters).to(device)
+        else:
+            assign = client_losses(work.model, params, work.datasets).argmin(1).to(device)
+        start = {n: v[assign] for n, v in params.items()}
+        local = work.train({n: v[0] for n, v in params.items()}, start=start)
+        deltas = {n: local.params[n] - start[n] for n in start}
+        return ClientOutput(deltas, local.train_loss, {"cluster": assign}, {"cluster": assign})
+
+    def direction(self, params: Params, updates: ClientUpdates) -> tuple[Params, dict]:
+        assign = updates.signals["cluster"]
+        device = assign.device
+        sizes = updates.num_samples.to(device, torch.float64)
+        g = {n: torch.zeros_like(v) for n, v in params.items()}
+        for j in range(self.num_clusters):
+            members = (assign == j).nonzero().flatten()
+            if members.numel() == 0:
+                continue
+            step = fedavg({n: d[members] for n, d in updates.deltas.items()}, sizes[members])
+            for n in g:
+                g[n][j] = -step[n]
+        counts = torch.bincount(assign, minlength=self.num_clusters)
+        return g, {"assignment": assign.cpu(), "cluster_sizes": counts.cpu()}
+
+    def eval_models(self, model: nn.Module, params: Params, state: dict, train_sets) -> dict:
+        return {"cluster": (params, client_losses(model, params, train_sets).argmin(1))}
+
+
+class Ditto(Strategy):
+    """Ditto (Li et al., 2021): a global model plus one personal model per client.
+
+    Each round every selected client i
+
+    1. runs the base strategy's client update from theta_t (the global part, sent as
+       ``Delta_i``);
+    2. updates its personal model v_i (client state ``personal``) for ``personal_epochs``
+       epochs on ``F_i(v) + (lam / 2) ||v - theta_t||^2`` -- the engines' local objective with
+       ``start = v_i`` and ``prox_mu = lam`` -- with its own batch order; v_i never leaves
+       the client.
+
+    The server turns the ``Delta_i`` into theta_{t+1} with the base strategy (FedAvg by
+    default; any :class:`~fedlearn_edu.Strategy`, e.g. CRAFT: "Ditto + CRAFT"). Personal
+    models start at theta_0. The driver evaluates the personal models (``History.client_accuracy``)
+    and the global one (``History.other_accuracy["global"]``).
+
+    Args:
+        lam: Ditto's lambda >= 0 (0.1; the paper tunes it in {0.05, ..., 2}).
+        base: the global model's strategy (default ``FedAvg()``).
+        personal_epochs: epochs of the personal update (default: the round's local epochs).
+    """
+
+    evaluates = "personal"
+
+    def __init__(self, lam: float = 0.1, base: Strategy | None = None, personal_epochs: int | None = None):
+        base = FedAvg() if base is None else base
+        if not isinstance(base, Strategy):
+            raise TypeError(f"Ditto's global strategy must be a fedlearn_edu Strategy, got {type(base).__name__}.")
+        if not (lam >= 0 and lam < float("inf")):
+            raise ValueError(f"Ditto's lam must be a finite number >= 0, got {lam}.")
+        if personal_epochs is not None and (int(personal_epochs) != personal_epochs or personal_epochs < 1):
+            raise ValueError(f"personal_epochs must be a positive integer, got {personal_epochs}.")
+        super().__init__(optimizer=base.optimizer)
+        self.lam = float(lam)
+        self.base = base
+        self.personal_epochs = personal_epochs
+        self.name = "ditto" if type(base) is FedAvg else f"ditto+{getattr(base, 'name', type(base).__name__)}"
+
+    def init(self, params: Params) -> None:
+        self.base.init(params)
+
+    def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[Params, dict]:
+        params, state = self.base.init_state(params, model, num_clients, seed)
+        return params, {**state, "personal": repeat_params(params, num_clients)}
+
+    def state_dict(self) -> dict:
+        return self.base.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.base.load_state_dict(state)
+
+    def configure_local(self, config):
+        return self.base.configure_local(config)
+
+    def client_update(self, work: ClientWork, params: Params, state: dict) -> ClientOutput:
+        base_state = {k: v for k, v in state.items() if k != "personal"}
+        out = self.base.client_update(work, params, base_state)
+        epochs = work.config.epochs if self.personal_epochs is None else self.personal_epochs
+        personal = work.train(
+            params,
+            start=state["personal"],
+            config=work.config.replace(epochs=epochs, prox_mu=self.lam),
+            seeds=work.derived_seeds(DITTO_SEED_TAG),
+        )
+        return ClientOutput(
+            out.deltas,
+            out.train_loss,
+            out.signals,
+            {**out.state, "personal": personal.params},
+            recorded_loss=personal.train_loss,
+        )
+
+    def aggregate(self, params: Params, updates: ClientUpdates) -> tuple[Params, dict]:
+        return self.base.aggregate(params, updates)
+
+    def eval_models(self, model: nn.Module, params: Params, state: dict, train_sets) -> dict:
+        personal = state["personal"]
+        return {
+            "personal": (personal, _own_models(len(train_sets), next(iter(personal.values())).device)),
+            **self.base.eval_models(model, params, state, train_sets),
+        }
+
+    def __repr__(self) -> str:
+        return f"Ditto(lam={self.lam!r}, base={self.base!r}, personal_epochs={self.personal_epochs!r})"
