@@ -42,6 +42,7 @@ from .models import count_parameters, make_model
 from .personalization import simulate_ditto, simulate_ifca, simulate_local
 from .signals.fingerprint import client_fingerprints
 from .simulation import simulate
+from .strategies.decentralized import DAC, Gossip
 from .strategies.fedavg import FedAvg
 from .utils import derive_seed
 
@@ -335,6 +336,7 @@ def make_conditional_model(
 # the chapter's comparison in one call
 # --------------------------------------------------------------------------- #
 METHODS = ("fedavg", "local", "ifca", "ditto", "oracle", "conditional")
+DECENTRALISED_METHODS = ("gossip", "dac")  # accepted by compare_methods on request, not run by default
 
 
 def compare_methods(
@@ -351,6 +353,7 @@ def compare_methods(
     num_clusters: int | None = None,
     ditto_lam: float = 0.1,
     ditto_strategy=None,
+    num_neighbours: int = 3,
     **train,
 ) -> dict:
     """Run FedAvg, local-only, IFCA, Ditto, the Oracle and the conditional model on one federation.
@@ -371,14 +374,17 @@ def compare_methods(
     ``conditional``  the conditional model fed each client's fingerprint (minus ``reference``
                      when given) x ``cond_scale``; ``cond_scale=None`` picks 20 with a
                      reference and 2.5 without (so the condition has a norm of order 1).
+    ``gossip``       (on request) :class:`~fedlearn_edu.Gossip` with ``num_neighbours`` sampled
+                     neighbours per round, averaged by data size (Zec et al.'s "Random")
+    ``dac``          (on request) :class:`~fedlearn_edu.DAC` with ``num_neighbours``
     ================ ===================================================================
 
     Returns:
         ``{method: History}`` in the order of ``methods``.
     """
-    unknown = [m for m in methods if m not in METHODS]
+    unknown = [m for m in methods if m not in METHODS + DECENTRALISED_METHODS]
     if unknown:
-        raise ValueError(f"Unknown method(s) {unknown}; choose from {METHODS}.")
+        raise ValueError(f"Unknown method(s) {unknown}; choose from {METHODS + DECENTRALISED_METHODS}.")
     with torch.random.fork_rng(devices=[]):  # seeded runs: the caller's global RNG is left as it was
         return _compare_methods(
             federation,
@@ -393,6 +399,7 @@ def compare_methods(
             num_clusters=num_clusters,
             ditto_lam=ditto_lam,
             ditto_strategy=ditto_strategy,
+            num_neighbours=num_neighbours,
             **train,
         )
 
@@ -411,6 +418,7 @@ def _compare_methods(
     num_clusters,
     ditto_lam,
     ditto_strategy,
+    num_neighbours,
     **train,
 ) -> dict:
     train = dict(train)
@@ -432,6 +440,9 @@ def _compare_methods(
             out[method] = simulate_ditto(
                 federation, make_model(model, shape, c, seed=seed, **mk), ditto_lam, ditto_strategy, **train
             )
+        elif method in DECENTRALISED_METHODS:
+            strategy = Gossip(num_neighbours=num_neighbours) if method == "gossip" else DAC(num_neighbours)
+            out[method] = simulate(federation, make_model(model, shape, c, seed=seed, **mk), strategy, **train)
         elif method == "oracle":
             fed = oracle_federation(federation)
             net = make_conditional_model(

@@ -509,6 +509,7 @@ def simulate(
             model=net,
             engine=runner,
             seed=seed,
+            all_num_samples=num_samples,
         )
         dev_ids = ids.to(dev)
         rows = _select_rows(client_state, dev_ids)
