@@ -9,6 +9,34 @@ from pathlib import Path
 
 __all__ = ["main", "build_parser"]
 
+SERVER_STEP_NOTES = """\
+fair comparisons -- the server step (--server-lr, eta_s) means different things:
+  fedavg, fedprox, fedvg, fedoui, fedalign, fedfv
+                 default 1: the step is the clients' weighted mean update.
+  fedavgm        default 1 with momentum 0.9: the long-run step is eta_s / (1 - 0.9) = 10
+                 times the mean update; --server-lr 0.1 matches FedAvg's long-run step.
+  craft          default 0.1 (the paper's, for 500 rounds): the step length is eta_s
+                 alone, whatever the clients' updates; for tens of rounds use about 1.
+  config         default 1, but its update is a sum over the m selected clients:
+                 use about 1/m.
+  qfedavg        the step depends on the clients' losses and lr: tune --server-lr.
+  scaffold, feddyn, fednova
+                 default 1: the mean update (FedNova rescaled by the effective number of
+                 local steps; FedDyn minus its state h / alpha).
+  afl            default 1: a lambda-weighted mean update, times N/m.
+  fedlf          default 1: a min-norm direction rescaled to the mean update's length.
+  fedadam, fedyogi, fedadagrad
+                 default 0.01: an adaptive step of about eta_s per coordinate, whatever
+                 the update's size; tune it (Reddi et al. use 10^-2 to 1).
+  gossip, dac    no server step: each client averages with its neighbours.
+Compare strategies at the same long-run step, or tune --server-lr for each on one
+--seed (e.g. 0.3, 1, 3) and compare the picked values on other seeds.
+
+example:
+  python -m fedlearn_edu run --strategy fedavg --rounds 30 --no-progress
+  python -m fedlearn_edu run --strategy craft --server-lr 1 --rounds 30 --no-progress
+"""
+
 
 def _number(kind, low, high=None, low_open=False, high_open=True):
     """An argparse ``type``: ``kind`` (int or float) in the given range, else a one-line error."""
@@ -51,7 +79,13 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m fedlearn_edu", description="Federated learning on heterogeneous data."
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="simulate one strategy and print the fairness metrics")
+    run = sub.add_parser(
+        "run",
+        help="simulate one strategy and print the fairness metrics",
+        description="Simulate one strategy on a federated dataset and print the fairness metrics.",
+        epilog=SERVER_STEP_NOTES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     run.add_argument(
         "--dataset", default="digits", help="digits (bundled, default), mnist, fashion_mnist, cifar10, cifar100"
     )
@@ -72,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--server-lr",
         type=_POSITIVE,
         default=None,
-        help="server step size eta_s (default: the strategy's own, e.g. 1 for FedAvg, 0.1 for CRAFT)",
+        help="server step size eta_s (default: the strategy's own, e.g. 1 for FedAvg, 0.1 for CRAFT; see below)",
     )
     run.add_argument("--mu", type=_NONNEGATIVE, default=0.01, help="FedProx proximal coefficient")
     run.add_argument(

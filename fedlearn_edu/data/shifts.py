@@ -367,3 +367,98 @@ def cluster_ids(federation: Federation) -> np.ndarray:
             "These clients carry no 'cluster' in their info; build the federation "
             "with shifted_federation (or set client.info['cluster'])."
         ) from None
+
+
+def appearance_shift(
+    federation: Federation,
+    *,
+    contrast: Sequence[float] | None = None,
+    blur: Sequence[float] | None = None,
+    noise: Sequence[float] | None = None,
+    seed: int = 0,
+) -> Federation:
+    """Covariate shift the PCA fingerprint *can* see: per-cluster changes of how images look.
+
+    Quarter turns and relabellings are orthogonal maps, to which the fingerprint is blind
+    (chapter 5). The changes here are not: cluster ``k`` gets its own
+
+    * ``contrast[k]`` -- ``x -> mean + c_k (x - mean)`` per image (scales the pixel variance
+      by ``c_k**2`` against the unchanged label block),
+    * ``blur[k]`` -- a Gaussian blur of standard deviation ``blur[k]`` pixels (a
+      non-orthogonal linear map: it damps the small-scale directions), ``0`` for none,
+    * ``noise[k]`` -- additive Gaussian pixel noise of that standard deviation (adds
+      ``noise[k]**2`` to every pixel variance), drawn from ``seed`` and the client index,
+
+    applied in that order to the training and the test inputs of every client of the cluster.
+
+    Args:
+        federation: clients with ``info["cluster"]`` (e.g. from :func:`shifted_federation`)
+            and image inputs ``[n, C, H, W]``. It is not modified.
+        contrast, blur, noise: one value per cluster, or ``None`` to leave that aspect alone.
+        seed: seeds the noise.
+
+    Returns:
+        A new :class:`Federation`; each client's ``info`` also records ``contrast``,
+        ``blur`` and ``noise``.
+
+    Example:
+        >>> fed = shifted_federation("digits", "none", num_clusters=2, clients_per_cluster=2, seed=0)
+        >>> shifted = appearance_shift(fed, blur=[0.0, 1.0], noise=[0.0, 0.1])
+        >>> [c.info["blur"] for c in shifted]
+        [0.0, 0.0, 1.0, 1.0]
+    """
+    clusters = cluster_ids(federation)
+    k = int(clusters.max()) + 1 if clusters.size else 0
+    values = {}
+    for name, given, low, default in (
+        ("contrast", contrast, 0.0, 1.0),
+        ("blur", blur, 0.0, 0.0),
+        ("noise", noise, 0.0, 0.0),
+    ):
+        if given is None:
+            values[name] = [default] * k
+            continue
+        vals = [float(v) for v in given]
+        if len(vals) != k:
+            raise ValueError(f"{name} needs one value per cluster ({k}); got {len(vals)}.")
+        if any(not math.isfinite(v) or v < low or (name == "contrast" and v == 0.0) for v in vals):
+            raise ValueError(f"{name} values must be finite and {'> 0' if name == 'contrast' else '>= 0'}; got {vals}.")
+        values[name] = vals
+
+    def look(x: Tensor, j: int, g: torch.Generator) -> Tensor:
+        if x.dim() != 4:
+            raise ValueError(f"appearance_shift needs images shaped [n, C, H, W]; got {tuple(x.shape)}.")
+        x = x.clone()
+        c, sigma, s = values["contrast"][j], values["blur"][j], values["noise"][j]
+        if c != 1.0:
+            mean = x.mean(dim=(1, 2, 3), keepdim=True)
+            x = mean + c * (x - mean)
+        if sigma > 0:
+            r = max(1, math.ceil(2 * sigma))
+            t = torch.arange(-r, r + 1, dtype=x.dtype)
+            w = torch.exp(-0.5 * (t / sigma) ** 2)
+            w = w / w.sum()
+            ch = x.shape[1]
+            x = torch.nn.functional.conv2d(x, w.view(1, 1, -1, 1).repeat(ch, 1, 1, 1), padding=(r, 0), groups=ch)
+            x = torch.nn.functional.conv2d(x, w.view(1, 1, 1, -1).repeat(ch, 1, 1, 1), padding=(0, r), groups=ch)
+        if s > 0:
+            x = x + s * torch.randn(x.shape, generator=g, dtype=x.dtype)
+        return x
+
+    clients = []
+    for i, (client, j) in enumerate(zip(federation, clusters)):
+        g = torch.Generator().manual_seed(int(seed) * 100_003 + i)
+        info = {**client.info, **{name: values[name][j] for name in values}}
+        clients.append(
+            ClientData(
+                look(client.train_x, j, g),
+                client.train_y.clone(),
+                look(client.test_x, j, g),
+                client.test_y.clone(),
+                info,
+            )
+        )
+    return Federation(clients, federation.num_classes, f"{federation.name}, appearance shift")
+
+
+__all__ += ["appearance_shift"]
