@@ -17,7 +17,10 @@ instructor can use it in an autograder::
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import base64
+import contextlib
+import html
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -31,6 +34,7 @@ __all__ = [
     "check_beta_moments",
     "check_pca_fingerprint",
     "check_craft_direction",
+    "collapsed_output",
 ]
 
 
@@ -280,6 +284,56 @@ def check_craft_direction(your_function: Callable, seed: int = 0) -> bool:
     ]
     cases = [Case(name, (u, r, ref), craft_direction(u, r, ref)) for name, u, r, ref in inputs]
     return run_cases("check_craft_direction", your_function, cases, rtol=1e-6, atol=1e-9)
+
+
+@contextlib.contextmanager
+def collapsed_output(summary: str = "Output") -> Iterator[None]:
+    """Show what a block prints or displays inside one collapsed ``<details>`` block, closed until opened.
+
+    The solution cells of the book's reader's copies run inside it: a solution's output is part of the
+    solution, and neither JupyterLab (which shows a hidden cell's outputs again once the cell runs) nor
+    Colab hides the output of a collapsed cell. Printed text, warnings and displayed objects (figures
+    included) are collected while the block runs and shown when it ends, also when it raises (the
+    error itself is shown as usual). Outside IPython the output is shown as usual.
+
+    Args:
+        summary: the line shown while the block is closed.
+
+    Yields:
+        Nothing; use it as ``with collapsed_output("Output of the solution"): ...``.
+    """
+    try:
+        from IPython import get_ipython
+        from IPython.display import HTML, display
+        from IPython.utils.capture import capture_output
+    except ImportError:  # pragma: no cover - IPython comes with Jupyter
+        yield
+        return
+    if get_ipython() is None:
+        yield
+        return
+    capture = capture_output()
+    captured = capture.__enter__()
+    try:
+        yield
+    finally:
+        capture.__exit__(None, None, None)
+        body = [f"<pre>{html.escape(text)}</pre>" for text in (captured.stdout, captured.stderr) if text]
+        for output in captured.outputs:
+            body.append(_as_html(output.data))
+        display(HTML(f"<details><summary>{html.escape(summary)}</summary>{''.join(body)}</details>"))
+
+
+def _as_html(data: dict) -> str:
+    """One displayed object (its MIME bundle) as HTML: an image, its own HTML, or its text."""
+    for mime in ("image/png", "image/jpeg"):
+        if mime in data:
+            raw = data[mime]
+            encoded = base64.b64encode(raw).decode("ascii") if isinstance(raw, bytes) else raw
+            return f'<img src="data:{mime};base64,{encoded}">'
+    if "text/html" in data:
+        return data["text/html"]
+    return f"<pre>{html.escape(str(data.get('text/plain', '')))}</pre>"
 
 
 def check_scaffold_control_update(your_function: Callable, seed: int = 0) -> bool:

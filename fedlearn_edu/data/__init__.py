@@ -13,6 +13,7 @@ from .datasets import (
     federated_dataset,
     load_dataset,
 )
+from .fallback import dataset_or_digits
 from .federation import ClientData, Federation, make_federation
 from .noise import add_label_noise, flip_labels
 from .partition import (
@@ -47,6 +48,7 @@ __all__ = [
     "DatasetInfo",
     "dataset_info",
     "load_dataset",
+    "dataset_or_digits",
     "read_idx",
     "federated_dataset",
     "PARTITIONS",
