@@ -28,7 +28,7 @@ CHAPTERS = sorted(BOOK.glob("ch*.ipynb"))
 # Numbers quoted from the papers the chapters discuss (not computed by the book).
 # Keep this short: a number the book computes is glued, not listed here.
 QUOTED: dict[str, dict[str, str]] = {
-    "ch02_craft": {
+    "ch03_craft": {
         "0.806": "CRAFT paper: CIFAR-10 ResNet-20 mean accuracy, round 500",
         "0.164": "CRAFT paper: its standard deviation across clients",
         "0.45": "CRAFT paper: best baselines' accuracy range, lower end",
@@ -37,7 +37,7 @@ QUOTED: dict[str, dict[str, str]] = {
         "7.8": "CRAFT paper: gain over FedAvgM on FEMNIST (%)",
         "221.5": "CRAFT paper: worst-10% gain over FedLF (%)",
     },
-    "ch04_fedoui": {
+    "ch05_fedoui": {
         "23.4": "FedOUI paper: FedOUI final accuracy, Dirichlet 0.1 (%)",
         "6.3": "FedOUI paper: its standard deviation over three seeds (points)",
         "21.6": "FedOUI paper: FedAvg final accuracy, Dirichlet 0.1 (%)",
@@ -52,7 +52,7 @@ QUOTED: dict[str, dict[str, str]] = {
         "0.277": "FedOUI authors' report: mean OUI of the worked example",
         "0.257": "FedOUI authors' report: OUI of client 9 in the worked example",
     },
-    "ch05_conditional": {
+    "ch06_conditional": {
         "25.9": "client-conditional paper: IFCA's accuracy loss under sparsity (%)",
         "39.9": "client-conditional paper: Ditto's accuracy loss under sparsity (%)",
         "38.8": "client-conditional paper: FedAvg's accuracy loss under sparsity (%)",
