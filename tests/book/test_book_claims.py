@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-BOOK = Path(__file__).resolve().parents[1] / "book"
+BOOK = Path(__file__).resolve().parents[2] / "book"
 CHAPTERS = sorted(BOOK.glob("ch*.ipynb"))
 
 # Numbers quoted from the papers the chapters discuss (not computed by the book).

@@ -4,7 +4,6 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from test_afl import _bisection_projection  # the independent simplex projection
 
 from fedlearn_edu import (
     AFL,
@@ -29,6 +28,7 @@ from fedlearn_edu.engine import LocalResult, LocalTraining
 from fedlearn_edu.params import get_params
 from fedlearn_edu.strategies import STRATEGIES, ClientUpdates, ClientWork
 from fedlearn_edu.strategies.personalized import repeat_params
+from tests.aggregators.test_afl import _bisection_projection  # the independent simplex projection
 
 KW = dict(rounds=3, clients_per_round=4, lr=0.1, batch_size=8, progress=False, seed=1)
 NAMES = ("scaffold", "feddyn", "fednova", "afl", "fedlf", "gossip", "dac")

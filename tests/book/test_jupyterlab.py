@@ -28,9 +28,10 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from test_browser import browser  # noqa: F401  (the fixture: Debian's Chromium through Playwright)
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.book.test_browser import browser  # noqa: F401  (the fixture: Debian's Chromium through Playwright)
+
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "book" / "_ext"))
 import reader_copies as rc  # noqa: E402
 
