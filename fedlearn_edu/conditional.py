@@ -29,6 +29,7 @@ The Oracle baseline is the same model fed a one-hot cluster id instead of
 from __future__ import annotations
 
 import copy
+import functools
 import math
 from collections.abc import Sequence
 
@@ -339,6 +340,18 @@ METHODS = ("fedavg", "local", "ifca", "ditto", "oracle", "conditional")
 DECENTRALISED_METHODS = ("gossip", "dac")  # accepted by compare_methods on request, not run by default
 
 
+def _keeps_global_rng(fn):
+    """Run ``fn`` in a forked RNG: seeded runs leave the caller's global RNG as it was."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with torch.random.fork_rng(devices=[]):
+            return fn(*args, **kwargs)
+
+    return wrapper
+
+
+@_keeps_global_rng
 def compare_methods(
     federation: Federation,
     methods: Sequence[str] = METHODS,
@@ -385,42 +398,6 @@ def compare_methods(
     unknown = [m for m in methods if m not in METHODS + DECENTRALISED_METHODS]
     if unknown:
         raise ValueError(f"Unknown method(s) {unknown}; choose from {METHODS + DECENTRALISED_METHODS}.")
-    with torch.random.fork_rng(devices=[]):  # seeded runs: the caller's global RNG is left as it was
-        return _compare_methods(
-            federation,
-            methods,
-            model=model,
-            model_kwargs=model_kwargs,
-            num_eigenvalues=num_eigenvalues,
-            fingerprint_kwargs=fingerprint_kwargs,
-            reference=reference,
-            cond_scale=cond_scale,
-            oracle_scale=oracle_scale,
-            num_clusters=num_clusters,
-            ditto_lam=ditto_lam,
-            ditto_strategy=ditto_strategy,
-            num_neighbours=num_neighbours,
-            **train,
-        )
-
-
-def _compare_methods(
-    federation,
-    methods,
-    *,
-    model,
-    model_kwargs,
-    num_eigenvalues,
-    fingerprint_kwargs,
-    reference,
-    cond_scale,
-    oracle_scale,
-    num_clusters,
-    ditto_lam,
-    ditto_strategy,
-    num_neighbours,
-    **train,
-) -> dict:
     train = dict(train)
     train.setdefault("clients_per_round", len(federation))
     train.setdefault("progress", False)
