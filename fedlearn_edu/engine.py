@@ -38,6 +38,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.func import functional_call, grad, grad_and_value, vmap
 
+from .local_objectives import linear_term, proximal_term
 from .params import Params, num_stacked, stack_params
 from .utils import tune_cpu_allocator
 
@@ -138,9 +139,9 @@ def batch_loss(
     ce = F.cross_entropy(functional_call(model, params, (x,)), y)
     obj = ce
     if prox_mu:
-        obj = obj + 0.5 * prox_mu * sum(((p - anchor[k]) ** 2).sum() for k, p in params.items())
+        obj = obj + proximal_term(params, anchor, prox_mu)
     if linear is not None:
-        obj = obj + sum((linear[k] * p).sum() for k, p in params.items())
+        obj = obj + linear_term(params, linear)
     return obj, ce
 
 
@@ -280,10 +281,12 @@ def stacked_grads(
         ce_each = F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="none").view_as(mask)
         ce = (ce_each * mask).sum(1) / mask.sum(1).clamp(min=1)
         obj = ce.sum()
+        # the terms of all clients at once: the anchor broadcasts over the client axis, and the
+        # sums over clients separate (row j's gradient is client j's)
         if prox_mu:
-            obj = obj + 0.5 * prox_mu * sum(((p - anchor[k]) ** 2).sum() for k, p in live.items())
+            obj = obj + proximal_term(live, anchor, prox_mu)
         if linear is not None:
-            obj = obj + sum((linear[k] * p).sum() for k, p in live.items())
+            obj = obj + linear_term(live, linear)
         grads = torch.autograd.grad(obj, list(live.values()))
     return dict(zip(live, grads)), ce.detach()
 
