@@ -65,6 +65,32 @@ def _sizes(work: ClientWork, who: str) -> Tensor:
     return work.all_num_samples
 
 
+def _dac_neighbours(similarity: Tensor, tau: float, num_sampled: int, seed: int) -> Tensor:
+    """``Tensor[N, n]``: each client's n distinct neighbours, drawn with DAC's ``p_ij ∝ exp(tau s_ij)``.
+
+    Usually one draw without replacement from :func:`~fedlearn_edu.aggregators.dac_probabilities`.
+    Once scores ``1 / L`` differ by more than about ``745 / tau`` (a neighbour's model fits a
+    client's data closely), the softmax underflows to exact zeros and a row may have fewer than
+    n positive entries. Those rows are then drawn one neighbour at a time, each from the softmax
+    of ``tau s_ij`` over the clients not yet drawn -- the same law (sampling without replacement
+    is sequential), with the normalisation redone after every draw so it cannot underflow.
+    """
+    probs = dac_probabilities(similarity, tau)
+    if bool(((probs > 0).sum(dim=1) >= num_sampled).all()):
+        return sample_neighbours(probs, num_sampled, seed=seed)
+    n = probs.shape[0]
+    g = torch.Generator().manual_seed(int(seed))
+    logits = float(tau) * similarity.detach().to(device="cpu", dtype=torch.float64).clone()
+    logits.fill_diagonal_(-float("inf"))
+    rows = torch.arange(n)
+    out = torch.empty(n, num_sampled, dtype=torch.long)
+    for k in range(num_sampled):
+        pick = torch.multinomial(torch.softmax(logits, dim=1), 1, generator=g).squeeze(1)
+        out[:, k] = pick
+        logits[rows, pick] = -float("inf")
+    return out
+
+
 class _Decentralised(Strategy):
     """Shared round of the decentralised methods: mix with row i of W, then train locally."""
 
@@ -206,8 +232,12 @@ class DAC(_Decentralised):
 
     def mixing(self, work: ClientWork, models: Params) -> tuple[Tensor, dict]:
         n = self._num_clients
-        probs = dac_probabilities(self._similarity, self.temperature(work.round))
-        nb = sample_neighbours(probs, self.num_neighbours, seed=derive_seed(work.seed, work.round, DAC_SEED_TAG))
+        nb = _dac_neighbours(
+            self._similarity,
+            self.temperature(work.round),
+            self.num_neighbours,
+            seed=derive_seed(work.seed, work.round, DAC_SEED_TAG),
+        )
         ids = work.client_ids
         losses = torch.ones(n, self.num_neighbours, dtype=torch.float64)  # rows of unselected clients: unused
         for j, i in enumerate(ids.tolist()):
