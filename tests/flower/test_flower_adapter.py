@@ -75,6 +75,21 @@ def node_configs(n: int = NUM_CLIENTS) -> list[dict]:
     return [{"partition-id": i, "num-partitions": n} for i in range(n)]
 
 
+def simulate_every_client(fed, model, strategy, rounds=3):
+    """``simulate`` as the Flower runs here: every client every round, the loop engine, on the CPU."""
+    return simulate(
+        fed,
+        model,
+        strategy,
+        rounds=rounds,
+        clients_per_round=NUM_CLIENTS,
+        engine="loop",
+        device="cpu",
+        progress=False,
+        **HYPER,
+    )
+
+
 def flower_run(fed, model, server_strategy, client_strategy, rounds=3, errors="raise", node_fn=None, **kwargs):
     """Run ``rounds`` rounds through Flower's Strategy.start on a LocalGrid; return (strategy, grid, result)."""
 
@@ -134,17 +149,7 @@ def test_flower_equals_simulate_after_three_rounds(setting, name):
     theta0 = get_params(model)
     flower_strategy, _, result = flower_run(fed, model, server, client)
     sim_strategy, _ = STRATEGIES[name](val)
-    history = simulate(
-        fed,
-        model,
-        sim_strategy,
-        rounds=3,
-        clients_per_round=NUM_CLIENTS,
-        engine="loop",
-        device="cpu",
-        progress=False,
-        **HYPER,
-    )
+    history = simulate_every_client(fed, model, sim_strategy)
     flower_params = arrays_to_params(result.arrays)
     assert flower_params.keys() == history.final_params.keys()
     moved = 0.0
@@ -209,9 +214,7 @@ def test_qfedavg_losses_travel_in_metric_records(setting):
     """q-FedAvg's per-client losses F_k(theta_t) reach the server, as the simulator computes them."""
     fed, _, model = setting
     strategy, _, _ = flower_run(fed, model, QFedAvg(q=1.0), QFedAvg(q=1.0), rounds=1)
-    history = simulate(
-        fed, model, QFedAvg(q=1.0), rounds=1, clients_per_round=NUM_CLIENTS, engine="loop", progress=False, **HYPER
-    )
+    history = simulate_every_client(fed, model, QFedAvg(q=1.0), rounds=1)
     torch.testing.assert_close(strategy.diagnostics[0]["losses"], history.diagnostics[0]["losses"])
 
 
@@ -377,17 +380,7 @@ def test_client_state_stays_on_the_nodes_and_matches_simulate(setting, name):
     fed, _, model = setting
     make = {"ditto": lambda: Ditto(lam=0.5, base=FedAvg()), "counter": CountingFedAvg}[name]
     flower_strategy, grid, result = flower_run(fed, model, make(), make(), rounds=3)
-    history = simulate(
-        fed,
-        model,
-        make(),
-        rounds=3,
-        clients_per_round=NUM_CLIENTS,
-        engine="loop",
-        device="cpu",
-        progress=False,
-        **HYPER,
-    )
+    history = simulate_every_client(fed, model, make())
     flower_params = arrays_to_params(result.arrays)
     for k, v in history.final_params.items():
         torch.testing.assert_close(flower_params[k], v, rtol=1e-6, atol=1e-7)
