@@ -3,12 +3,75 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
+from pathlib import Path
 
 __all__ = ["main", "build_parser"]
 
+SERVER_STEP_NOTES = """\
+fair comparisons -- the server step (--server-lr, eta_s) means different things:
+  fedavg, fedprox, fedvg, fedoui, fedalign, fedfv
+                 default 1: the step is the clients' weighted mean update.
+  fedavgm        default 1 with momentum 0.9: the long-run step is eta_s / (1 - 0.9) = 10
+                 times the mean update; --server-lr 0.1 matches FedAvg's long-run step.
+  craft          default 0.1 (the paper's, for 500 rounds): the step length is eta_s
+                 alone, whatever the clients' updates; for tens of rounds use about 1.
+  config         default 1, but its update is a sum over the m selected clients:
+                 use about 1/m.
+  qfedavg        the step depends on the clients' losses and lr: tune --server-lr.
+  scaffold, feddyn, fednova
+                 default 1: the mean update (FedNova rescaled by the effective number of
+                 local steps; FedDyn minus its state h / alpha).
+  afl            default 1: a lambda-weighted mean update, times N/m.
+  fedlf          default 1: a min-norm direction rescaled to the mean update's length.
+  fedadam, fedyogi, fedadagrad
+                 default 0.01: an adaptive step of about eta_s per coordinate, whatever
+                 the update's size; tune it (Reddi et al. use 10^-2 to 1).
+  gossip, dac    no server step: each client averages with its neighbours.
+Compare strategies at the same long-run step, or tune --server-lr for each on one
+--seed (e.g. 0.3, 1, 3) and compare the picked values on other seeds.
+
+example:
+  python -m fedlearn_edu run --strategy fedavg --rounds 30 --no-progress
+  python -m fedlearn_edu run --strategy craft --server-lr 1 --rounds 30 --no-progress
+"""
+
+
+def _number(kind, low, high=None, low_open=False, high_open=True):
+    """An argparse ``type``: ``kind`` (int or float) in the given range, else a one-line error."""
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            what = "an integer" if kind is int else "a number"
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+        if kind is float and not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+        too_low = value <= low if low_open else value < low
+        too_high = high is not None and (value >= high if high_open else value > high)
+        if too_low or too_high:
+            left = "(" if low_open else "["
+            right = ")" if high is None or high_open else "]"
+            raise argparse.ArgumentTypeError(
+                f"must be in {left}{low}, {'inf' if high is None else high}{right}, got {text}"
+            )
+        return value
+
+    parse.__name__ = "integer" if kind is int else "number"
+    return parse
+
+
+_POSITIVE_INT = _number(int, 1)
+_SEED = _number(int, 0)
+_POSITIVE = _number(float, 0, low_open=True)
+_NONNEGATIVE = _number(float, 0)
+_FRACTION = _number(float, 0, 1, low_open=True, high_open=True)
+
 
 def build_parser() -> argparse.ArgumentParser:
+    from .data import PARTITIONS
     from .models import MODELS
     from .strategies import STRATEGIES
 
@@ -16,7 +79,13 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m fedlearn_edu", description="Federated learning on heterogeneous data."
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="simulate one strategy and print the fairness metrics")
+    run = sub.add_parser(
+        "run",
+        help="simulate one strategy and print the fairness metrics",
+        description="Simulate one strategy on a federated dataset and print the fairness metrics.",
+        epilog=SERVER_STEP_NOTES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     run.add_argument(
         "--dataset", default="digits", help="digits (bundled, default), mnist, fashion_mnist, cifar10, cifar100"
     )
@@ -24,41 +93,62 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--download", action="store_true", help="download the dataset if missing")
     run.add_argument("--strategy", default="fedavg", choices=sorted(STRATEGIES))
     run.add_argument("--model", default="mlp", choices=sorted(MODELS))
-    run.add_argument("--partition", default="dirichlet", choices=["iid", "dirichlet", "shards", "quantity"])
-    run.add_argument("--clients", type=int, default=20, help="number of clients N")
-    run.add_argument("--alpha", type=float, default=0.1, help="Dirichlet concentration")
-    run.add_argument("--min-size", type=int, default=10, help="minimum samples per client")
-    run.add_argument("--clients-per-round", type=int, default=10)
-    run.add_argument("--rounds", type=int, default=30)
-    run.add_argument("--local-epochs", type=int, default=1)
-    run.add_argument("--batch-size", type=int, default=10)
-    run.add_argument("--lr", type=float, default=0.05, help="client learning rate")
+    run.add_argument("--partition", default="dirichlet", choices=list(PARTITIONS))
+    run.add_argument("--clients", type=_POSITIVE_INT, default=20, help="number of clients N")
+    run.add_argument("--alpha", type=_POSITIVE, default=0.1, help="Dirichlet concentration")
+    run.add_argument("--min-size", type=_number(int, 0), default=10, help="minimum samples per client")
+    run.add_argument("--clients-per-round", type=_POSITIVE_INT, default=10)
+    run.add_argument("--rounds", type=_POSITIVE_INT, default=30)
+    run.add_argument("--local-epochs", type=_POSITIVE_INT, default=1)
+    run.add_argument("--batch-size", type=_POSITIVE_INT, default=10)
+    run.add_argument("--lr", type=_POSITIVE, default=0.05, help="client learning rate")
     run.add_argument(
         "--server-lr",
-        type=float,
+        type=_POSITIVE,
         default=None,
-        help="server step size eta_s (default: the strategy's own, e.g. 1 for FedAvg, 0.1 for CRAFT)",
+        help="server step size eta_s (default: the strategy's own, e.g. 1 for FedAvg, 0.1 for CRAFT; see below)",
     )
-    run.add_argument("--mu", type=float, default=0.01, help="FedProx proximal coefficient")
+    run.add_argument("--mu", type=_NONNEGATIVE, default=0.01, help="FedProx proximal coefficient")
     run.add_argument(
         "--val-fraction",
-        type=float,
+        type=_FRACTION,
         default=0.1,
         help="fedvg: share of every client's training data pooled as the server's validation set",
     )
-    run.add_argument("--eval-every", type=int, default=1)
+    run.add_argument("--eval-every", type=_POSITIVE_INT, default=1)
     run.add_argument("--engine", default="auto", choices=["auto", "loop", "vmap"])
     run.add_argument("--device", default="auto")
-    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--seed", type=_SEED, default=0)
     run.add_argument("--plot", default=None, metavar="PNG", help="save the accuracy curves to this file")
     run.add_argument("--no-progress", action="store_true")
+    run.set_defaults(error=run.error)  # errors found after parsing are reported like argparse's own
     return parser
 
 
 def main(argv=None) -> int:
+    """Run the command line; input errors exit with status 2 and a one-line message, as argparse's own."""
     args = build_parser().parse_args(argv)
-    from . import federated_dataset, make_model, make_strategy, simulate
+    if args.plot:
+        folder = Path(args.plot).expanduser().absolute().parent
+        if not folder.is_dir():
+            args.error(f"argument --plot: folder {folder} does not exist")
+    try:
+        history = _run(args)
+    except FileNotFoundError as err:
+        first = str(err).splitlines()[0].replace(" Looked in, in this order:", "")
+        args.error(f"{first} Pass --data-root FOLDER, set FEDLEARN_DATA=FOLDER, or add --download.")
+    except (ValueError, TypeError) as err:
+        args.error(" ".join(str(err).split()))
+    _report(args, history)
+    return 0
 
+
+def _run(args):
+    """Build the federation, model and strategy from the parsed flags and simulate."""
+    from . import federated_dataset, make_model, make_strategy, simulate
+    from .utils import resolve_device
+
+    resolve_device(args.device)  # an unknown or unavailable device fails before the data are loaded
     fed = federated_dataset(
         args.dataset,
         partition=args.partition,
@@ -78,7 +168,7 @@ def main(argv=None) -> int:
 
         fed, kwargs["val_data"] = server_validation_split(fed, args.val_fraction, seed=args.seed)
     strategy = make_strategy(args.strategy, **kwargs)
-    history = simulate(
+    return simulate(
         fed,
         model,
         strategy,
@@ -93,6 +183,10 @@ def main(argv=None) -> int:
         engine=args.engine,
         progress=not args.no_progress,
     )
+
+
+def _report(args, history) -> None:
+    """Print the run's summary and save the plot if asked."""
     print(
         f"{args.dataset}, {args.partition} partition (alpha={args.alpha}), {args.clients} clients, "
         f"{history.config['clients_per_round']} per round, model {args.model}, "
@@ -109,7 +203,6 @@ def main(argv=None) -> int:
         axes[0].figure.tight_layout()
         axes[0].figure.savefig(args.plot, dpi=120)
         print(f"saved {args.plot}")
-    return 0
 
 
 if __name__ == "__main__":

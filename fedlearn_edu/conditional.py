@@ -29,6 +29,7 @@ The Oracle baseline is the same model fed a one-hot cluster id instead of
 from __future__ import annotations
 
 import copy
+import functools
 import math
 from collections.abc import Sequence
 
@@ -42,7 +43,9 @@ from .models import count_parameters, make_model
 from .personalization import simulate_ditto, simulate_ifca, simulate_local
 from .signals.fingerprint import client_fingerprints
 from .simulation import simulate
+from .strategies.decentralized import DAC, Gossip
 from .strategies.fedavg import FedAvg
+from .utils import derive_seed
 
 __all__ = [
     "ConditionalModel",
@@ -321,15 +324,34 @@ def make_conditional_model(
         torch.Size([4, 10])
     """
     backbone = make_model(name, input_shape, num_classes, seed=seed, **kwargs)
-    return ConditionalModel(backbone, input_shape, cond_dim, cond_scale=cond_scale, zero_init=zero_init)
+    if seed is None:
+        return ConditionalModel(backbone, input_shape, cond_dim, cond_scale=cond_scale, zero_init=zero_init)
+    # The widened layer's fresh weights come from a generator seeded here (the global RNG is
+    # neither read nor advanced): the same seed gives the same model, zero_init or not.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(derive_seed(seed, 0xC0D17))
+        return ConditionalModel(backbone, input_shape, cond_dim, cond_scale=cond_scale, zero_init=zero_init)
 
 
 # --------------------------------------------------------------------------- #
 # the chapter's comparison in one call
 # --------------------------------------------------------------------------- #
 METHODS = ("fedavg", "local", "ifca", "ditto", "oracle", "conditional")
+DECENTRALISED_METHODS = ("gossip", "dac")  # accepted by compare_methods on request, not run by default
 
 
+def _keeps_global_rng(fn):
+    """Run ``fn`` in a forked RNG: seeded runs leave the caller's global RNG as it was."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with torch.random.fork_rng(devices=[]):
+            return fn(*args, **kwargs)
+
+    return wrapper
+
+
+@_keeps_global_rng
 def compare_methods(
     federation: Federation,
     methods: Sequence[str] = METHODS,
@@ -344,6 +366,7 @@ def compare_methods(
     num_clusters: int | None = None,
     ditto_lam: float = 0.1,
     ditto_strategy=None,
+    num_neighbours: int = 3,
     **train,
 ) -> dict:
     """Run FedAvg, local-only, IFCA, Ditto, the Oracle and the conditional model on one federation.
@@ -364,14 +387,17 @@ def compare_methods(
     ``conditional``  the conditional model fed each client's fingerprint (minus ``reference``
                      when given) x ``cond_scale``; ``cond_scale=None`` picks 20 with a
                      reference and 2.5 without (so the condition has a norm of order 1).
+    ``gossip``       (on request) :class:`~fedlearn_edu.Gossip` with ``num_neighbours`` sampled
+                     neighbours per round, averaged by data size (Zec et al.'s "Random")
+    ``dac``          (on request) :class:`~fedlearn_edu.DAC` with ``num_neighbours``
     ================ ===================================================================
 
     Returns:
         ``{method: History}`` in the order of ``methods``.
     """
-    unknown = [m for m in methods if m not in METHODS]
+    unknown = [m for m in methods if m not in METHODS + DECENTRALISED_METHODS]
     if unknown:
-        raise ValueError(f"Unknown method(s) {unknown}; choose from {METHODS}.")
+        raise ValueError(f"Unknown method(s) {unknown}; choose from {METHODS + DECENTRALISED_METHODS}.")
     train = dict(train)
     train.setdefault("clients_per_round", len(federation))
     train.setdefault("progress", False)
@@ -391,6 +417,9 @@ def compare_methods(
             out[method] = simulate_ditto(
                 federation, make_model(model, shape, c, seed=seed, **mk), ditto_lam, ditto_strategy, **train
             )
+        elif method in DECENTRALISED_METHODS:
+            strategy = Gossip(num_neighbours=num_neighbours) if method == "gossip" else DAC(num_neighbours)
+            out[method] = simulate(federation, make_model(model, shape, c, seed=seed, **mk), strategy, **train)
         elif method == "oracle":
             fed = oracle_federation(federation)
             net = make_conditional_model(

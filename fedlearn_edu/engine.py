@@ -29,6 +29,7 @@ for the server.
 from __future__ import annotations
 
 import warnings
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -37,6 +38,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.func import functional_call, grad, grad_and_value, vmap
 
+from .local_objectives import linear_term, proximal_term
 from .params import Params, num_stacked, stack_params
 from .utils import tune_cpu_allocator
 
@@ -137,9 +139,9 @@ def batch_loss(
     ce = F.cross_entropy(functional_call(model, params, (x,)), y)
     obj = ce
     if prox_mu:
-        obj = obj + 0.5 * prox_mu * sum(((p - anchor[k]) ** 2).sum() for k, p in params.items())
+        obj = obj + proximal_term(params, anchor, prox_mu)
     if linear is not None:
-        obj = obj + sum((linear[k] * p).sum() for k, p in params.items())
+        obj = obj + linear_term(params, linear)
     return obj, ce
 
 
@@ -279,10 +281,12 @@ def stacked_grads(
         ce_each = F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="none").view_as(mask)
         ce = (ce_each * mask).sum(1) / mask.sum(1).clamp(min=1)
         obj = ce.sum()
+        # the terms of all clients at once: the anchor broadcasts over the client axis, and the
+        # sums over clients separate (row j's gradient is client j's)
         if prox_mu:
-            obj = obj + 0.5 * prox_mu * sum(((p - anchor[k]) ** 2).sum() for k, p in live.items())
+            obj = obj + proximal_term(live, anchor, prox_mu)
         if linear is not None:
-            obj = obj + sum((linear[k] * p).sum() for k, p in live.items())
+            obj = obj + linear_term(live, linear)
         grads = torch.autograd.grad(obj, list(live.values()))
     return dict(zip(live, grads)), ce.detach()
 
@@ -357,7 +361,10 @@ class VmapEngine:
         self.memory_budget = memory_budget
         self.max_chunk = int(max_chunk)
         self.tune_allocator = bool(tune_allocator)
-        self._chunk_cache: dict = {}
+        # model -> {(input shape, device, batch size): clients per chunk}. Keyed by the model
+        # object itself, held weakly: a new model can never inherit a freed model's entry
+        # (as it could with id(model)), and a dropped model's entry goes with it.
+        self._chunk_cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     def chunk_size(self, model: nn.Module, sample: Tensor, batch_size: int) -> int:
         """Clients per chunk: memory budget / estimated bytes per client.
@@ -389,10 +396,11 @@ class VmapEngine:
         sample = datasets[0][0]
         if self.tune_allocator and sample.device.type == "cpu":
             tune_cpu_allocator()
-        key = (id(model), tuple(sample.shape[1:]), sample.device, config.batch_size)
-        if key not in self._chunk_cache:
-            self._chunk_cache[key] = self.chunk_size(model, sample, config.batch_size)
-        chunk = self._chunk_cache[key]
+        sizes = self._chunk_cache.setdefault(model, {})
+        key = (tuple(sample.shape[1:]), sample.device, config.batch_size)
+        if key not in sizes:
+            sizes[key] = self.chunk_size(model, sample, config.batch_size)
+        chunk = sizes[key]
         # Most steps first, so that each chunk holds clients of similar length and, inside a
         # chunk, the clients still training at any step are a prefix of the stack.
         steps = _num_steps(torch.tensor([y.shape[0] for _, y in datasets]), config.epochs, config.batch_size)
@@ -531,6 +539,11 @@ def _padded_schedule(sizes: Sequence[int], epochs: int, batch_size: int, seeds: 
     Returns ``index: Tensor[m, S, batch_size]`` (long; client j's local sample r is stored
     as ``offsets[j] + r``, its position in the clients' concatenated data), ``mask`` of the
     same shape (1 for a real sample, 0 for padding) and ``steps: Tensor[m]`` (S = max steps).
+
+    A padding slot of client j repeats a sample of client j's own batch at that step (its
+    first sample once client j has finished): padding never reads another client's data,
+    so a NaN or Inf in one client's inputs cannot reach another client's loss (``NaN * 0``
+    is still NaN, so masking alone would not keep it out).
     """
     sizes_t = torch.tensor([int(n) for n in sizes])
     per_epoch = _num_steps(sizes_t, 1, batch_size)
@@ -544,10 +557,12 @@ def _padded_schedule(sizes: Sequence[int], epochs: int, batch_size: int, seeds: 
     n = sizes_t[client]
     step = (r // n) * per_epoch[client] + (r % n) // batch_size
     slot = (r % n) % batch_size
-    index = torch.zeros(m, max_steps, batch_size, dtype=torch.long)
+    offsets = torch.cumsum(sizes_t, 0) - sizes_t
+    index = offsets.view(m, 1, 1).repeat(1, max_steps, batch_size)
     mask = torch.zeros(m, max_steps, batch_size)
-    index[client, step, slot] = order + (torch.cumsum(sizes_t, 0) - sizes_t)[client]
+    index[client, step, slot] = order + offsets[client]
     mask[client, step, slot] = 1.0
+    index = torch.where(mask.bool(), index, index[:, :, :1])  # slot 0 of a step is always real
     return index, mask, steps
 
 

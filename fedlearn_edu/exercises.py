@@ -17,7 +17,10 @@ instructor can use it in an autograder::
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import base64
+import contextlib
+import html
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -31,6 +34,7 @@ __all__ = [
     "check_beta_moments",
     "check_pca_fingerprint",
     "check_craft_direction",
+    "collapsed_output",
 ]
 
 
@@ -127,7 +131,8 @@ def check_fedavg(your_function: Callable, seed: int = 0) -> bool:
 def check_fedvg_weights(your_function: Callable, seed: int = 0) -> bool:
     """Check ``your_function(grad_norms: Tensor[m, L]) -> Tensor[m]``: FedVG's client weights
     ``s_k = (1 / (G_k + eps)) / sum_j 1 / (G_j + eps)`` with ``G_k = sum_l grad_norms[k, l]``
-    and ``eps = 1e-8``."""
+    and ``eps = 1e-8``. One case has a client whose gradient is exactly zero: a solution
+    without ``eps`` divides by zero there and fails."""
     from .aggregators import fedvg_weights
 
     g = torch.Generator().manual_seed(seed)
@@ -136,6 +141,8 @@ def check_fedvg_weights(your_function: Callable, seed: int = 0) -> bool:
         ("one client", torch.rand(1, 5, generator=g) + 0.1),
         ("equal norms give uniform weights", torch.full((5, 3), 0.7)),
         ("one client with a tiny gradient", torch.tensor([[1e-9, 0.0], [1.0, 2.0], [0.5, 0.5]])),
+        # without eps, 1 / G_k is infinite here and the weights come out NaN
+        ("one client with an exactly zero gradient (needs eps)", torch.tensor([[0.0, 0.0], [1.0, 2.0], [0.5, 0.5]])),
         ("double precision", torch.rand(7, 9, generator=g, dtype=torch.float64)),
     ]
     cases = [Case(name, (x,), fedvg_weights(x)) for name, x in inputs]
@@ -145,11 +152,15 @@ def check_fedvg_weights(your_function: Callable, seed: int = 0) -> bool:
 def check_oui(your_function: Callable, seed: int = 0) -> bool:
     """Check ``your_function(preactivations: Tensor[B, d]) -> float``: the OUI,
     ``mean_j min(s_j, B - s_j) / floor(B / 2)`` with ``s_j`` the number of samples whose
-    pre-activation of unit j is > 0, clipped to [0, 1]."""
+    pre-activation of unit j is > 0, clipped to [0, 1]. Exact zeros count as *off*
+    (a ReLU passes nothing there): two cases hold exact zeros, so a solution that tests
+    ``z >= 0`` fails."""
     from .signals import oui
 
     g = torch.Generator().manual_seed(seed)
     half = torch.cat([torch.ones(16, 8), -torch.ones(16, 8)])
+    zeros_and_negatives = torch.cat([torch.zeros(5, 6), -torch.rand(5, 6, generator=g) - 0.1])
+    relu_like = torch.relu(torch.randn(12, 9, generator=g))  # about half the entries exactly 0
     inputs = [
         ("random Gaussian, B=32, d=64", torch.randn(32, 64, generator=g)),
         ("every unit splits the batch in half (OUI = 1)", half),
@@ -157,6 +168,8 @@ def check_oui(your_function: Callable, seed: int = 0) -> bool:
         ("every unit always off, zeros count as off", torch.zeros(8, 5)),
         ("odd batch size B=7", torch.randn(7, 12, generator=g)),
         ("a single unit", torch.randn(10, 1, generator=g)),
+        ("half the samples exactly 0, half negative: zeros are off (OUI = 0)", zeros_and_negatives),
+        ("post-ReLU values with exact zeros", relu_like),
     ]
     cases = [Case(name, (z,), float(oui(z))) for name, z in inputs]
     return run_cases("check_oui", your_function, cases)
@@ -227,7 +240,9 @@ def check_craft_direction(your_function: Callable, seed: int = 0) -> bool:
     """Check ``your_function(pseudo_grads: Tensor[m, d], rho: Tensor[m], reference: Tensor[d])
     -> Tensor[d]``: CRAFT's minimum-norm correction ``g = g_hat + U^+ (rho - U g_hat)``, with
     ``U`` the row-normalised pseudo-gradients, ``rho`` normalised to sum to one and
-    ``g_hat = reference / ||reference||`` (``g_hat = 0`` for a zero reference). The cases
+    ``g_hat = reference / ||reference||`` (``g_hat = 0`` for a zero reference): both
+    normalisations are part of the answer, and cases with ``rho`` summing to more than one and
+    with a reference of length other than one fail without them. The cases
     have full-rank ``U``, at least two clients and no zero updates (the special rules for
     zero updates and a single client are not checked)."""
     from .aggregators import craft_direction
@@ -269,6 +284,56 @@ def check_craft_direction(your_function: Callable, seed: int = 0) -> bool:
     ]
     cases = [Case(name, (u, r, ref), craft_direction(u, r, ref)) for name, u, r, ref in inputs]
     return run_cases("check_craft_direction", your_function, cases, rtol=1e-6, atol=1e-9)
+
+
+@contextlib.contextmanager
+def collapsed_output(summary: str = "Output") -> Iterator[None]:
+    """Show what a block prints or displays inside one collapsed ``<details>`` block, closed until opened.
+
+    The solution cells of the book's reader's copies run inside it: a solution's output is part of the
+    solution, and neither JupyterLab (which shows a hidden cell's outputs again once the cell runs) nor
+    Colab hides the output of a collapsed cell. Printed text, warnings and displayed objects (figures
+    included) are collected while the block runs and shown when it ends, also when it raises (the
+    error itself is shown as usual). Outside IPython the output is shown as usual.
+
+    Args:
+        summary: the line shown while the block is closed.
+
+    Yields:
+        Nothing; use it as ``with collapsed_output("Output of the solution"): ...``.
+    """
+    try:
+        from IPython import get_ipython
+        from IPython.display import HTML, display
+        from IPython.utils.capture import capture_output
+    except ImportError:  # pragma: no cover - IPython comes with Jupyter
+        yield
+        return
+    if get_ipython() is None:
+        yield
+        return
+    capture = capture_output()
+    captured = capture.__enter__()
+    try:
+        yield
+    finally:
+        capture.__exit__(None, None, None)
+        body = [f"<pre>{html.escape(text)}</pre>" for text in (captured.stdout, captured.stderr) if text]
+        for output in captured.outputs:
+            body.append(_as_html(output.data))
+        display(HTML(f"<details><summary>{html.escape(summary)}</summary>{''.join(body)}</details>"))
+
+
+def _as_html(data: dict) -> str:
+    """One displayed object (its MIME bundle) as HTML: an image, its own HTML, or its text."""
+    for mime in ("image/png", "image/jpeg"):
+        if mime in data:
+            raw = data[mime]
+            encoded = base64.b64encode(raw).decode("ascii") if isinstance(raw, bytes) else raw
+            return f'<img src="data:{mime};base64,{encoded}">'
+    if "text/html" in data:
+        return data["text/html"]
+    return f"<pre>{html.escape(str(data.get('text/plain', '')))}</pre>"
 
 
 def check_scaffold_control_update(your_function: Callable, seed: int = 0) -> bool:

@@ -24,6 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .checks import check_int, check_seed
+
 __all__ = ["MLP", "CNN", "SmallCNN", "ResNet20", "make_model", "MODELS", "count_parameters"]
 
 
@@ -212,16 +214,25 @@ def make_model(name: str, input_shape: Sequence[int], num_classes: int, *, seed:
         >>> model(torch.zeros(2, 1, 8, 8)).shape
         torch.Size([2, 10])
     """
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a string such as 'mlp', got {type(name).__name__}.")
     key = name.lower().replace("-", "").replace("_", "")
     if key not in MODELS:
         raise ValueError(f"Unknown model {name!r}; choose one of {sorted(MODELS)}.")
-    if int(num_classes) < 2:
-        raise ValueError(f"num_classes must be at least 2, got {num_classes}.")
+    num_classes = check_int(num_classes, "num_classes", 2)
+    if isinstance(input_shape, (str, bytes)) or not hasattr(input_shape, "__iter__"):
+        raise TypeError(f"input_shape must be a sequence of sizes such as (1, 8, 8), got {input_shape!r}.")
+    input_shape = tuple(check_int(s, "input_shape entries", 1) for s in input_shape)
+    if "hidden" in kwargs:
+        if isinstance(kwargs["hidden"], (str, bytes)) or not hasattr(kwargs["hidden"], "__iter__"):
+            raise TypeError(f"hidden must be a sequence of layer sizes such as (200, 200), got {kwargs['hidden']!r}.")
+        kwargs["hidden"] = tuple(check_int(h, "hidden layer sizes", 1) for h in kwargs["hidden"])
     if seed is None:
-        return MODELS[key](input_shape, int(num_classes), **kwargs)
+        return MODELS[key](input_shape, num_classes, **kwargs)
+    seed = check_seed(seed)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        return MODELS[key](input_shape, int(num_classes), **kwargs)
+        return MODELS[key](input_shape, num_classes, **kwargs)
 
 
 def count_parameters(model: nn.Module) -> int:

@@ -15,7 +15,7 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
     """Turn ``"auto"`` into CUDA, then MPS, then CPU; pass anything else to ``torch.device``.
 
     Raises:
-        ValueError: the named device is not available on this machine.
+        ValueError: an unknown device name, or a device not available on this machine.
     """
     if isinstance(device, torch.device):
         return device
@@ -26,7 +26,10 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
         if mps is not None and mps.is_available():
             return torch.device("mps")
         return torch.device("cpu")
-    dev = torch.device(device)
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as err:
+        raise ValueError(f"Unknown device {device!r}: use 'auto', 'cpu', 'cuda', 'cuda:1', 'mps' ({err}).") from None
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ValueError("device='cuda' was requested but CUDA is not available; use device='auto' or 'cpu'.")
     if dev.type == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):

@@ -148,12 +148,8 @@ def test_models_own_their_split():
 
 # ------------------------------------------------------------------------ faults
 def _with_nan_client(fed, bad=2):
-    clients = []
-    for i, c in enumerate(fed):
-        x = c.train_x.clone()
-        if i == bad:
-            x[0, 0, 0, 0] = float("nan")
-        clients.append(ClientData(x, c.train_y, c.test_x, c.test_y, c.info))
+    clients = [ClientData(c.train_x.clone(), c.train_y, c.test_x, c.test_y, c.info) for c in fed]
+    clients[bad].train_x[0, 0, 0, 0] = float("nan")  # after construction: ClientData refuses NaN inputs
     return Federation(clients, fed.num_classes, fed.name)
 
 
@@ -180,7 +176,9 @@ def test_skip_drops_a_client_with_nan_data_and_aggregates_the_others(fed):
 
 
 def test_skip_with_every_client_dropped_skips_the_round(fed):
-    clients = [ClientData(c.train_x * float("nan"), c.train_y, c.test_x, c.test_y) for c in fed]
+    clients = [ClientData(c.train_x.clone(), c.train_y, c.test_x, c.test_y) for c in fed]
+    for c in clients:
+        c.train_x[:] = float("nan")  # after construction: ClientData refuses NaN inputs
     all_bad = Federation(clients, fed.num_classes)
     model = _model(fed)
     with pytest.warns(UserWarning, match="every selected client was dropped"):
@@ -199,9 +197,9 @@ def test_errors_name_the_real_cause(fed):
     with pytest.raises(FloatingPointError, match="server_lr") as err:
         simulate(fed, model, FedAvg(server_lr=1e308), **dict(KW, lr=1.0))
     assert "every client update was finite" in str(err.value) and "client lr" not in str(err.value)
-    with pytest.raises(FloatingPointError, match="lower q") as err:
-        simulate(fed, model, QFedAvg(q=1e4), **KW)
-    assert "client lr" not in str(err.value)
+    # q-FedAvg's weights are computed in logarithms: a huge q no longer overflows
+    h = simulate(fed, model, QFedAvg(q=1e4), **KW)
+    assert all(bool(torch.isfinite(v).all()) for v in h.final_params.values())
     x, y = torch.rand(10, *fed.input_shape), torch.arange(10) % 10
     x[3, 0, 0, 0] = float("nan")
     with pytest.raises(ValueError, match="validation set holds NaN"):

@@ -58,6 +58,15 @@ def test_check_fedvg_weights(capsys):
     assert "failed" in capsys.readouterr().out
 
 
+def test_check_fedvg_weights_catches_a_missing_epsilon(capsys):
+    def without_eps(norms):  # the classic mistake: 1 / G_k with no floor
+        inv = 1.0 / norms.sum(1)
+        return inv / inv.sum()
+
+    assert check_fedvg_weights(without_eps) is False
+    assert "exactly zero gradient" in capsys.readouterr().out
+
+
 def test_check_oui(capsys):
     def right(z):
         b = z.shape[0]
@@ -72,6 +81,16 @@ def test_check_oui(capsys):
     assert check_oui(right) is True
     assert check_oui(uses_b_over_two) is False
     assert "odd batch size" in capsys.readouterr().out
+
+
+def test_check_oui_catches_zeros_counted_as_active(capsys):
+    def counts_zeros_as_on(z):  # the classic mistake: z >= 0 instead of z > 0
+        b = z.shape[0]
+        s = (z >= 0).sum(0).double()
+        return float(torch.minimum(s, b - s).mean() / (b // 2))
+
+    assert check_oui(counts_zeros_as_on) is False
+    assert "exactly 0" in capsys.readouterr().out
 
 
 def test_check_beta_moments(capsys):
@@ -126,3 +145,19 @@ def test_check_craft_direction(capsys):
     assert check_craft_direction(right) is True
     assert check_craft_direction(forgets_to_normalise_rows) is False
     assert "failed" in capsys.readouterr().out
+
+
+def test_check_craft_direction_needs_both_normalisations(capsys):
+    def raw_rho(G, rho, ref):  # equation (2.2) with rho as given
+        U = G / G.norm(dim=1, keepdim=True)
+        g_hat = ref / ref.norm() if ref.norm() > 0 else torch.zeros_like(ref)
+        return g_hat + torch.linalg.pinv(U) @ (rho - U @ g_hat)
+
+    def raw_reference(G, rho, ref):  # the reference not scaled to unit length
+        U = G / G.norm(dim=1, keepdim=True)
+        rho = rho / rho.sum()
+        return ref + torch.linalg.pinv(U) @ (rho - U @ ref)
+
+    assert check_craft_direction(raw_rho) is False
+    assert check_craft_direction(raw_reference) is False
+    assert capsys.readouterr().out.count("failed") == 2

@@ -17,12 +17,18 @@ def check_updates(updates: Updates, what: str = "deltas", finite: bool = True) -
     ``finite=False`` only the structure is checked (for callers that detect NaN/Inf
     more cheaply themselves and call this again to name the client).
     """
+    if not isinstance(updates, (Tensor, Mapping)):
+        raise TypeError(
+            f"{what} must be a torch.Tensor[m, d] or a dict of Tensor[m, ...], got {type(updates).__name__}."
+        )
     items = {"": updates}.items() if isinstance(updates, Tensor) else updates.items()
     m = None
     for name, t in items:
         if not isinstance(t, Tensor):
             raise TypeError(f"{what}{'[' + name + ']' if name else ''} must be a torch.Tensor, got {type(t).__name__}.")
         label = f"{what}[{name!r}]" if name else what
+        if not t.is_floating_point():
+            raise TypeError(f"{label} must hold floating-point values, got {t.dtype}; convert with .float().")
         if isinstance(updates, Tensor) and t.dim() != 2:
             raise ValueError(f"{label} must be Tensor[m, d] (one row per client); got shape {tuple(t.shape)}.")
         if t.dim() < 1:
@@ -44,7 +50,7 @@ def check_updates(updates: Updates, what: str = "deltas", finite: bool = True) -
 
 def check_weights(weights, m: int, what: str = "weights") -> Tensor:
     """Check non-negative, finite ``Tensor[m]`` weights with a positive sum; return them as float."""
-    w = torch.as_tensor(weights)
+    w = as_tensor_arg(weights, what)
     if w.dim() != 1 or w.shape[0] != m:
         raise ValueError(f"{what} must be Tensor[m] with m = {m} (one per client); got shape {tuple(w.shape)}.")
     w = w.to(torch.get_default_dtype()) if not w.is_floating_point() else w
@@ -52,6 +58,44 @@ def check_weights(weights, m: int, what: str = "weights") -> Tensor:
         raise ValueError(f"{what} contain NaN or Inf: {w.tolist()}.")
     if bool((w < 0).any()):
         raise ValueError(f"{what} must be >= 0; got {w.tolist()}.")
-    if float(w.sum()) <= 0:
+    if float(w.max()) <= 0:
         raise ValueError(f"{what} sum to zero: give at least one client a positive weight.")
     return w
+
+
+def as_tensor_arg(value, what: str) -> Tensor:
+    """``torch.as_tensor(value)`` for a numeric argument, with a ``TypeError`` naming it otherwise."""
+    if isinstance(value, (str, bytes)) or value is None:
+        raise TypeError(f"{what} must be a tensor of numbers, got {type(value).__name__}.")
+    try:
+        out = torch.as_tensor(value)
+    except (TypeError, ValueError, RuntimeError) as err:
+        raise TypeError(f"{what} must be a tensor of numbers, got {type(value).__name__} ({err}).") from None
+    if out.dtype == torch.bool or out.is_complex():
+        raise TypeError(f"{what} must hold real numbers, got {out.dtype}.")
+    return out
+
+
+def check_finite(value: Updates, what: str) -> None:
+    """Raise ``ValueError`` when a tensor (or any tensor of a dict) holds NaN or Inf."""
+    items = {"": value}.items() if isinstance(value, Tensor) else value.items()
+    for name, t in items:
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{what}{'[' + repr(name) + ']' if name else ''} must be a torch.Tensor.")
+        if not bool(torch.isfinite(t).all()):
+            raise ValueError(f"{what}{'[' + repr(name) + ']' if name else ''} contains NaN or Inf.")
+
+
+def check_rcond(rcond, dtype: torch.dtype, m: int, d: int) -> float:
+    """The pseudo-inverse's relative cut-off: ``rcond`` (finite, >= 0) or the default for ``dtype``."""
+    if rcond is None:
+        return torch.finfo(dtype).eps * max(m, d)
+    if isinstance(rcond, (str, bytes, bool)):
+        raise TypeError(f"rcond must be a number or None, got {rcond!r}.")
+    try:
+        out = float(rcond)
+    except (TypeError, ValueError):
+        raise TypeError(f"rcond must be a number or None, got {type(rcond).__name__}.") from None
+    if not 0 <= out <= 1:
+        raise ValueError(f"rcond must be in [0, 1] (a cut-off relative to the largest singular value), got {rcond}.")
+    return out

@@ -14,8 +14,9 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import Tensor
 
-from ._checks import Updates, check_updates
-from .craft import _default_rtol, _work_dtype, gram_pinv_apply, group_matrices, split_groups
+from ..checks import check_float
+from ._checks import Updates, as_tensor_arg, check_rcond, check_updates
+from .craft import gram_pinv_apply, group_matrices, split_groups, work_dtype
 
 __all__ = ["config_direction", "fedfv_direction", "qfedavg_step"]
 
@@ -46,7 +47,7 @@ def _combine(coef: Tensor, pseudo_grads: Updates) -> Updates:
 def _gram(pseudo_grads: Updates) -> Tensor:
     """``Tensor[m, m]`` Gram matrix ``G G^T`` of the (flattened, whole-model) pseudo-gradients, float64."""
     blocks = _as_matrices(pseudo_grads)
-    work = _work_dtype(blocks[0].device)
+    work = work_dtype(blocks[0].device)
     out = None
     for b in blocks:
         bw = b.to(work)
@@ -57,7 +58,7 @@ def _gram(pseudo_grads: Updates) -> Tensor:
 def _config_one(G: Tensor, rcond: float | None) -> Tensor:
     """ConFIG for one ``Tensor[m, d]`` block."""
     m, d = G.shape
-    work = _work_dtype(G.device)
+    work = work_dtype(G.device)
     Gw = G.to(work)
     raw = Gw @ Gw.T
     sq = torch.diagonal(raw)
@@ -69,7 +70,7 @@ def _config_one(G: Tensor, rcond: float | None) -> Tensor:
         Gw, raw, sq = Gw[keep], raw[keep][:, keep], sq[keep]
     norms = sq.sqrt()
     K = raw / (norms.unsqueeze(1) * norms.unsqueeze(0))
-    rtol = _default_rtol(G.dtype, k, d) if rcond is None else float(rcond)
+    rtol = check_rcond(rcond, G.dtype, k, d)
     c = gram_pinv_apply(K, torch.ones(k, dtype=work, device=G.device), rtol, d)
     g_u = Gw.T @ (c / norms)  # U^+ 1
     n = torch.linalg.vector_norm(g_u)
@@ -120,12 +121,19 @@ def config_direction(
 
 
 def _check_losses(losses, m: int, what: str = "losses") -> Tensor:
-    x = torch.as_tensor(losses, dtype=torch.float64).detach().cpu()
+    x = as_tensor_arg(losses, what).detach().cpu().to(torch.float64)
     if x.shape != (m,):
         raise ValueError(f"{what} must be Tensor[m] with m = {m} (one per client); got shape {tuple(x.shape)}.")
     if not bool(torch.isfinite(x).all()):
         raise ValueError(f"{what} contain NaN or Inf: {x.tolist()}.")
     return x
+
+
+def _check_alpha(alpha) -> float:
+    alpha = check_float(alpha, "alpha")
+    if not 0 <= alpha <= 1:
+        raise ValueError(f"alpha must be in [0, 1], got {alpha}.")
+    return alpha
 
 
 def fedfv_kept(losses, alpha: float) -> Tensor:
@@ -135,7 +143,11 @@ def fedfv_kept(losses, alpha: float) -> Tensor:
     increasing loss: ``ceil(alpha m)`` clients for alpha = 0.1 and every m up to 100 (at
     least one when alpha > 0), none when alpha = 0. Returns a boolean ``Tensor[m]``.
     """
-    x = torch.as_tensor(losses, dtype=torch.float64)
+    x = as_tensor_arg(losses, "losses")
+    if x.dim() != 1:
+        raise ValueError(f"losses must be Tensor[m] (one per client); got shape {tuple(x.shape)}.")
+    x = _check_losses(x, x.shape[0])
+    alpha = _check_alpha(alpha)
     m = x.shape[0]
     keep = torch.zeros(m, dtype=torch.bool)
     if alpha > 0:
@@ -175,8 +187,7 @@ def fedfv_direction(pseudo_grads: Updates, losses, alpha: float = 0.1) -> Update
     """
     m = check_updates(pseudo_grads, "pseudo_grads")
     x = _check_losses(losses, m)
-    if not 0 <= alpha <= 1:
-        raise ValueError(f"alpha must be in [0, 1], got {alpha}.")
+    alpha = _check_alpha(alpha)
     K = _gram(pseudo_grads)
     work, device = K.dtype, K.device
     kept = fedfv_kept(x, alpha).to(device)
@@ -230,18 +241,26 @@ def qfedavg_step(pseudo_grads: Updates, losses, lr: float, q: float = 1.0) -> Up
     F = _check_losses(losses, m)
     if bool((F < 0).any()):
         raise ValueError(f"losses must be >= 0 (q-FedAvg raises them to the power q); got {F.tolist()}.")
-    if not (lr > 0 and math.isfinite(lr)):
-        raise ValueError(f"lr must be a finite number > 0, got {lr}.")
-    if not (q >= 0 and math.isfinite(q)):
-        raise ValueError(f"q must be a finite number >= 0, got {q}.")
+    lr = check_float(lr, "lr", positive=True)
+    q = check_float(q, "q", nonnegative=True)
     K = _gram(pseudo_grads)
     F = F.to(device=K.device, dtype=K.dtype)
-    sq_dw = torch.diagonal(K) / lr**2  # ||Delta W_k||^2
-    Fq = F**q
-    dFq = q * F ** (q - 1) if q != 0 else torch.zeros_like(F)
-    dFq = torch.nan_to_num(dFq, nan=0.0, posinf=0.0)  # F_k = 0 with q < 1
-    h = dFq * sq_dw + Fq / lr
-    total = h.sum()
-    if not bool(total > 0):
+    # In logarithms, shifted by the largest term: F_k^q overflows for a large q (1000) and
+    # F_k > 1, and inf / inf would be NaN. The same numbers otherwise.
+    log_f = torch.log(F)  # -inf where F_k = 0
+    if q == 0:
+        log_fq, log_dfq = torch.zeros_like(F), torch.full_like(F, -math.inf)
+    else:
+        log_fq = q * log_f
+        log_dfq = math.log(q) + (torch.zeros_like(F) if q == 1 else (q - 1) * log_f)
+        log_dfq = torch.where(log_dfq == math.inf, -math.inf, log_dfq)  # F_k = 0 with q < 1: no term
+    sq_dw = torch.diagonal(K) / lr / lr  # ||Delta W_k||^2 (lr**2 could overflow a Python float)
+    a = log_dfq + torch.log(sq_dw)  # log(q F^(q-1) ||Delta W||^2)
+    b = log_fq - math.log(lr)  # log(F^q / lr)
+    terms = torch.cat([a, b])
+    finite = terms[torch.isfinite(terms)]
+    if finite.numel() == 0:
         return _combine(torch.zeros_like(F), pseudo_grads)
-    return _combine(Fq / lr / total, pseudo_grads)
+    shift = finite.max()
+    h = torch.exp(a - shift) + torch.exp(b - shift)
+    return _combine(torch.exp(b - shift) / h.sum(), pseudo_grads)

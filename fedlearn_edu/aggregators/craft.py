@@ -26,19 +26,14 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import Tensor
 
-from ._checks import Updates, check_updates, check_weights
+from ._checks import Updates, as_tensor_arg, check_rcond, check_updates, check_weights
 
 __all__ = ["craft_direction", "pinv_solve", "gram_pinv_apply", "group_matrices", "split_groups"]
 
 
-def _work_dtype(device: torch.device) -> torch.dtype:
+def work_dtype(device: torch.device) -> torch.dtype:
     """float64 for the Gram algebra, except on Apple's MPS which has no float64."""
     return torch.float32 if device.type == "mps" else torch.float64
-
-
-def _default_rtol(dtype: torch.dtype, m: int, d: int) -> float:
-    """The default relative cut-off of ``torch.linalg.pinv`` / NumPy's array-API ``pinv``."""
-    return torch.finfo(dtype).eps * max(m, d)
 
 
 def gram_pinv_apply(gram: Tensor, r: Tensor, rtol: float, width: int) -> Tensor:
@@ -98,12 +93,14 @@ def pinv_solve(matrix: Tensor, r: Tensor, rcond: float | None = None) -> Tensor:
     if not isinstance(matrix, Tensor) or matrix.dim() != 2:
         raise ValueError(f"matrix must be Tensor[m, d]; got {getattr(matrix, 'shape', type(matrix))}.")
     m, d = matrix.shape
-    r = torch.as_tensor(r)
+    if not matrix.is_floating_point() or not bool(torch.isfinite(matrix).all()):
+        raise ValueError(f"matrix must hold finite floating-point values; got {matrix.dtype} with NaN/Inf or integers.")
+    r = as_tensor_arg(r, "r")
     if r.shape != (m,):
         raise ValueError(f"r must be Tensor[m] with m = {m}; got shape {tuple(r.shape)}.")
-    work = _work_dtype(matrix.device)
+    work = work_dtype(matrix.device)
     a = matrix.to(work)
-    rtol = _default_rtol(matrix.dtype, m, d) if rcond is None else float(rcond)
+    rtol = check_rcond(rcond, matrix.dtype, m, d)
     c = gram_pinv_apply(a @ a.T, r.to(device=matrix.device, dtype=work), rtol, d)
     return (a.T @ c).to(matrix.dtype)
 
@@ -117,7 +114,7 @@ def _gram_of_rows(G: Tensor, what: str) -> tuple[Tensor, Tensor]:
     underflow to zero) is rescaled row by row (which changes neither the unit rows u_i
     nor g).
     """
-    Gw = G.to(_work_dtype(G.device))
+    Gw = G.to(work_dtype(G.device))
     raw = Gw @ Gw.T  # the one O(d m^2) product: Gram of the raw g_i
     diag = torch.diagonal(raw)
     rescale = not bool(torch.isfinite(diag).all())
@@ -143,7 +140,7 @@ def _solve_group(
 ) -> Tensor:
     """CRAFT's correction for one group: ``G`` is ``Tensor[m, d]`` of pseudo-gradients."""
     m, d = G.shape
-    work = _work_dtype(G.device)
+    work = work_dtype(G.device)
     Gw, raw = _gram_of_rows(G, what)
     sq = torch.diagonal(raw)
     keep = sq > 0  # clients with a zero update here are dropped
@@ -167,7 +164,7 @@ def _solve_group(
             n = torch.linalg.vector_norm(g_hat)
             g_hat = g_hat / n if bool(n > 0) else None
     residual = r if g_hat is None else r - (Gw @ g_hat) / norms  # rho - U g_hat
-    rtol = _default_rtol(G.dtype, k, d) if rcond is None else float(rcond)
+    rtol = check_rcond(rcond, G.dtype, k, d)
     c = gram_pinv_apply(K, residual, rtol, d)
     g = Gw.T @ (c / norms)  # U^T c = U^+ (rho - U g_hat)
     if g_hat is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ._checks import Updates, check_updates, check_weights
+from ._checks import Updates, check_finite, check_updates, check_weights
 
 __all__ = ["fedavg", "count_conflicts"]
 
@@ -30,7 +30,8 @@ def fedavg(deltas: Updates, weights) -> Updates:
         tensor([0.7500, 0.2500])
     """
     m = check_updates(deltas, "deltas")
-    w = check_weights(weights, m)
+    w = check_weights(weights, m).to(torch.float64)
+    w = w / w.max()  # a scale that cannot overflow the sum (weights near the float maximum)
     p = w / w.sum()
 
     def mean(t: Tensor) -> Tensor:
@@ -57,8 +58,23 @@ def count_conflicts(deltas: Updates, update: Updates) -> dict:
     from ..params import layer_groups
 
     m = check_updates(deltas, "deltas")
+    if not isinstance(update, (Tensor, dict)):
+        raise TypeError(f"update must be a Tensor[d] or a dict of tensors, got {type(update).__name__}.")
+    check_finite(update, "update")
+    if isinstance(deltas, Tensor) != isinstance(update, Tensor) or (
+        not isinstance(deltas, Tensor) and set(update) != set(deltas)
+    ):
+        raise ValueError("update must be shaped like one client's entry of deltas (a Tensor[d], or the same keys).")
+    for k, u in {"": update}.items() if isinstance(update, Tensor) else update.items():
+        d = deltas if isinstance(deltas, Tensor) else deltas[k]
+        if not u.is_floating_point() or tuple(u.shape) != tuple(d.shape[1:]):
+            raise ValueError(
+                f"update{'[' + repr(k) + ']' if k else ''} must be a floating-point tensor shaped like one client's "
+                f"row of deltas ({tuple(d.shape[1:])}); got {u.dtype} {tuple(u.shape)}."
+            )
     if isinstance(deltas, Tensor):
-        return {"conflicts": int((deltas @ update < 0).sum()), "conflicts_per_layer": {}}
+        dtype = torch.promote_types(deltas.dtype, update.dtype)
+        return {"conflicts": int((deltas.to(dtype) @ update.to(dtype) < 0).sum()), "conflicts_per_layer": {}}
     dots = {k: (v.reshape(m, -1) * update[k].reshape(1, -1)).sum(dim=1) for k, v in deltas.items()}
     per_layer = {}
     for group, names in layer_groups(list(deltas)).items():

@@ -31,7 +31,7 @@ from torch import Tensor
 
 from ._checks import Updates, check_updates
 from .conflict import _check_losses
-from .craft import _work_dtype, group_matrices, split_groups
+from .craft import group_matrices, split_groups, work_dtype
 
 __all__ = ["min_norm_point", "fedlf_direction"]
 
@@ -112,7 +112,7 @@ def min_norm_point(points: Tensor, tol: float = 1e-12) -> Tensor:
         tensor([1., 0.], dtype=torch.float64)
     """
     check_updates(points, "points")
-    work = _work_dtype(points.device)
+    work = work_dtype(points.device)
     P = points.to(work)
     return _min_norm_weights(P @ P.T, tol)
 
@@ -181,7 +181,7 @@ def fedlf_direction(
         if groups is None:
             groups = {k: [k] for k in pseudo_grads}
         mats = group_matrices(pseudo_grads, groups)
-    work = _work_dtype(next(iter(mats.values())).device)
+    work = work_dtype(next(iter(mats.values())).device)
     mats = {q: G.to(work) for q, G in mats.items()}
     dirs = {q: _layer_direction(G, h) for q, G in mats.items()}
     # whole-model rescaling to ||mean_i g_i||, unless d conflicts with a client's update

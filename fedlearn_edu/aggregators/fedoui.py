@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..checks import as_vector, check_float
 from ._checks import Updates, check_updates, check_weights
 
 __all__ = [
@@ -43,17 +44,7 @@ CDF_CLIP = 1e-4
 
 def _as_unit_values(values, what: str = "oui_values") -> np.ndarray:
     """Validate a 1-D vector of numbers in [0, 1]; return float64 NumPy."""
-    if isinstance(values, Tensor):
-        arr = values.detach().cpu().to(torch.float64).numpy()
-    else:
-        try:
-            arr = np.asarray(values, dtype=np.float64)
-        except (TypeError, ValueError) as err:
-            raise TypeError(f"{what} must be a 1-D sequence of numbers, got {type(values).__name__}.") from err
-    if arr.ndim != 1:
-        raise ValueError(f"{what} must be a 1-D Tensor[m] (one value per client); got shape {arr.shape}.")
-    if arr.size == 0:
-        raise ValueError(f"{what} is empty (m = 0): select at least one client.")
+    arr = as_vector(values, what, "Tensor[m], one value per client", "m = 0, select at least one client", np.float64)
     bad = ~np.isfinite(arr)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
@@ -76,6 +67,16 @@ def _like(values, arr: np.ndarray) -> Tensor:
     return torch.as_tensor(arr, dtype=torch.get_default_dtype())
 
 
+def _real(value, name: str) -> float:
+    """A real number (NaN and Inf allowed: the callers treat them), else ``TypeError`` naming it."""
+    if isinstance(value, (str, bytes, bool)) or value is None:
+        raise TypeError(f"{name} must be a real number, got {value!r}.")
+    try:
+        return float(value)
+    except (TypeError, ValueError, RuntimeError, OverflowError):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__}.") from None
+
+
 def beta_moments(mean: float, var: float) -> tuple[float, float]:
     """Method-of-moments Beta parameters from a mean and a variance.
 
@@ -91,6 +92,7 @@ def beta_moments(mean: float, var: float) -> tuple[float, float]:
         >>> round(a, 6), round(b, 6)
         (2.5, 7.5)
     """
+    mean, var = _real(mean, "mean"), _real(var, "var")
     if not (math.isfinite(mean) and math.isfinite(var)) or var <= 0 or not 0 < mean < 1:
         return math.nan, math.nan
     c = mean * (1.0 - mean) / var - 1.0
@@ -129,6 +131,7 @@ def fit_beta(oui_values, clip: float = FIT_CLIP) -> tuple[float, float, str]:
         (6.1, 15.94, 'moments')
     """
     x = _as_unit_values(oui_values)
+    clip = check_float(clip, "clip")
     if not 0 <= clip < 0.5:
         raise ValueError(f"clip must be in [0, 0.5), got {clip}.")
     x = np.clip(x, clip, 1.0 - clip)
@@ -172,7 +175,17 @@ def empirical_rank_scores(oui_values) -> Tensor:
     return _like(oui_values, 2.0 * np.minimum(p, 1.0 - p))
 
 
-def _scores_and_fit(oui_values, clip: float = FIT_CLIP):
+def scores_and_fit(oui_values, clip: float = FIT_CLIP):
+    """:func:`fedoui_scores` together with the fit behind them (for strategies' diagnostics).
+
+    Args:
+        oui_values: ``Tensor[m]`` OUI values in ``[0, 1]``.
+        clip: as in :func:`fit_beta`.
+
+    Returns:
+        ``(scores: Tensor[m], alpha, beta, method)``; ``method`` is ``"empirical"`` when
+        the Beta fit was not usable.
+    """
     x = _as_unit_values(oui_values)
     alpha, beta, method = fit_beta(x, clip=clip)
     if method != "empirical":
@@ -206,7 +219,7 @@ def fedoui_scores(oui_values, clip: float = FIT_CLIP) -> Tensor:
         >>> round(float(s[1]), 3)     # the authors' worked example: OUI 0.257 -> s = 0.895
         0.895
     """
-    return _scores_and_fit(oui_values, clip)[0]
+    return scores_and_fit(oui_values, clip)[0]
 
 
 def fedoui_weights(
@@ -240,17 +253,27 @@ def fedoui_weights(
         >>> [round(v, 3) for v in w.tolist()]
         [0.054, 0.689, 0.153, 0.085, 0.018]
     """
-    if not (eps > 0 and math.isfinite(eps)):
-        raise ValueError(f"eps must be a finite number > 0 (it keeps every weight positive), got {eps}.")
-    for name, v in (("size_power", size_power), ("score_power", score_power)):
-        if not math.isfinite(v) or v < 0:
-            raise ValueError(f"{name} must be a finite number >= 0, got {v}.")
-    return _weights_from_scores(fedoui_scores(oui_values, clip), num_samples, eps, size_power, score_power)
+    eps = check_float(eps, "eps", positive=True)  # it keeps every weight positive
+    size_power = check_float(size_power, "size_power", nonnegative=True)
+    score_power = check_float(score_power, "score_power", nonnegative=True)
+    return weights_from_scores(fedoui_scores(oui_values, clip), num_samples, eps, size_power, score_power)
 
 
-def _weights_from_scores(
+def weights_from_scores(
     scores: Tensor, num_samples, eps: float, size_power: float = 1.0, score_power: float = 1.0
 ) -> Tensor:
+    """Normalised weights ``n_k^size_power (eps + s_k)^score_power`` from ready scores.
+
+    Args:
+        scores: ``Tensor[m]`` structural scores.
+        num_samples: ``Tensor[m]`` positive client sizes.
+        eps: floor added to every score.
+        size_power: exponent of the sizes.
+        score_power: exponent of the scores.
+
+    Returns:
+        ``Tensor[m]`` summing to 1, like ``scores``.
+    """
     n = check_weights(num_samples, scores.shape[0], "num_samples").cpu().to(torch.float64)
     if bool((n <= 0).any()):
         i = int((n <= 0).nonzero()[0])
@@ -281,8 +304,7 @@ def fedalign_weights(deltas: Updates, num_samples, eps: float = 1e-3) -> Tensor:
         >>> bool(w[2] < 0.01)
         True
     """
-    if not (eps > 0 and math.isfinite(eps)):
-        raise ValueError(f"eps must be a finite number > 0, got {eps}.")
+    eps = check_float(eps, "eps", positive=True)
     m = check_updates(deltas, "deltas")
     n = check_weights(num_samples, m, "num_samples").cpu().to(torch.float64)
     if bool((n <= 0).any()):

@@ -23,13 +23,14 @@ from collections.abc import Mapping
 import torch
 from torch import Tensor
 
-from ._checks import check_updates, check_weights
+from ..checks import check_float
+from ._checks import as_tensor_arg, check_updates, check_weights
 
 __all__ = ["fedvg_weights", "fedvg_layerwise_weights", "fedvg_mixed_weights", "fedvg_aggregate"]
 
 
 def _check_norms(grad_norms) -> Tensor:
-    g = torch.as_tensor(grad_norms)
+    g = as_tensor_arg(grad_norms, "grad_norms")
     if not g.is_floating_point():
         g = g.to(torch.get_default_dtype())
     if g.dim() not in (1, 2):
@@ -46,21 +47,18 @@ def _check_norms(grad_norms) -> Tensor:
     if bool(bad.any()):
         i = int(bad.nonzero()[0])
         raise ValueError(
-            f"The validation-gradient norms of client {i} (row {i}) contain NaN or Inf: "
+            f"grad_norms: the validation-gradient norms of client {i} (row {i}) contain NaN or Inf: "
             f"{rows[i].tolist()}. Its model diverged; lower the client learning rate."
         )
     neg = (rows < 0).any(dim=1)
     if bool(neg.any()):
         i = int(neg.nonzero()[0])
-        raise ValueError(f"Norms are >= 0, but row {i} (client {i}) has negative entries: {rows[i].tolist()}.")
+        raise ValueError(f"grad_norms are >= 0, but row {i} (client {i}) has negative entries: {rows[i].tolist()}.")
     return g
 
 
 def _check_eps(eps: float) -> float:
-    eps = float(eps)
-    if not (eps > 0 and eps < float("inf")):
-        raise ValueError(f"eps must be a finite number > 0 (it keeps 1/(G + eps) finite), got {eps}.")
-    return eps
+    return check_float(eps, "eps", positive=True)  # it keeps 1/(G + eps) finite
 
 
 def fedvg_weights(grad_norms, eps: float = 1e-8) -> Tensor:
@@ -83,9 +81,10 @@ def fedvg_weights(grad_norms, eps: float = 1e-8) -> Tensor:
     """
     g = _check_norms(grad_norms)
     eps = _check_eps(eps)
-    G = g.sum(dim=1) if g.dim() == 2 else g
+    g64 = g.to(torch.float64)  # 1/(G + 1e-8) overflows float16 (and eps vanishes in it)
+    G = g64.sum(dim=1) if g.dim() == 2 else g64
     inv = 1.0 / (G + eps)
-    return inv / inv.sum()
+    return (inv / inv.sum()).to(g.dtype)
 
 
 def fedvg_layerwise_weights(grad_norms, eps: float = 1e-8) -> Tensor:
@@ -107,10 +106,10 @@ def fedvg_layerwise_weights(grad_norms, eps: float = 1e-8) -> Tensor:
     """
     g = _check_norms(grad_norms)
     if g.dim() != 2:
-        raise ValueError(f"Layer-wise weights need Tensor[m, L] norms; got shape {tuple(g.shape)}.")
+        raise ValueError(f"Layer-wise weights need grad_norms as Tensor[m, L]; got shape {tuple(g.shape)}.")
     eps = _check_eps(eps)
-    inv = 1.0 / (g + eps)
-    return inv / inv.sum(dim=0, keepdim=True)
+    inv = 1.0 / (g.to(torch.float64) + eps)
+    return (inv / inv.sum(dim=0, keepdim=True)).to(g.dtype)
 
 
 def fedvg_mixed_weights(weights, num_samples) -> Tensor:
@@ -129,7 +128,7 @@ def fedvg_mixed_weights(weights, num_samples) -> Tensor:
         >>> fedvg_mixed_weights(torch.tensor([0.5, 0.5]), torch.tensor([30, 10]))
         tensor([0.6250, 0.3750])
     """
-    s = torch.as_tensor(weights)
+    s = as_tensor_arg(weights, "weights")
     if s.dim() not in (1, 2) or s.shape[0] == 0:
         raise ValueError(f"weights must be Tensor[m] or Tensor[m, L] with m >= 1; got shape {tuple(s.shape)}.")
     m = s.shape[0]
@@ -164,7 +163,7 @@ def fedvg_aggregate(deltas: Mapping[str, Tensor], weights) -> dict[str, Tensor]:
     if isinstance(deltas, Tensor):
         raise TypeError("fedvg_aggregate takes the stacked dict {name: Tensor[m, ...]} of client deltas.")
     m = check_updates(deltas, "deltas")
-    w = torch.as_tensor(weights)
+    w = as_tensor_arg(weights, "weights")
     if not bool(torch.isfinite(w).all()) or bool((w < 0).any()):
         raise ValueError(f"weights must be finite and >= 0; got {w.tolist()}.")
     names = list(deltas)

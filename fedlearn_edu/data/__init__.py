@@ -8,16 +8,17 @@
 
 from .datasets import (
     DATASETS,
-    PARTITIONS,
     DatasetInfo,
     dataset_info,
     federated_dataset,
     load_dataset,
-    read_idx,
 )
+from .fallback import dataset_or_digits
 from .federation import ClientData, Federation, make_federation
 from .noise import add_label_noise, flip_labels
 from .partition import (
+    PARTITIONS,
+    PartitionScheme,
     dirichlet_partition,
     iid_partition,
     partition_label_counts,
@@ -25,6 +26,7 @@ from .partition import (
     shard_partition,
 )
 from .plotting import plot_partition
+from .readers import read_cifar_batches, read_idx
 from .shifts import (
     SHIFTS,
     cluster_ids,
@@ -46,9 +48,12 @@ __all__ = [
     "DatasetInfo",
     "dataset_info",
     "load_dataset",
+    "dataset_or_digits",
     "read_idx",
     "federated_dataset",
     "PARTITIONS",
+    "PartitionScheme",
+    "read_cifar_batches",
     "iid_partition",
     "dirichlet_partition",
     "shard_partition",

@@ -6,17 +6,19 @@
 step further: load, partition over clients, split each client 80/20 into
 local train/test, and return a :class:`~fedlearn_edu.data.Federation`.
 
-Where the files come from (nothing is downloaded unless ``download=True``):
+Where the files come from (nothing is downloaded unless ``download=True``; the
+search order is in ``fedlearn_edu.data.sources``, the parsing in
+``fedlearn_edu.data.readers``):
 
 ==================  =========================================================
 ``"digits"``        bundled with scikit-learn (the offline default), 1,797 8x8 images
-``"mnist"``         the four IDX files, searched in ``root``, ``$FEDLEARN_DATA``,
-                    this project's ``../shared/data/mnist`` and ``./data/MNIST/raw``
+``"mnist"``         the four IDX files, searched in ``root``, ``$FEDLEARN_DATA``
+                    and ``./data/MNIST/raw``
 ``"fashion_mnist"`` the four IDX files, searched in ``root``, ``$FEDLEARN_DATA``,
                     ``/usr/share/datasets/fashion-mnist`` (Debian package
                     ``dataset-fashion-mnist``) and ``./data/FashionMNIST/raw``
-``"cifar10"``       ``cifar-10-batches-py`` (the python pickle batches) below
-                    ``root``, ``$FEDLEARN_DATA`` or ``./data``
+``"cifar10"``       ``cifar-10-batches-py`` (the python batches) below ``root`` or
+                    ``$FEDLEARN_DATA`` only, read without running code from them
 ``"cifar100"``      ``cifar-100-python`` below the same places
 ==================  =========================================================
 """
@@ -24,10 +26,6 @@ Where the files come from (nothing is downloaded unless ``download=True``):
 from __future__ import annotations
 
 import functools
-import gzip
-import hashlib
-import os
-import pickle
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,14 +34,19 @@ import torch
 from torch import Tensor
 from torch.utils.data import TensorDataset
 
+from ..checks import check_float, check_int, check_seed
 from .federation import Federation, make_federation
-from .partition import (
-    _check_float,
-    _check_int,
-    dirichlet_partition,
-    iid_partition,
-    quantity_skew_partition,
-    shard_partition,
+from .partition import PARTITIONS
+from .readers import read_cifar_batches, read_idx
+from .sources import (
+    CIFAR_LAYOUT,
+    ENV_VAR,
+    IDX_STEMS,
+    TORCHVISION_RAW,
+    download_root,
+    find_idx_files,
+    locate_cifar,
+    locate_idx,
 )
 
 __all__ = [
@@ -75,17 +78,13 @@ _CIFAR100_CLASSES = (
 class DatasetInfo:
     """Facts about a dataset :func:`load_dataset` knows.
 
-    Attributes
-    ----------
-    name : str
-        Canonical name, e.g. ``"fashion_mnist"``.
-    num_classes : int
-    input_shape : tuple of int
-        Shape of one input (C, H, W).
-    num_train, num_test : int
-        Sizes of the official splits.
-    classes : tuple of str
-        Class names, index = label.
+    Attributes:
+        name: canonical name, e.g. ``"fashion_mnist"``.
+        num_classes: size of the label space.
+        input_shape: shape of one input ``(C, H, W)``.
+        num_train: size of the official training split.
+        num_test: size of the official test split.
+        classes: class names, index = label.
     """
 
     name: str
@@ -135,160 +134,24 @@ def _canonical(name: str) -> str:
 def dataset_info(name: str) -> DatasetInfo:
     """The :class:`DatasetInfo` of ``name`` (see :data:`DATASETS`).
 
-    Examples
-    --------
-    >>> dataset_info("cifar10").num_classes
-    10
-    >>> dataset_info("digits").input_shape
-    (1, 8, 8)
+    Args:
+        name: a dataset name (case and ``-``/``_`` do not matter; aliases such as ``"fmnist"``).
+
+    Returns:
+        Its :class:`DatasetInfo`.
+
+    Example:
+        >>> dataset_info("cifar10").num_classes
+        10
+        >>> dataset_info("digits").input_shape
+        (1, 8, 8)
     """
     return DATASETS[_canonical(name)]
 
 
 # --------------------------------------------------------------------------- #
-# places to look
-# --------------------------------------------------------------------------- #
-# Module-level so tests (and users with unusual layouts) can point them elsewhere.
-_SHARED_MNIST_DIR = Path(__file__).resolve().parents[3] / "shared" / "data" / "mnist"
-_DEBIAN_FASHION_DIR = Path("/usr/share/datasets/fashion-mnist")
-_DEFAULT_DOWNLOAD_DIR = Path("data")  # relative to the working directory, as torchvision's examples
-ENV_VAR = "FEDLEARN_DATA"
-
-_IDX_STEMS = {
-    "train_images": ("train-images-idx3-ubyte", "train-images.idx3-ubyte"),
-    "train_labels": ("train-labels-idx1-ubyte", "train-labels.idx1-ubyte"),
-    "test_images": ("t10k-images-idx3-ubyte", "t10k-images.idx3-ubyte"),
-    "test_labels": ("t10k-labels-idx1-ubyte", "t10k-labels.idx1-ubyte"),
-}
-# md5 of the *uncompressed* official train-labels files: used only to notice a
-# folder that holds the other one of the two look-alike datasets.
-_TRAIN_LABEL_MD5 = {
-    "mnist": "a25bea736e30d166cdddb491f175f624",
-    "fashion_mnist": "9018921c3c673c538a1fc5bad174d6f9",
-}
-_SUBDIRS = {
-    "mnist": ("mnist", "MNIST/raw"),
-    "fashion_mnist": ("fashion-mnist", "fashion_mnist", "FashionMNIST/raw"),
-    "cifar10": ("cifar10",),
-    "cifar100": ("cifar100",),
-}
-_TORCHVISION_RAW = {"mnist": "MNIST/raw", "fashion_mnist": "FashionMNIST/raw"}
-
-
-def _download_root(root) -> Path:
-    if root is not None:
-        return Path(root).expanduser().absolute()
-    env = os.environ.get(ENV_VAR)
-    return (Path(env).expanduser() if env else Path(_DEFAULT_DOWNLOAD_DIR)).absolute()
-
-
-def _search_dirs(name: str, root) -> list[Path]:
-    """Folders searched for ``name``, in order."""
-    bases = []
-    if root is not None:
-        bases.append(Path(root).expanduser().absolute())
-    env = os.environ.get(ENV_VAR)
-    if env:
-        bases.append(Path(env).expanduser().absolute())
-    default = Path(_DEFAULT_DOWNLOAD_DIR).absolute()
-    dirs: list[Path] = []
-    for base in bases:
-        dirs.append(base)
-        dirs.extend(base / sub for sub in _SUBDIRS[name])
-    if name == "mnist":
-        dirs.append(_SHARED_MNIST_DIR)
-    elif name == "fashion_mnist":
-        dirs.append(_DEBIAN_FASHION_DIR)
-    if name in _TORCHVISION_RAW:
-        dirs.append(default / _TORCHVISION_RAW[name])
-    else:
-        dirs.append(default)
-    out, seen = [], set()
-    for d in dirs:
-        key = str(d)
-        if key not in seen:
-            seen.add(key)
-            out.append(d)
-    return out
-
-
-# --------------------------------------------------------------------------- #
 # IDX files (MNIST, Fashion-MNIST)
 # --------------------------------------------------------------------------- #
-_IDX_DTYPES = {
-    0x08: np.uint8,
-    0x09: np.int8,
-    0x0B: np.dtype(">i2"),
-    0x0C: np.dtype(">i4"),
-    0x0D: np.dtype(">f4"),
-    0x0E: np.dtype(">f8"),
-}
-
-
-def _read_bytes(path: Path) -> bytes:
-    with open(path, "rb") as f:
-        head = f.read(2)
-    opener = gzip.open if head == b"\x1f\x8b" else open
-    with opener(path, "rb") as f:
-        return f.read()
-
-
-def read_idx(path) -> np.ndarray:
-    """Read one IDX file (the MNIST format), gzipped or not, with NumPy only.
-
-    Format: 2 zero bytes, a type code (0x08 = uint8, 0x09 int8, 0x0B int16,
-    0x0C int32, 0x0D float32, 0x0E float64), the number of dimensions d, then d
-    big-endian uint32 sizes, then the data in C order.
-
-    Parameters
-    ----------
-    path : str or Path
-        File name; gzip is detected from the content, not the suffix.
-
-    Returns
-    -------
-    ndarray of shape given by the header (native byte order).
-
-    Examples
-    --------
-    >>> x = read_idx("train-images-idx3-ubyte.gz")  # doctest: +SKIP
-    >>> x.shape, x.dtype  # doctest: +SKIP
-    ((60000, 28, 28), dtype('uint8'))
-    """
-    path = Path(path)
-    data = _read_bytes(path)
-    if len(data) < 4 or data[0] != 0 or data[1] != 0 or data[2] not in _IDX_DTYPES:
-        raise ValueError(f"{path} is not an IDX file (bad magic number {data[:4]!r}).")
-    dtype = np.dtype(_IDX_DTYPES[data[2]])
-    ndim = data[3]
-    header = 4 + 4 * ndim
-    if len(data) < header:
-        raise ValueError(f"{path}: truncated IDX header.")
-    shape = tuple(int(s) for s in np.frombuffer(data, dtype=">u4", count=ndim, offset=4))
-    count = int(np.prod(shape)) if shape else 1
-    if len(data) - header != count * dtype.itemsize:
-        raise ValueError(
-            f"{path}: header says {shape} x {dtype.itemsize} bytes, "
-            f"but the file holds {len(data) - header} bytes of data."
-        )
-    arr = np.frombuffer(data, dtype=dtype, count=count, offset=header).reshape(shape)
-    return arr.astype(dtype.newbyteorder("="), copy=True)
-
-
-def _find_idx_files(folder: Path) -> tuple[dict[str, Path], list[str]]:
-    """The IDX files present in ``folder`` (preferring uncompressed) and the missing roles."""
-    found, missing = {}, []
-    for role, stems in _IDX_STEMS.items():
-        for stem in stems:
-            hit = next((folder / (stem + ext) for ext in ("", ".gz") if (folder / (stem + ext)).is_file()), None)
-            if hit is not None:
-                found[role] = hit
-                break
-        else:
-            missing.append(stems[0])
-    return found, missing
-
-
 def _stamp(p: Path) -> tuple:
     st = p.stat()
     return (str(p.resolve()), st.st_mtime_ns, st.st_size)
@@ -302,37 +165,17 @@ def _read_idx_set(stamps: tuple) -> tuple[np.ndarray, ...]:
     return arrays
 
 
-def _locate_idx(name: str, root) -> tuple[Path | None, list[str]]:
-    notes = []
-    other = "fashion_mnist" if name == "mnist" else "mnist"
-    for folder in _search_dirs(name, root):
-        if not folder.is_dir():
-            notes.append(f"  {folder}  (no such folder)")
-            continue
-        found, missing = _find_idx_files(folder)
-        if missing:
-            what = "no IDX files" if not found else "missing " + ", ".join(missing)
-            notes.append(f"  {folder}  ({what})")
-            continue
-        md5 = hashlib.md5(_read_bytes(found["train_labels"])).hexdigest()
-        if md5 == _TRAIN_LABEL_MD5[other]:
-            notes.append(f"  {folder}  (holds {other}, not {name})")
-            continue
-        return folder, notes
-    return None, notes
-
-
 def _load_idx_dataset(name: str, root, download: bool):
-    folder, notes = _locate_idx(name, root)
+    folder, notes = locate_idx(name, root)
     if folder is None and download:
         from torchvision import datasets as tvd
 
         cls = tvd.MNIST if name == "mnist" else tvd.FashionMNIST
-        dl_root = _download_root(root)
+        dl_root = download_root(root)
         for train in (True, False):
             cls(str(dl_root), train=train, download=True)
-        candidate = dl_root / _TORCHVISION_RAW[name]
-        if not _find_idx_files(candidate)[1]:
+        candidate = dl_root / TORCHVISION_RAW[name]
+        if not find_idx_files(candidate)[1]:
             folder = candidate
         else:
             notes.append(f"  {candidate}  (torchvision download left no complete IDX set)")
@@ -344,8 +187,8 @@ def _load_idx_dataset(name: str, root, download: bool):
                 "beyond the package mirror; installs /usr/share/datasets/fashion-mnist)"
             )
         fixes += [
-            f'load_dataset("{name}", download=True)   (downloads with torchvision into {_download_root(root)})',
-            f"put the four files ({', '.join(s[0] for s in _IDX_STEMS.values())}, .gz or not) "
+            f'load_dataset("{name}", download=True)   (downloads with torchvision into {download_root(root)})',
+            f"put the four files ({', '.join(s[0] for s in IDX_STEMS.values())}, .gz or not) "
             f"in a folder and pass root=that_folder or set {ENV_VAR}=that_folder",
         ]
         raise FileNotFoundError(
@@ -354,7 +197,7 @@ def _load_idx_dataset(name: str, root, download: bool):
             + "\nTo fix, do one of:\n"
             + "\n".join(f"  - {f}" for f in fixes)
         )
-    found, _ = _find_idx_files(folder)
+    found, _ = find_idx_files(folder)
     order = ("train_images", "train_labels", "test_images", "test_labels")
     arrays = dict(zip(order, _read_idx_set(tuple(_stamp(found[r]) for r in order))))
     out = []
@@ -373,56 +216,16 @@ def _load_idx_dataset(name: str, root, download: bool):
 
 
 # --------------------------------------------------------------------------- #
-# CIFAR (python pickle batches)
+# CIFAR (python batches, read by readers.SafeUnpickler)
 # --------------------------------------------------------------------------- #
-_CIFAR_LAYOUT = {
-    # name: (folder, train files, test files, label key)
-    "cifar10": ("cifar-10-batches-py", [f"data_batch_{i}" for i in range(1, 6)], ["test_batch"], "labels"),
-    "cifar100": ("cifar-100-python", ["train"], ["test"], "fine_labels"),
-}
-
-
-def _read_cifar_batches(files: list[Path], label_key: str) -> tuple[np.ndarray, np.ndarray]:
-    xs, ys = [], []
-    for f in files:
-        with open(f, "rb") as fh:
-            entry = pickle.load(fh, encoding="latin1")  # the official files are python-2 pickles
-        if "data" not in entry or label_key not in entry:
-            raise ValueError(f"{f}: not a CIFAR batch (keys {sorted(entry)}; need 'data' and {label_key!r}).")
-        data = np.asarray(entry["data"], dtype=np.uint8)
-        if data.ndim != 2 or data.shape[1] != 3072:
-            raise ValueError(f"{f}: 'data' has shape {data.shape}, expected [n, 3072].")
-        xs.append(data.reshape(-1, 3, 32, 32))  # stored as R plane, G plane, B plane
-        ys.append(np.asarray(entry[label_key], dtype=np.int64))
-        if ys[-1].shape != (data.shape[0],):
-            raise ValueError(f"{f}: {len(ys[-1])} labels for {data.shape[0]} images.")
-    return np.concatenate(xs), np.concatenate(ys)
-
-
-def _locate_cifar(name: str, root) -> tuple[Path | None, list[str]]:
-    folder_name, train_files, test_files, _ = _CIFAR_LAYOUT[name]
-    notes = []
-    for base in _search_dirs(name, root):
-        folder = base if base.name == folder_name else base / folder_name
-        if not folder.is_dir():
-            notes.append(f"  {folder}  (no such folder)")
-            continue
-        missing = [f for f in train_files + test_files if not (folder / f).is_file()]
-        if missing:
-            notes.append(f"  {folder}  (missing {', '.join(missing)})")
-            continue
-        return folder, notes
-    return None, notes
-
-
 def _load_cifar(name: str, root, download: bool):
-    folder_name, train_files, test_files, label_key = _CIFAR_LAYOUT[name]
-    folder, notes = _locate_cifar(name, root)
+    folder_name, train_files, test_files, label_key = CIFAR_LAYOUT[name]
+    folder, notes = locate_cifar(name, root)
     if folder is None and download:
         from torchvision import datasets as tvd
 
         cls = tvd.CIFAR10 if name == "cifar10" else tvd.CIFAR100
-        dl_root = _download_root(root)
+        dl_root = download_root(root)
         cls(str(dl_root), train=True, download=True)  # downloads, checks md5, extracts
         folder = dl_root / folder_name
     if folder is None:
@@ -430,14 +233,14 @@ def _load_cifar(name: str, root, download: bool):
             f"Could not find {name} ({folder_name}/ with {', '.join(train_files + test_files)}). "
             "Looked in, in this order:\n" + "\n".join(notes) + "\nTo fix, do one of:\n"
             f'  - load_dataset("{name}", download=True)   (needs internet; downloads with torchvision '
-            f"into {_download_root(root) / folder_name})\n"
+            f"into {download_root(root) / folder_name})\n"
             f"  - extract the official python archive so that {folder_name}/ sits in a folder, and pass "
             f"root=that_folder or set {ENV_VAR}=that_folder"
         )
     num_classes = DATASETS[name].num_classes
     out = []
     for files in (train_files, test_files):
-        x, y = _read_cifar_batches([folder / f for f in files], label_key)
+        x, y = read_cifar_batches([folder / f for f in files], label_key)
         if y.size and (int(y.min()) < 0 or int(y.max()) >= num_classes):
             raise ValueError(f"{folder}: labels outside 0..{num_classes - 1}.")
         out.append(TensorDataset(torch.from_numpy(x.astype(np.float32) / 255.0), torch.from_numpy(y)))
@@ -475,49 +278,40 @@ def _load_digits():
 def load_dataset(name: str, root=None, download: bool = False) -> tuple[TensorDataset, TensorDataset]:
     """Load a dataset as two in-memory tensor datasets.
 
-    Parameters
-    ----------
-    name : {"digits", "mnist", "fashion_mnist", "cifar10", "cifar100"}
-        ``"digits"`` (scikit-learn's bundled 8x8 digits) needs no files and is
-        the offline default. Case and ``-``/``_`` do not matter.
-    root : str or Path, optional
-        Folder searched first (see the module docstring for the full order);
-        also where ``download=True`` puts files (default ``$FEDLEARN_DATA``,
-        else ``./data``).
-    download : bool, default=False
-        If the files are found nowhere, download them with torchvision.
-        Files already present are always used as they are.
+    Args:
+        name: ``"digits"``, ``"mnist"``, ``"fashion_mnist"``, ``"cifar10"`` or ``"cifar100"``.
+            ``"digits"`` (scikit-learn's bundled 8x8 digits) needs no files and is the
+            offline default. Case and ``-``/``_`` do not matter.
+        root: folder searched first (see ``fedlearn_edu.data.sources`` for the full
+            order); also where ``download=True`` puts files (default ``$FEDLEARN_DATA``,
+            else ``./data``).
+        download: if the files are found nowhere, download them with torchvision
+            (which checks the archives' published md5 sums). Files already present are
+            used as they are.
 
-    Returns
-    -------
-    train, test : TensorDataset
-        ``tensors[0]``: float32 inputs in ``[0, 1]`` of shape ``[n, C, H, W]``
-        (``[n, 1, 8, 8]`` digits, ``[n, 1, 28, 28]`` MNIST / Fashion-MNIST,
-        ``[n, 3, 32, 32]`` CIFAR); ``tensors[1]``: int64 labels ``[n]``.
-        Digits: a fixed stratified 80/20 split (``random_state=0``), 1,437 /
-        360 images. The others: the official splits.
+    Returns:
+        ``(train, test)`` :class:`~torch.utils.data.TensorDataset`: ``tensors[0]`` float32
+        inputs in ``[0, 1]`` of shape ``[n, C, H, W]`` (``[n, 1, 8, 8]`` digits,
+        ``[n, 1, 28, 28]`` MNIST / Fashion-MNIST, ``[n, 3, 32, 32]`` CIFAR);
+        ``tensors[1]`` int64 labels ``[n]``. Digits: a fixed stratified 80/20 split
+        (``random_state=0``), 1,437 / 360 images. The others: the official splits.
 
-    Raises
-    ------
-    ValueError
-        Unknown ``name`` (the message lists the valid names).
-    FileNotFoundError
-        Files not found and ``download=False``; the message lists every
-        place looked at and the command that fixes it.
+    Raises:
+        ValueError: unknown ``name`` (the message lists the valid names), or files that
+            are not in the expected format.
+        FileNotFoundError: files not found and ``download=False``; the message lists
+            every place looked at and the command that fixes it.
 
-    Notes
-    -----
-    MNIST and Fashion-MNIST are read by :func:`read_idx`. CIFAR is read from
-    the python pickle batches directly rather than through
-    ``torchvision.datasets.CIFAR10(download=False)``, which insists on the
-    official md5 sums of every batch; the md5s are checked by torchvision when
-    it downloads. Only open pickle files you trust.
+    MNIST and Fashion-MNIST are read by :func:`~fedlearn_edu.data.read_idx`.
+    CIFAR's python batches are read by
+    :func:`~fedlearn_edu.data.read_cifar_batches`, whose restricted unpickler
+    builds arrays and plain data only (a crafted file raises instead of running code),
+    and only from ``root`` or ``$FEDLEARN_DATA``, never from the working directory.
 
-    Examples
-    --------
-    >>> train, test = load_dataset("digits")
-    >>> train.tensors[0].shape, test.tensors[0].shape
-    (torch.Size([1437, 1, 8, 8]), torch.Size([360, 1, 8, 8]))
+    Example:
+        >>> train, test = load_dataset("digits")
+        >>> train.tensors[0].shape, test.tensors[0].shape
+        (torch.Size([1437, 1, 8, 8]), torch.Size([360, 1, 8, 8]))
     """
     key = _canonical(name)
     if key == "digits":
@@ -530,15 +324,20 @@ def load_dataset(name: str, root=None, download: bool = False) -> tuple[TensorDa
 # --------------------------------------------------------------------------- #
 # federated datasets
 # --------------------------------------------------------------------------- #
-PARTITIONS = ("iid", "dirichlet", "shards", "quantity")
-
-
 def random_subset(x: Tensor, y: Tensor, num_samples, seed: int, source: str) -> tuple[Tensor, Tensor]:
     """A seeded random subset of ``num_samples`` samples, kept in their original order.
 
-    ``source`` names where the samples come from, for the error when too many are asked for.
+    Args:
+        x: ``Tensor[n, ...]`` inputs.
+        y: ``Tensor[n]`` labels.
+        num_samples: how many to keep, ``1 <= num_samples <= n``.
+        seed: seed of the choice.
+        source: where the samples come from, for the error when too many are asked for.
+
+    Returns:
+        ``(x[keep], y[keep])``.
     """
-    k = _check_int(num_samples, "num_samples", 1)
+    k = check_int(num_samples, "num_samples", 1)
     if k > y.shape[0]:
         raise ValueError(f"num_samples={k} exceeds the {y.shape[0]} samples {source}.")
     keep = torch.from_numpy(np.sort(np.random.default_rng(seed).choice(y.shape[0], k, replace=False)))
@@ -568,51 +367,41 @@ def federated_dataset(
     labels; finally :func:`make_federation` holds out ``test_fraction`` of every
     client's samples as its local test split.
 
-    Parameters
-    ----------
-    name : str, default="digits"
-        Any name :func:`load_dataset` accepts.
-    partition : {"iid", "dirichlet", "shards", "quantity"}, default="dirichlet"
-        :func:`iid_partition`, :func:`dirichlet_partition` (uses ``alpha``,
-        ``min_size``), :func:`shard_partition` (uses ``shards_per_client``) or
-        :func:`quantity_skew_partition` (uses ``sigma``, ``min_size``).
-    num_clients : int, default=20
-    alpha : float, default=0.1
-        Dirichlet concentration (only for ``"dirichlet"``).
-    shards_per_client : int, default=2
-    sigma : float, default=1.0
-        Log-normal spread of client sizes (only for ``"quantity"``).
-    min_size : int, default=10
-        Least samples per client before the local train/test split.
-    test_fraction : float, default=0.2
-        Share of each client's samples kept as its local test split.
-    seed : int, default=0
-        Seeds the subset, the partition and the local splits.
-    root, download
-        Passed to :func:`load_dataset`.
-    merge : bool, default=True
-        Partition train+test together. With ``False`` only the official train
-        split is partitioned; get the untouched official test split with
-        ``load_dataset(name)[1]`` (e.g. as a global test set).
-    num_samples : int, optional
-        Use only a random subset of this many samples (quick CPU runs).
+    Args:
+        name: any name :func:`load_dataset` accepts.
+        partition: a key of ``fedlearn_edu.data.PARTITIONS``: ``"iid"``
+            (:func:`iid_partition`), ``"dirichlet"`` (:func:`dirichlet_partition`, uses
+            ``alpha``, ``min_size``), ``"shards"`` (:func:`shard_partition`, uses
+            ``shards_per_client``) or ``"quantity"`` (:func:`quantity_skew_partition`,
+            uses ``sigma``, ``min_size``).
+        num_clients: number of clients.
+        alpha: Dirichlet concentration (only for ``"dirichlet"``).
+        shards_per_client: shards per client (only for ``"shards"``).
+        sigma: log-normal spread of client sizes (only for ``"quantity"``).
+        min_size: least samples per client before the local train/test split.
+        test_fraction: share of each client's samples kept as its local test split.
+        seed: non-negative integer seeding the subset, the partition and the local splits.
+        root: passed to :func:`load_dataset`.
+        download: passed to :func:`load_dataset`.
+        merge: partition train+test together. With ``False`` only the official train
+            split is partitioned; get the untouched official test split with
+            ``load_dataset(name)[1]`` (e.g. as a global test set).
+        num_samples: use only a random subset of this many samples (quick CPU runs).
 
-    Returns
-    -------
-    Federation
-        ``num_clients`` clients; ``federation.name`` describes the setting.
+    Returns:
+        A :class:`Federation` of ``num_clients`` clients; ``federation.name`` describes the setting.
 
-    Examples
-    --------
-    >>> fed = federated_dataset("digits", "dirichlet", num_clients=10, alpha=0.5, seed=0)
-    >>> fed.num_clients, fed.input_shape, fed.num_classes
-    (10, (1, 8, 8), 10)
+    Example:
+        >>> fed = federated_dataset("digits", "dirichlet", num_clients=10, alpha=0.5, seed=0)
+        >>> fed.num_clients, fed.input_shape, fed.num_classes
+        (10, (1, 8, 8), 10)
     """
     info = dataset_info(name)
-    if partition not in PARTITIONS:
+    if not isinstance(partition, str) or partition not in PARTITIONS:
         raise ValueError(f"Unknown partition {partition!r}. Valid values: {', '.join(PARTITIONS)}.")
-    k = _check_int(num_clients, "num_clients", 1)
-    test_fraction = _check_float(test_fraction, "test_fraction", nonnegative=True)
+    seed = check_seed(seed)
+    k = check_int(num_clients, "num_clients", 1)
+    test_fraction = check_float(test_fraction, "test_fraction", nonnegative=True)
     train, test = load_dataset(info.name, root=root, download=download)
     if merge:
         x = torch.cat([train.tensors[0], test.tensors[0]])
@@ -621,19 +410,10 @@ def federated_dataset(
         x, y = train.tensors
     if num_samples is not None:
         x, y = random_subset(x, y, num_samples, seed, "available")
-    labels = y.numpy()
-    if partition == "iid":
-        parts = iid_partition(labels, k, seed=seed)
-        desc = "IID"
-    elif partition == "dirichlet":
-        parts = dirichlet_partition(labels, k, alpha, min_size=min_size, seed=seed)
-        desc = f"Dirichlet alpha={alpha:g}"
-    elif partition == "shards":
-        parts = shard_partition(labels, k, shards_per_client=shards_per_client, seed=seed)
-        desc = f"{shards_per_client} shards/client"
-    else:
-        parts = quantity_skew_partition(labels, k, sigma=sigma, min_size=min_size, seed=seed)
-        desc = f"quantity skew sigma={sigma:g}"
+    scheme = PARTITIONS[partition]
+    options = dict(alpha=alpha, shards_per_client=shards_per_client, sigma=sigma, min_size=min_size)
+    parts = scheme(y.numpy(), k, seed=seed, **options)
+    desc = scheme.describe(options)
     return make_federation(
         x,
         y,

@@ -15,6 +15,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..checks import as_labels, check_float, check_int, check_seed
+
 __all__ = ["ClientData", "Federation", "make_federation"]
 
 
@@ -36,6 +38,32 @@ class ClientData:
     test_x: Tensor
     test_y: Tensor
     info: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for split in ("train", "test"):
+            x, y = getattr(self, f"{split}_x"), getattr(self, f"{split}_y")
+            if not isinstance(x, Tensor) or not isinstance(y, Tensor):
+                raise TypeError(
+                    f"{split}_x and {split}_y must be torch Tensors, got {type(x).__name__}, {type(y).__name__}."
+                )
+            if y.dim() != 1 or x.dim() < 1 or x.shape[0] != y.shape[0]:
+                raise ValueError(
+                    f"{split}_x {tuple(x.shape)} and {split}_y {tuple(y.shape)} must hold one label per input "
+                    "([n, ...] and [n])."
+                )
+            if y.dtype not in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8):
+                raise TypeError(f"{split}_y must hold integer class ids (int64), got {y.dtype}.")
+            if y.numel() and int(y.min()) < 0:
+                raise ValueError(f"{split}_y holds a negative label ({int(y.min())}).")
+            if not x.is_floating_point():
+                raise TypeError(f"{split}_x must be floating point (e.g. float32 in [0, 1]), got {x.dtype}.")
+            if x.device.type != "meta" and not bool(torch.isfinite(x).all()):
+                raise ValueError(f"{split}_x holds NaN or Inf; clean the inputs before building the client.")
+        if self.train_x.shape[1:] != self.test_x.shape[1:] and self.test_x.shape[0] > 0:
+            raise ValueError(
+                f"train_x and test_x must share one input shape; got {tuple(self.train_x.shape[1:])} and "
+                f"{tuple(self.test_x.shape[1:])}."
+            )
 
     @property
     def num_train(self) -> int:
@@ -70,9 +98,14 @@ class Federation:
     name: str = ""
 
     def __post_init__(self) -> None:
+        self.num_classes = check_int(self.num_classes, "num_classes", 1)
+        if not all(isinstance(c, ClientData) for c in self.clients):
+            raise TypeError("clients must be a list of ClientData.")
         if len(self.clients) == 0:
             raise ValueError("A Federation needs at least one client; got an empty list.")
-        shapes = {tuple(c.train_x.shape[1:]) for c in self.clients}
+        shapes = {tuple(c.train_x.shape[1:]) for c in self.clients} | {
+            tuple(c.test_x.shape[1:]) for c in self.clients if c.num_test
+        }
         if len(shapes) != 1:
             raise ValueError(f"All clients must share one input shape; found {sorted(shapes)}.")
         for i, c in enumerate(self.clients):
@@ -167,23 +200,44 @@ def make_federation(
         (4, 20, 5)
     """
     x = torch.as_tensor(x)
-    y = torch.as_tensor(y).long()
+    if x.dim() < 1:
+        raise ValueError("x must be Tensor[n, *input_shape], got a scalar.")
+    y = torch.from_numpy(as_labels(y, "y")).to(x.device) if len(y) else torch.as_tensor(y).long()
     if x.shape[0] != y.shape[0]:
         raise ValueError(f"x has {x.shape[0]} samples but y has {y.shape[0]} labels.")
+    if not x.is_floating_point():
+        raise TypeError(f"x must be floating point (e.g. float32 in [0, 1]), got {x.dtype}.")
+    if not bool(torch.isfinite(x).all()):
+        bad = int((~torch.isfinite(x.reshape(x.shape[0], -1))).any(1).sum())
+        raise ValueError(f"x holds NaN or Inf in {bad} sample(s); clean the inputs first.")
+    test_fraction = check_float(test_fraction, "test_fraction")
     if not 0.0 <= test_fraction < 1.0:
         raise ValueError(f"test_fraction must be in [0, 1), got {test_fraction}.")
+    seed = check_seed(seed)
     if len(partition) == 0:
         raise ValueError("The partition is empty: it must hold one index array per client.")
     if num_classes is None:
         num_classes = int(y.max()) + 1
+    num_classes = check_int(num_classes, "num_classes", 1)
+    if y.numel() and int(y.max()) >= num_classes:
+        raise ValueError(f"y holds label {int(y.max())}, outside [0, {num_classes - 1}] (num_classes={num_classes}).")
+    arrays = []
+    for i, idx in enumerate(partition):
+        idx = np.asarray(idx)
+        if idx.ndim != 1 or (idx.size and idx.dtype.kind not in "iu"):
+            raise TypeError(f"partition[{i}] must be a 1-D array of integer indices, got {idx.dtype} {idx.shape}.")
+        arrays.append(idx.astype(np.int64))
+    taken = np.concatenate(arrays)
+    if taken.size and (taken.min() < 0 or taken.max() >= x.shape[0]):
+        i = next(j for j, a in enumerate(arrays) if a.size and (a.min() < 0 or a.max() >= x.shape[0]))
+        raise ValueError(f"Client {i} has indices outside [0, {x.shape[0] - 1}].")
+    if np.unique(taken).size != taken.size:
+        raise ValueError("The partition's index arrays overlap: every sample may belong to one client only.")
     rng = np.random.default_rng(seed)
     clients = []
-    for i, idx in enumerate(partition):
-        idx = np.asarray(idx, dtype=np.int64)
+    for i, idx in enumerate(arrays):
         if idx.size == 0:
             raise ValueError(f"Client {i} received no samples; raise min_size of the partition.")
-        if idx.min() < 0 or idx.max() >= x.shape[0]:
-            raise ValueError(f"Client {i} has indices outside [0, {x.shape[0] - 1}].")
         idx = rng.permutation(idx)
         n = idx.size
         n_test = 0

@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..checks import as_labels, check_float, check_int
 from .federation import ClientData, Federation
-from .partition import _as_labels, _check_float, _check_int
 
 __all__ = ["flip_labels", "add_label_noise"]
 
@@ -25,38 +25,30 @@ def flip_labels(labels: Any, fraction: float, num_classes: int, seed: int = 0, r
     the label ``(y + r) mod C`` with ``r`` uniform on ``1..C-1``: uniform over
     the ``C - 1`` wrong classes, never the true one.
 
-    Parameters
-    ----------
-    labels : array-like or Tensor of shape (n,)
-        Integer class ids in ``[0, num_classes)``.
-    fraction : float
-        Share of labels to flip, in ``[0, 1]``.
-    num_classes : int
-        Number of classes C >= 2.
-    seed : int, default=0
-    return_mask : bool, default=False
-        Also return the boolean mask of flipped positions.
+    Args:
+        labels: Integer class ids in ``[0, num_classes)``.
+        fraction: Share of labels to flip, in ``[0, 1]``.
+        num_classes: Number of classes C >= 2.
+        seed: seed of the random choices (default 0).
+        return_mask: Also return the boolean mask of flipped positions. (default False)
 
-    Returns
-    -------
-    noisy : ndarray of shape (n,), int64 (a Tensor on the same device if ``labels`` is one)
-        A new array; ``labels`` is not modified.
-    mask : ndarray of shape (n,), bool
-        Only if ``return_mask``; True where the label was flipped.
+    Returns:
+        ``noisy``: a new int64 ``ndarray[n]`` (a Tensor on the same device if ``labels`` is
+        one); ``labels`` is not modified. With ``return_mask``, ``(noisy, mask)`` where
+        ``mask`` is a bool ``ndarray[n]``, True where the label was flipped.
 
-    Examples
-    --------
-    >>> y = np.zeros(10, dtype=np.int64)
-    >>> noisy = flip_labels(y, 0.4, num_classes=3, seed=0)
-    >>> int((noisy != y).sum())
-    4
+    Example:
+        >>> y = np.zeros(10, dtype=np.int64)
+        >>> noisy = flip_labels(y, 0.4, num_classes=3, seed=0)
+        >>> int((noisy != y).sum())
+        4
     """
     is_tensor = isinstance(labels, torch.Tensor)
-    y = _as_labels(labels).copy()
-    fraction = _check_float(fraction, "fraction", nonnegative=True)
+    y = as_labels(labels).copy()
+    fraction = check_float(fraction, "fraction", nonnegative=True)
     if fraction > 1:
         raise ValueError(f"fraction must be in [0, 1], got {fraction}.")
-    c = _check_int(num_classes, "num_classes", 2)
+    c = check_int(num_classes, "num_classes", 2)
     if y.max() >= c:
         raise ValueError(f"labels must be < num_classes={c}, found {int(y.max())}.")
     rng = np.random.default_rng(seed)
@@ -79,39 +71,33 @@ def add_label_noise(
     the true task. Every client's ``info`` gets ``"noisy"`` (bool) and
     ``"num_flipped"`` (int).
 
-    Parameters
-    ----------
-    federation : Federation
-    noisy_clients : int or sequence of int
-        How many clients to corrupt (chosen at random), or their ids.
-    fraction : float
-        Share of each noisy client's training labels to flip, in ``[0, 1]``.
-    seed : int, default=0
+    Args:
+        federation: the clients.
+        noisy_clients: How many clients to corrupt (chosen at random), or their ids.
+        fraction: Share of each noisy client's training labels to flip, in ``[0, 1]``.
+        seed: seed of the random choices (default 0).
 
-    Returns
-    -------
-    Federation
-        Inputs are shared with ``federation``; label tensors are new.
+    Returns:
+        A :class:`Federation`; inputs are shared with ``federation``, label tensors are new.
 
-    Examples
-    --------
-    >>> import torch
-    >>> from fedlearn_edu.data import make_federation
-    >>> x, y = torch.rand(200, 1, 8, 8), torch.arange(200) % 10
-    >>> fed = make_federation(x, y, np.array_split(np.arange(200), 5))
-    >>> noisy = add_label_noise(fed, noisy_clients=2, fraction=0.4, seed=0)
-    >>> sum(c.info["noisy"] for c in noisy)
-    2
+    Example:
+        >>> import torch
+        >>> from fedlearn_edu.data import make_federation
+        >>> x, y = torch.rand(200, 1, 8, 8), torch.arange(200) % 10
+        >>> fed = make_federation(x, y, np.array_split(np.arange(200), 5))
+        >>> noisy = add_label_noise(fed, noisy_clients=2, fraction=0.4, seed=0)
+        >>> sum(c.info["noisy"] for c in noisy)
+        2
     """
     k = federation.num_clients
     rng = np.random.default_rng(seed)
     if isinstance(noisy_clients, (int, np.integer)) and not isinstance(noisy_clients, bool):
-        m = _check_int(noisy_clients, "noisy_clients", 0)
+        m = check_int(noisy_clients, "noisy_clients", 0)
         if m > k:
             raise ValueError(f"noisy_clients={m} exceeds the number of clients ({k}).")
         chosen = set(rng.choice(k, size=m, replace=False).tolist())
     else:
-        chosen = {_check_int(i, "client id", 0) for i in noisy_clients}
+        chosen = {check_int(i, "client id", 0) for i in noisy_clients}
         bad = [i for i in chosen if i >= k]
         if bad:
             raise ValueError(f"Client ids {sorted(bad)} out of range for {k} clients.")

@@ -18,11 +18,13 @@ function                               heterogeneity it creates
 
 from __future__ import annotations
 
-import math
-import operator
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from ..checks import as_labels, check_float, check_int, check_seed
 
 __all__ = [
     "iid_partition",
@@ -30,71 +32,22 @@ __all__ = [
     "shard_partition",
     "quantity_skew_partition",
     "partition_label_counts",
+    "PartitionScheme",
+    "PARTITIONS",
 ]
 
 
-# --------------------------------------------------------------------------- #
-# input checks shared by the partition functions (and noise.py)
-# --------------------------------------------------------------------------- #
-def _check_int(value: Any, name: str, minimum: int) -> int:
-    if isinstance(value, bool):
-        raise TypeError(f"{name} must be an integer, got a bool ({value!r}).")
-    try:
-        out = operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name} must be an integer, got {value!r} ({type(value).__name__}).") from None
-    if out < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {out}.")
-    return int(out)
-
-
-def _check_float(value: Any, name: str, *, positive: bool = False, nonnegative: bool = False) -> float:
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        raise TypeError(f"{name} must be a real number, got {value!r}.") from None
-    if not math.isfinite(out):
-        raise ValueError(f"{name} must be finite, got {value!r}.")
-    if positive and out <= 0:
-        raise ValueError(f"{name} must be > 0, got {out}.")
-    if nonnegative and out < 0:
-        raise ValueError(f"{name} must be >= 0, got {out}.")
-    return out
-
-
-def _as_labels(labels: Any, name: str = "labels") -> np.ndarray:
-    """``labels`` (list, ndarray or Tensor) as a 1-D int64 array of non-negative class ids."""
-    if hasattr(labels, "detach") and hasattr(labels, "cpu"):  # torch.Tensor without importing torch
-        labels = labels.detach().cpu().numpy()
-    y = np.asarray(labels)
-    if y.ndim != 1:
-        raise ValueError(f"{name} must be 1-D (one label per sample), got shape {y.shape}.")
-    if y.size == 0:
-        raise ValueError(f"{name} is empty: there is nothing to partition.")
-    if y.dtype.kind == "b":
-        y = y.astype(np.int64)
-    elif y.dtype.kind == "f":
-        if not np.all(np.isfinite(y)):
-            raise ValueError(f"{name} contain NaN or infinite values.")
-        if not np.all(y == np.round(y)):
-            raise ValueError(f"{name} must be integer class ids; got non-integer floats.")
-        y = y.astype(np.int64)
-    elif y.dtype.kind not in "iu":
-        raise TypeError(f"{name} must be integer class ids, got dtype {y.dtype}.")
-    y = y.astype(np.int64, copy=False)
-    if y.min() < 0:
-        raise ValueError(f"{name} must be >= 0, found {int(y.min())}.")
-    return y
-
-
-def _num_samples(num_samples_or_labels: Any) -> int:
-    """An int n, or the length of an array-like of labels."""
+def _num_samples(num_samples_or_labels: Any, name: str) -> int:
+    """An int n, or the length of an array-like of labels; ``name`` is the argument's name."""
     if isinstance(num_samples_or_labels, (int, np.integer)) and not isinstance(num_samples_or_labels, bool):
-        return _check_int(num_samples_or_labels, "num_samples", 1)
+        n = check_int(num_samples_or_labels, name, 1)
+        if n > np.iinfo(np.int64).max:
+            raise ValueError(f"{name}={n} is larger than any index array can hold.")
+        return n
     if hasattr(num_samples_or_labels, "shape") or isinstance(num_samples_or_labels, (list, tuple)):
-        return int(_as_labels(num_samples_or_labels).shape[0])
+        return int(as_labels(num_samples_or_labels, name).shape[0])
     raise TypeError(
-        f"Expected the number of samples (int) or an array of labels, got {type(num_samples_or_labels).__name__}."
+        f"{name} must be the number of samples (int) or an array of labels, got {type(num_samples_or_labels).__name__}."
     )
 
 
@@ -115,31 +68,40 @@ def _sorted_parts(parts) -> list[np.ndarray]:
 def partition_label_counts(labels: Any, partition, num_classes: int | None = None) -> np.ndarray:
     """How many samples of each class every client of a partition holds.
 
-    Parameters
-    ----------
-    labels : array-like of shape (n,)
-        Integer class ids of the partitioned dataset.
-    partition : list of ndarray
-        One index array per client.
-    num_classes : int, optional
-        Number of classes (default ``labels.max() + 1``).
+    Args:
+        labels: Integer class ids of the partitioned dataset.
+        partition: One index array per client.
+        num_classes: Number of classes (default ``labels.max() + 1``).
 
-    Returns
-    -------
-    counts : ndarray of shape (num_clients, num_classes), int64
+    Returns:
+        counts (ndarray of shape (num_clients, num_classes), int64)
 
-    Examples
-    --------
-    >>> y = np.array([0, 0, 1, 1])
-    >>> partition_label_counts(y, [np.array([0, 1]), np.array([2, 3])])
-    array([[2, 0],
-           [0, 2]])
+    Example:
+        >>> y = np.array([0, 0, 1, 1])
+        >>> partition_label_counts(y, [np.array([0, 1]), np.array([2, 3])])
+        array([[2, 0],
+               [0, 2]])
     """
-    y = _as_labels(labels)
-    c = int(y.max()) + 1 if num_classes is None else _check_int(num_classes, "num_classes", 1)
-    out = np.zeros((len(partition), c), dtype=np.int64)
+    y = as_labels(labels)
+    c = int(y.max()) + 1 if num_classes is None else check_int(num_classes, "num_classes", 1)
+    if c <= int(y.max()):
+        raise ValueError(f"num_classes={c} but labels holds class {int(y.max())}.")
+    if isinstance(partition, (str, bytes)) or not hasattr(partition, "__iter__") or getattr(partition, "ndim", 1) == 0:
+        raise TypeError(f"partition must be a list of index arrays (one per client), got {type(partition).__name__}.")
+    parts = []
     for i, idx in enumerate(partition):
-        out[i] = np.bincount(y[np.asarray(idx, dtype=np.int64)], minlength=c)[:c]
+        arr = np.asarray(idx, dtype=object if isinstance(idx, (str, bytes)) else None)
+        if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu") or isinstance(idx, (str, bytes)):
+            raise TypeError(f"partition[{i}] must be a 1-D array of integer indices, got {idx!r:.40}.")
+        if arr.size and (arr.min() < 0 or arr.max() >= y.size):
+            raise ValueError(f"partition[{i}] holds indices outside [0, {y.size - 1}] (labels holds {y.size}).")
+        parts.append(arr.astype(np.int64))
+    try:
+        out = np.zeros((len(parts), c), dtype=np.int64)
+    except (ValueError, MemoryError):
+        raise ValueError(f"num_classes={c} is too large to count.") from None
+    for i, idx in enumerate(parts):
+        out[i] = np.bincount(y[idx], minlength=c)[:c]
     return out
 
 
@@ -149,31 +111,24 @@ def partition_label_counts(labels: Any, partition, num_classes: int | None = Non
 def iid_partition(num_samples_or_labels: Any, num_clients: int, seed: int = 0) -> list[np.ndarray]:
     """Shuffle, then cut into ``num_clients`` near-equal parts (sizes differ by at most 1).
 
-    Parameters
-    ----------
-    num_samples_or_labels : int or array-like of shape (n,)
-        The number of samples n, or the labels (only their count is used).
-    num_clients : int
-        Number of clients K, ``1 <= K <= n``.
-    seed : int, default=0
-        Seed of the shuffle.
+    Args:
+        num_samples_or_labels: The number of samples n, or the labels (only their count is used).
+        num_clients: Number of clients K, ``1 <= K <= n``.
+        seed: Seed of the shuffle. (default 0)
 
-    Returns
-    -------
-    partition : list of K int64 ndarrays
-        Client k holds ``n // K`` or ``n // K + 1`` indices, sorted.
+    Returns:
+        partition (list of K int64 ndarrays): Client k holds ``n // K`` or ``n // K + 1`` indices, sorted.
 
-    Examples
-    --------
-    >>> parts = iid_partition(10, 3, seed=0)
-    >>> [len(p) for p in parts]
-    [4, 3, 3]
+    Example:
+        >>> parts = iid_partition(10, 3, seed=0)
+        >>> [len(p) for p in parts]
+        [4, 3, 3]
     """
-    n = _num_samples(num_samples_or_labels)
-    k = _check_int(num_clients, "num_clients", 1)
+    n = _num_samples(num_samples_or_labels, "num_samples_or_labels")
+    k = check_int(num_clients, "num_clients", 1)
     if k > n:
         raise ValueError(f"num_clients={k} exceeds the number of samples n={n}; some clients would be empty.")
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(check_seed(seed))
     return _sorted_parts(np.array_split(rng.permutation(n), k))
 
 
@@ -268,53 +223,40 @@ def dirichlet_partition(
       the label skew is kept. With ``repair=False`` a clear ``ValueError``
       is raised instead.
 
-    Parameters
-    ----------
-    labels : array-like of shape (n,)
-        Integer class ids (ndarray, list or Tensor).
-    num_clients : int
-        Number of clients K >= 1.
-    alpha : float
-        Dirichlet concentration, > 0. Smaller means more skew.
-    min_size : int, default=10
-        Least number of samples per client. ``K * min_size > n`` raises
-        ``ValueError`` at once.
-    seed : int, default=0
-        Seed of every random choice.
-    max_tries : int, default=100
-        Bound on the number of Dirichlet draws; the function never loops longer.
-    balance : bool, default=True
-        Zero the share of clients already above ``n / K`` (see above).
-    repair : bool, default=True
-        Repair the best draw instead of raising when no draw meets ``min_size``.
+    Args:
+        labels: Integer class ids (ndarray, list or Tensor).
+        num_clients: Number of clients K >= 1.
+        alpha: Dirichlet concentration, > 0. Smaller means more skew.
+        min_size: Least number of samples per client. ``K * min_size > n`` raises ``ValueError`` at once.
+            (default 10)
+        seed: Seed of every random choice. (default 0)
+        max_tries: Bound on the number of Dirichlet draws; the function never loops longer. (default 100)
+        balance: Zero the share of clients already above ``n / K`` (see above). (default True)
+        repair: Repair the best draw instead of raising when no draw meets ``min_size``. (default True)
 
-    Returns
-    -------
-    partition : list of K int64 ndarrays
-        Sorted indices of each client; every index ``0..n-1`` appears once.
+    Returns:
+        partition (list of K int64 ndarrays): Sorted indices of each client; every index ``0..n-1`` appears
+            once.
 
-    Raises
-    ------
-    ValueError
-        Bad arguments, an impossible ``min_size``, or (``repair=False``) no
-        draw meeting ``min_size`` within ``max_tries``.
+    Raises:
+        ValueError: Bad arguments, an impossible ``min_size``, or (``repair=False``) no draw meeting
+            ``min_size`` within ``max_tries``.
 
-    Examples
-    --------
-    >>> y = np.repeat(np.arange(10), 100)
-    >>> parts = dirichlet_partition(y, num_clients=20, alpha=0.1, min_size=10, seed=0)
-    >>> len(parts), sum(len(p) for p in parts), min(len(p) for p in parts) >= 10
-    (20, 1000, True)
+    Example:
+        >>> y = np.repeat(np.arange(10), 100)
+        >>> parts = dirichlet_partition(y, num_clients=20, alpha=0.1, min_size=10, seed=0)
+        >>> len(parts), sum(len(p) for p in parts), min(len(p) for p in parts) >= 10
+        (20, 1000, True)
     """
-    y = _as_labels(labels)
-    k = _check_int(num_clients, "num_clients", 1)
-    alpha = _check_float(alpha, "alpha", positive=True)
-    min_size = _check_int(min_size, "min_size", 0)
-    max_tries = _check_int(max_tries, "max_tries", 1)
+    y = as_labels(labels)
+    k = check_int(num_clients, "num_clients", 1)
+    alpha = check_float(alpha, "alpha", positive=True)
+    min_size = check_int(min_size, "min_size", 0)
+    max_tries = check_int(max_tries, "max_tries", 1)
     n = y.size
     _check_enough(n, k, min_size)
 
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(check_seed(seed))
     classes, y_inv = np.unique(y, return_inverse=True)
     class_idx = [rng.permutation(np.flatnonzero(y_inv == c)) for c in range(classes.size)]
     class_sizes = np.array([len(ix) for ix in class_idx], dtype=np.int64)
@@ -359,38 +301,31 @@ def shard_partition(labels: Any, num_clients: int, shards_per_client: int = 2, s
     of the shard size, so a client typically sees ``shards_per_client`` classes
     (at most ``2 * shards_per_client``).
 
-    Parameters
-    ----------
-    labels : array-like of shape (n,)
-        Integer class ids.
-    num_clients : int
-        Number of clients K >= 1.
-    shards_per_client : int, default=2
-        Shards per client s >= 1; needs ``K * s <= n``.
-    seed : int, default=0
-        Seed of the tie order and of the dealing.
+    Args:
+        labels: Integer class ids.
+        num_clients: Number of clients K >= 1.
+        shards_per_client: Shards per client s >= 1; needs ``K * s <= n``. (default 2)
+        seed: Seed of the tie order and of the dealing. (default 0)
 
-    Returns
-    -------
-    partition : list of K int64 ndarrays
+    Returns:
+        partition (list of K int64 ndarrays)
 
-    Examples
-    --------
-    >>> y = np.repeat(np.arange(10), 20)
-    >>> parts = shard_partition(y, num_clients=10, shards_per_client=2, seed=0)
-    >>> max(len(np.unique(y[p])) for p in parts) <= 2
-    True
+    Example:
+        >>> y = np.repeat(np.arange(10), 20)
+        >>> parts = shard_partition(y, num_clients=10, shards_per_client=2, seed=0)
+        >>> max(len(np.unique(y[p])) for p in parts) <= 2
+        True
     """
-    y = _as_labels(labels)
-    k = _check_int(num_clients, "num_clients", 1)
-    s = _check_int(shards_per_client, "shards_per_client", 1)
+    y = as_labels(labels)
+    k = check_int(num_clients, "num_clients", 1)
+    s = check_int(shards_per_client, "shards_per_client", 1)
     n = y.size
     if k * s > n:
         raise ValueError(
-            f"{k} clients x {s} shards = {k * s} shards, but there are only {n} samples. "
+            f"num_clients={k} x shards_per_client={s} = {k * s} shards, but labels holds only {n} samples. "
             "Use fewer clients or fewer shards per client."
         )
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(check_seed(seed))
     perm = rng.permutation(n)
     order = perm[np.argsort(y[perm], kind="stable")]
     shards = np.array_split(order, k * s)
@@ -417,37 +352,33 @@ def quantity_skew_partition(
     times the median; ``sigma=2`` is extreme. The samples themselves are a
     random permutation, so labels are IID.
 
-    Parameters
-    ----------
-    num_samples : int or array-like of shape (n,)
-        n, or the labels (only their count is used).
-    num_clients : int
-        Number of clients K >= 1.
-    sigma : float, default=1.0
-        Standard deviation of ``log w_k``, >= 0.
-    min_size : int, default=10
-        Least samples per client; ``K * min_size <= n`` is required.
-    seed : int, default=0
+    Args:
+        num_samples: n, or the labels (only their count is used).
+        num_clients: Number of clients K >= 1.
+        sigma: Standard deviation of ``log w_k``, >= 0. (default 1.0)
+        min_size: Least samples per client; ``K * min_size <= n`` is required. (default 10)
+        seed: seed of the random choices (default 0).
 
-    Returns
-    -------
-    partition : list of K int64 ndarrays
+    Returns:
+        partition (list of K int64 ndarrays)
 
-    Examples
-    --------
-    >>> parts = quantity_skew_partition(1000, num_clients=10, sigma=1.0, min_size=10, seed=0)
-    >>> sum(len(p) for p in parts), min(len(p) for p in parts) >= 10
-    (1000, True)
+    Example:
+        >>> parts = quantity_skew_partition(1000, num_clients=10, sigma=1.0, min_size=10, seed=0)
+        >>> sum(len(p) for p in parts), min(len(p) for p in parts) >= 10
+        (1000, True)
     """
-    n = _num_samples(num_samples)
-    k = _check_int(num_clients, "num_clients", 1)
-    sigma = _check_float(sigma, "sigma", nonnegative=True)
-    min_size = _check_int(min_size, "min_size", 0)
+    n = _num_samples(num_samples, "num_samples")
+    k = check_int(num_clients, "num_clients", 1)
+    sigma = check_float(sigma, "sigma", nonnegative=True)
+    min_size = check_int(min_size, "min_size", 0)
     _check_enough(n, k, min_size)
     if k > n:
         raise ValueError(f"num_clients={k} exceeds the number of samples n={n}; some clients would be empty.")
-    rng = np.random.default_rng(seed)
-    w = rng.lognormal(mean=0.0, sigma=sigma, size=k)
+    rng = np.random.default_rng(check_seed(seed))
+    # w_k = exp(z_k), z_k ~ N(0, sigma^2) (what rng.lognormal draws), normalised through the
+    # largest z: exp(z) itself overflows to inf for a large sigma (1000) and inf / inf is NaN.
+    z = rng.normal(0.0, sigma, size=k)
+    w = np.exp(z - z.max())
     w = w / w.sum()
     rest = n - k * min_size
     raw = w * rest
@@ -464,3 +395,39 @@ def quantity_skew_partition(
             sizes[i] += 1
     perm = rng.permutation(n)
     return _sorted_parts(np.split(perm, np.cumsum(sizes)[:-1]))
+
+
+# --------------------------------------------------------------------------- #
+# the registry that federated_dataset and the command line read
+# --------------------------------------------------------------------------- #
+@dataclass(frozen=True)
+class PartitionScheme:
+    """A partition function with the options it reads and a short description.
+
+    Attributes:
+        function: ``function(labels, num_clients, *, seed, **options) -> partition``.
+        options: names of the keyword options it takes (e.g. ``("alpha", "min_size")``).
+        describe: ``describe(options) -> str``, e.g. ``"Dirichlet alpha=0.1"``.
+    """
+
+    function: Callable[..., list[np.ndarray]]
+    options: tuple[str, ...]
+    describe: Callable[[dict], str]
+
+    def __call__(self, labels: Any, num_clients: int, seed: int = 0, **options) -> list[np.ndarray]:
+        """Partition ``labels`` over ``num_clients`` clients, taking from ``options`` only what applies."""
+        return self.function(labels, num_clients, seed=seed, **{k: options[k] for k in self.options if k in options})
+
+
+PARTITIONS: dict[str, PartitionScheme] = {
+    "iid": PartitionScheme(iid_partition, (), lambda o: "IID"),
+    "dirichlet": PartitionScheme(
+        dirichlet_partition, ("alpha", "min_size"), lambda o: f"Dirichlet alpha={float(o['alpha']):g}"
+    ),
+    "shards": PartitionScheme(
+        shard_partition, ("shards_per_client",), lambda o: f"{o['shards_per_client']} shards/client"
+    ),
+    "quantity": PartitionScheme(
+        quantity_skew_partition, ("sigma", "min_size"), lambda o: f"quantity skew sigma={float(o['sigma']):g}"
+    ),
+}

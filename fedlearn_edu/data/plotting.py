@@ -36,37 +36,26 @@ def plot_partition(
 ):
     """Draw a clients x classes table of sample counts.
 
-    Parameters
-    ----------
-    federation_or_counts : Federation or array-like of shape (num_clients, num_classes)
-        A :class:`~fedlearn_edu.data.Federation` (its ``label_counts(split)``
-        is drawn) or the counts themselves, e.g. from
-        :func:`~fedlearn_edu.data.partition_label_counts`.
-    ax : matplotlib Axes, optional
-        Where to draw; a new figure is made if omitted.
-    kind : {"bubble", "bar", "heatmap"}, default="bubble"
-        ``"bubble"``: a dot at (client, class) with area proportional to the
-        count (the usual picture of Dirichlet skew). ``"bar"``: one horizontal
-        stacked bar per client, coloured by class, so client sizes show too.
-        ``"heatmap"``: counts as colours.
-    split : {"train", "test", "all"}, default="train"
-        Which local split to count (Federation input only).
-    class_names : sequence of str, optional
-        Legend / tick labels of the classes.
-    title : str, optional
-        Defaults to the Federation's ``name``.
+    Args:
+        federation_or_counts: A :class:`~fedlearn_edu.data.Federation` (its ``label_counts(split)`` is drawn)
+            or the counts themselves, e.g. from :func:`~fedlearn_edu.data.partition_label_counts`.
+        ax: Where to draw; a new figure is made if omitted.
+        kind: ``"bubble"``: a dot at (client, class) with area proportional to the count (the usual picture
+            of Dirichlet skew). ``"bar"``: one horizontal stacked bar per client, coloured by class, so
+            client sizes show too. ``"heatmap"``: counts as colours. (default "bubble")
+        split: Which local split to count (Federation input only). (default "train")
+        class_names: Legend / tick labels of the classes.
+        title: Defaults to the Federation's ``name``.
 
-    Returns
-    -------
-    ax : matplotlib.axes.Axes
+    Returns:
+        ax (matplotlib.axes.Axes)
 
-    Examples
-    --------
-    >>> import matplotlib
-    >>> matplotlib.use("Agg")
-    >>> ax = plot_partition(np.array([[5, 0], [1, 4]]), kind="bar")
-    >>> ax.get_ylabel()
-    'client'
+    Example:
+        >>> import matplotlib
+        >>> matplotlib.use("Agg")
+        >>> ax = plot_partition(np.array([[5, 0], [1, 4]]), kind="bar")
+        >>> ax.get_ylabel()
+        'client'
     """
     if kind not in _KINDS:
         raise ValueError(f"kind must be one of {', '.join(_KINDS)}; got {kind!r}.")

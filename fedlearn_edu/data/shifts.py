@@ -30,8 +30,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..checks import check_int
 from .federation import ClientData, Federation
-from .partition import _check_int
 
 __all__ = [
     "SHIFTS",
@@ -116,8 +116,8 @@ def label_shift_classes(
     sizes 3, 3, 2, 2). An integer: every cluster draws that many classes at random
     (subsets may overlap; all distinct when possible).
     """
-    c = _check_int(num_classes, "num_classes", 2)
-    k = _check_int(num_clusters, "num_clusters", 1)
+    c = check_int(num_classes, "num_classes", 2)
+    k = check_int(num_clusters, "num_clusters", 1)
     rng = np.random.default_rng(seed)
     if classes_per_cluster is None:
         if k > c:
@@ -126,7 +126,7 @@ def label_shift_classes(
                 "pass classes_per_cluster to let subsets overlap."
             )
         return [sorted(int(v) for v in g) for g in np.array_split(rng.permutation(c), k)]
-    m = _check_int(classes_per_cluster, "classes_per_cluster", 1)
+    m = check_int(classes_per_cluster, "classes_per_cluster", 1)
     if m > c:
         raise ValueError(f"classes_per_cluster={m} exceeds num_classes={c}.")
     subsets: list[list[int]] = []
@@ -139,11 +139,25 @@ def label_shift_classes(
     return subsets
 
 
+def _num_derangements(n: int) -> int:
+    """Permutations of n items that move every item: D(n) = (n - 1)(D(n-1) + D(n-2))."""
+    a, b = 1, 0  # D(0), D(1)
+    for i in range(2, n + 1):
+        a, b = b, (i - 1) * (a + b)
+    return b if n >= 1 else a
+
+
 def concept_permutations(num_classes: int, num_clusters: int, seed: int = 0) -> list[list[int]]:
     """One label permutation per cluster: the identity for cluster 0, seeded random
     derangements (no class keeps its label) for the others."""
-    c = _check_int(num_classes, "num_classes", 2)
-    k = _check_int(num_clusters, "num_clusters", 1)
+    c = check_int(num_classes, "num_classes", 2)
+    k = check_int(num_clusters, "num_clusters", 1)
+    derangements = _num_derangements(c)
+    if k - 1 > derangements:
+        raise ValueError(
+            f"{k} clusters need {k - 1} distinct derangements of {c} classes besides the identity, "
+            f"but only {derangements} exist; use at most {derangements + 1} clusters for concept shift."
+        )
     rng = np.random.default_rng(seed)
     perms = [list(range(c))]
     while len(perms) < k:
@@ -236,8 +250,8 @@ def shifted_federation(
         (12, [0, 0, 0, 1])
     """
     kinds = parse_shift(shift)
-    k = _check_int(num_clusters, "num_clusters", 1)
-    per = _check_int(clients_per_cluster, "clients_per_cluster", 1)
+    k = check_int(num_clusters, "num_clusters", 1)
+    per = check_int(clients_per_cluster, "clients_per_cluster", 1)
     if not 0.0 <= float(test_fraction) < 1.0:
         raise ValueError(f"test_fraction must be in [0, 1), got {test_fraction}.")
     x, y, c, dname = _load_pool(data, num_classes, root, download, merge)
@@ -282,7 +296,7 @@ def shifted_federation(
     demand = np.zeros(c, dtype=np.int64)  # clients that need each class
     for j in cluster_of:
         demand[subsets[j]] += 1
-    n_test_fixed = None if test_samples is None else _check_int(test_samples, "test_samples", 1)
+    n_test_fixed = None if test_samples is None else check_int(test_samples, "test_samples", 1)
     if samples_per_client is None:
         # the largest balanced size every client can get
         q = min(len(class_pool[cls]) // demand[cls] for cls in range(c) if demand[cls] > 0)
@@ -293,7 +307,7 @@ def shifted_federation(
             sizes = sizes - n_test_fixed
     else:
         sizes = np.full(
-            n_clients, _check_int(samples_per_client, "samples_per_client", 2 if n_test_fixed is None else 1)
+            n_clients, check_int(samples_per_client, "samples_per_client", 2 if n_test_fixed is None else 1)
         )
     if n_test_fixed is not None:
         sizes = sizes + n_test_fixed
@@ -353,3 +367,98 @@ def cluster_ids(federation: Federation) -> np.ndarray:
             "These clients carry no 'cluster' in their info; build the federation "
             "with shifted_federation (or set client.info['cluster'])."
         ) from None
+
+
+def appearance_shift(
+    federation: Federation,
+    *,
+    contrast: Sequence[float] | None = None,
+    blur: Sequence[float] | None = None,
+    noise: Sequence[float] | None = None,
+    seed: int = 0,
+) -> Federation:
+    """Covariate shift the PCA fingerprint *can* see: per-cluster changes of how images look.
+
+    Quarter turns and relabellings are orthogonal maps, to which the fingerprint is blind
+    (chapter 6). The changes here are not: cluster ``k`` gets its own
+
+    * ``contrast[k]`` -- ``x -> mean + c_k (x - mean)`` per image (scales the pixel variance
+      by ``c_k**2`` against the unchanged label block),
+    * ``blur[k]`` -- a Gaussian blur of standard deviation ``blur[k]`` pixels (a
+      non-orthogonal linear map: it damps the small-scale directions), ``0`` for none,
+    * ``noise[k]`` -- additive Gaussian pixel noise of that standard deviation (adds
+      ``noise[k]**2`` to every pixel variance), drawn from ``seed`` and the client index,
+
+    applied in that order to the training and the test inputs of every client of the cluster.
+
+    Args:
+        federation: clients with ``info["cluster"]`` (e.g. from :func:`shifted_federation`)
+            and image inputs ``[n, C, H, W]``. It is not modified.
+        contrast, blur, noise: one value per cluster, or ``None`` to leave that aspect alone.
+        seed: seeds the noise.
+
+    Returns:
+        A new :class:`Federation`; each client's ``info`` also records ``contrast``,
+        ``blur`` and ``noise``.
+
+    Example:
+        >>> fed = shifted_federation("digits", "none", num_clusters=2, clients_per_cluster=2, seed=0)
+        >>> shifted = appearance_shift(fed, blur=[0.0, 1.0], noise=[0.0, 0.1])
+        >>> [c.info["blur"] for c in shifted]
+        [0.0, 0.0, 1.0, 1.0]
+    """
+    clusters = cluster_ids(federation)
+    k = int(clusters.max()) + 1 if clusters.size else 0
+    values = {}
+    for name, given, low, default in (
+        ("contrast", contrast, 0.0, 1.0),
+        ("blur", blur, 0.0, 0.0),
+        ("noise", noise, 0.0, 0.0),
+    ):
+        if given is None:
+            values[name] = [default] * k
+            continue
+        vals = [float(v) for v in given]
+        if len(vals) != k:
+            raise ValueError(f"{name} needs one value per cluster ({k}); got {len(vals)}.")
+        if any(not math.isfinite(v) or v < low or (name == "contrast" and v == 0.0) for v in vals):
+            raise ValueError(f"{name} values must be finite and {'> 0' if name == 'contrast' else '>= 0'}; got {vals}.")
+        values[name] = vals
+
+    def look(x: Tensor, j: int, g: torch.Generator) -> Tensor:
+        if x.dim() != 4:
+            raise ValueError(f"appearance_shift needs images shaped [n, C, H, W]; got {tuple(x.shape)}.")
+        x = x.clone()
+        c, sigma, s = values["contrast"][j], values["blur"][j], values["noise"][j]
+        if c != 1.0:
+            mean = x.mean(dim=(1, 2, 3), keepdim=True)
+            x = mean + c * (x - mean)
+        if sigma > 0:
+            r = max(1, math.ceil(2 * sigma))
+            t = torch.arange(-r, r + 1, dtype=x.dtype)
+            w = torch.exp(-0.5 * (t / sigma) ** 2)
+            w = w / w.sum()
+            ch = x.shape[1]
+            x = torch.nn.functional.conv2d(x, w.view(1, 1, -1, 1).repeat(ch, 1, 1, 1), padding=(r, 0), groups=ch)
+            x = torch.nn.functional.conv2d(x, w.view(1, 1, 1, -1).repeat(ch, 1, 1, 1), padding=(0, r), groups=ch)
+        if s > 0:
+            x = x + s * torch.randn(x.shape, generator=g, dtype=x.dtype)
+        return x
+
+    clients = []
+    for i, (client, j) in enumerate(zip(federation, clusters)):
+        g = torch.Generator().manual_seed(int(seed) * 100_003 + i)
+        info = {**client.info, **{name: values[name][j] for name in values}}
+        clients.append(
+            ClientData(
+                look(client.train_x, j, g),
+                client.train_y.clone(),
+                look(client.test_x, j, g),
+                client.test_y.clone(),
+                info,
+            )
+        )
+    return Federation(clients, federation.num_classes, f"{federation.name}, appearance shift")
+
+
+__all__ += ["appearance_shift"]

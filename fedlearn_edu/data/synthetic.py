@@ -23,8 +23,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..checks import check_float, check_int
 from .federation import ClientData, Federation
-from .partition import _check_float, _check_int
 
 __all__ = ["synthetic_federated", "SYNTHETIC_DIM", "SYNTHETIC_CLASSES"]
 
@@ -50,49 +50,39 @@ def synthetic_federated(
     ``int((1 - test_fraction) * n_k)`` for training, the rest for testing
     (90/10 by default).
 
-    Parameters
-    ----------
-    alpha : float
-        Std of the per-client model mean ``u_k``, >= 0 (model heterogeneity).
-    beta : float
-        Std of the per-client input mean ``B_k``, >= 0 (input heterogeneity).
-    num_clients : int, default=30
-    seed : int, default=0
-    iid : bool, default=False
-        The IID variant: ``v_k = 0`` and one global ``W, b ~ N(0, 1)``;
-        ``alpha`` and ``beta`` are then ignored (FedProx calls it with 0, 0).
-    test_fraction : float, default=0.1
-        Share of each client's samples held out, in ``[0, 1)``.
-    max_samples : int, optional
-        Cap on ``n_k``. ``LogNormal(4, 2)`` has a heavy tail (one client in
-        thirty may get tens of thousands of samples); ``None`` (default)
-        keeps the faithful sizes. Capping changes the later random draws too.
+    Args:
+        alpha: Std of the per-client model mean ``u_k``, >= 0 (model heterogeneity).
+        beta: Std of the per-client input mean ``B_k``, >= 0 (input heterogeneity).
+        num_clients: number of clients (default 30).
+        seed: seed of the random choices (default 0).
+        iid: The IID variant: ``v_k = 0`` and one global ``W, b ~ N(0, 1)``; ``alpha`` and ``beta`` are then
+            ignored (FedProx calls it with 0, 0). (default False)
+        test_fraction: Share of each client's samples held out, in ``[0, 1)``. (default 0.1)
+        max_samples: Cap on ``n_k``. ``LogNormal(4, 2)`` has a heavy tail (one client in thirty may get tens
+            of thousands of samples); ``None`` (default) keeps the faithful sizes. Capping changes the later
+            random draws too.
 
-    Returns
-    -------
-    Federation
-        Inputs: float32 ``[n, 60]`` (not scaled); labels int64 in ``0..9``.
-        Each client's ``info`` holds its generating parameters as float64
-        arrays: ``"W"`` (60, 10), ``"b"`` (10,), ``"v"`` (60,), the scalars
-        ``"u"`` and ``"B"`` (non-IID only) and ``"num_samples"`` (n_k).
+    Returns:
+        Federation. Inputs: float32 ``[n, 60]`` (not scaled); labels int64 in ``0..9``. Each client's
+            ``info`` holds its generating parameters as float64 arrays: ``"W"`` (60, 10), ``"b"`` (10,),
+            ``"v"`` (60,), the scalars ``"u"`` and ``"B"`` (non-IID only) and ``"num_samples"`` (n_k).
 
-    Examples
-    --------
-    >>> fed = synthetic_federated(1.0, 1.0, num_clients=5, seed=0)
-    >>> fed.num_clients, fed.input_shape, fed.num_classes
-    (5, (60,), 10)
-    >>> c = fed[0]
-    >>> c.num_train == int(0.9 * c.info["num_samples"])
-    True
+    Example:
+        >>> fed = synthetic_federated(1.0, 1.0, num_clients=5, seed=0)
+        >>> fed.num_clients, fed.input_shape, fed.num_classes
+        (5, (60,), 10)
+        >>> c = fed[0]
+        >>> c.num_train == int(0.9 * c.info["num_samples"])
+        True
     """
-    alpha = _check_float(alpha, "alpha", nonnegative=True)
-    beta = _check_float(beta, "beta", nonnegative=True)
-    k = _check_int(num_clients, "num_clients", 1)
-    test_fraction = _check_float(test_fraction, "test_fraction", nonnegative=True)
+    alpha = check_float(alpha, "alpha", nonnegative=True)
+    beta = check_float(beta, "beta", nonnegative=True)
+    k = check_int(num_clients, "num_clients", 1)
+    test_fraction = check_float(test_fraction, "test_fraction", nonnegative=True)
     if test_fraction >= 1:
         raise ValueError(f"test_fraction must be in [0, 1), got {test_fraction}.")
     if max_samples is not None:
-        max_samples = _check_int(max_samples, "max_samples", 1)
+        max_samples = check_int(max_samples, "max_samples", 1)
 
     d, c = SYNTHETIC_DIM, SYNTHETIC_CLASSES
     rs = np.random.RandomState(seed)

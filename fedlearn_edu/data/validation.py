@@ -19,9 +19,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..checks import check_float, check_int
 from .datasets import random_subset
 from .federation import ClientData, Federation
-from .partition import _check_float, _check_int
 
 __all__ = ["server_validation_split", "resize_images", "external_validation_set"]
 
@@ -37,34 +37,27 @@ def server_validation_split(
     ``fraction > 0``, always leaving it at least one), chosen at random. Local test
     splits are untouched.
 
-    Parameters
-    ----------
-    federation : Federation
-    fraction : float, default=0.1
-        Share of each client's training split moved to the server, in ``[0, 1)``.
-    seed : int, default=0
+    Args:
+        federation: the clients.
+        fraction: Share of each client's training split moved to the server, in ``[0, 1)``. (default 0.1)
+        seed: seed of the random choices (default 0).
 
-    Returns
-    -------
-    federation : Federation
-        The clients without the moved samples (``info`` gains ``"num_val"``).
-    (x_val, y_val) : tuple of Tensor
-        The pooled validation set, ``Tensor[n_val, *input_shape]`` and ``Tensor[n_val]``.
+    Returns:
+        ``(federation, (x_val, y_val))``: the clients without the moved samples (``info``
+        gains ``"num_val"``), and the pooled validation set ``Tensor[n_val, *input_shape]``
+        and ``Tensor[n_val]``.
 
-    Notes
-    -----
     Call it *before* :func:`~fedlearn_edu.data.add_label_noise` to model a curated
     (clean) server set, after it to let noisy clients pass their noise to the server.
 
-    Examples
-    --------
-    >>> from fedlearn_edu.data import federated_dataset
-    >>> fed = federated_dataset("digits", num_clients=5, alpha=1.0, seed=0)
-    >>> clients, (x_val, y_val) = server_validation_split(fed, fraction=0.1, seed=0)
-    >>> int(clients.num_train_samples.sum() + y_val.shape[0]) == int(fed.num_train_samples.sum())
-    True
+    Example:
+        >>> from fedlearn_edu.data import federated_dataset
+        >>> fed = federated_dataset("digits", num_clients=5, alpha=1.0, seed=0)
+        >>> clients, (x_val, y_val) = server_validation_split(fed, fraction=0.1, seed=0)
+        >>> int(clients.num_train_samples.sum() + y_val.shape[0]) == int(fed.num_train_samples.sum())
+        True
     """
-    fraction = _check_float(fraction, "fraction", nonnegative=True)
+    fraction = check_float(fraction, "fraction", nonnegative=True)
     if fraction >= 1:
         raise ValueError(f"fraction must be in [0, 1) (clients must keep training data), got {fraction}.")
     rng = np.random.default_rng(seed)
@@ -98,32 +91,26 @@ def resize_images(
     averaging when shrinking, bilinear when enlarging); zero-pad ``pad`` pixels back;
     convert the channels (mean to go to 1 channel, repeat to go from 1 to C); clamp to [0, 1].
 
-    Parameters
-    ----------
-    x : Tensor of shape (n, C, H, W), values in [0, 1]
-    size : int or (height, width)
-        Output height and width.
-    channels : int, optional
-        Output channels (default: unchanged).
-    crop, pad : int, default=0
-        E.g. MNIST's digits sit in a 20x20 box inside 28x28: ``crop=4`` before shrinking to
-        8x8 frames them as scikit-learn's digits; ``pad=4`` does the reverse when enlarging.
+    Args:
+        x: Tensor of shape (n, C, H, W), values in [0, 1]
+        size: Output height and width.
+        channels: Output channels (default: unchanged).
+        crop, pad: E.g. MNIST's digits sit in a 20x20 box inside 28x28: ``crop=4`` before shrinking to 8x8
+            frames them as scikit-learn's digits; ``pad=4`` does the reverse when enlarging. (default 0)
 
-    Returns
-    -------
-    Tensor of shape (n, channels, *size)
+    Returns:
+        ``Tensor[n, channels, *size]``.
 
-    Examples
-    --------
-    >>> resize_images(torch.rand(5, 1, 28, 28), 8, crop=4).shape
-    torch.Size([5, 1, 8, 8])
-    >>> resize_images(torch.rand(5, 1, 8, 8), 28, pad=4, channels=3).shape
-    torch.Size([5, 3, 28, 28])
+    Example:
+        >>> resize_images(torch.rand(5, 1, 28, 28), 8, crop=4).shape
+        torch.Size([5, 1, 8, 8])
+        >>> resize_images(torch.rand(5, 1, 8, 8), 28, pad=4, channels=3).shape
+        torch.Size([5, 3, 28, 28])
     """
     if x.dim() != 4:
         raise ValueError(f"resize_images needs images shaped (n, C, H, W); got {tuple(x.shape)}.")
     h, w = (size, size) if isinstance(size, int) else tuple(size)
-    crop, pad = _check_int(crop, "crop", 0), _check_int(pad, "pad", 0)
+    crop, pad = check_int(crop, "crop", 0), check_int(pad, "pad", 0)
     if crop:
         if 2 * crop >= min(x.shape[-2:]):
             raise ValueError(f"crop={crop} removes the whole {tuple(x.shape[-2:])} image.")
@@ -164,31 +151,22 @@ def external_validation_set(
 ) -> tuple[Tensor, Tensor]:
     """A validation set from another dataset, resized to the clients' ``input_shape``.
 
-    Parameters
-    ----------
-    name : str
-        Any :func:`~fedlearn_edu.data.load_dataset` name, e.g. ``"mnist"`` or ``"digits"``.
-    input_shape : (C, H, W)
-        The clients' input shape (``federation.input_shape``).
-    num_samples : int, optional
-        Keep a random subset of this many samples (default: all of the split).
-    split : {"test", "train"}, default="test"
-    crop, pad : int
-        Passed to :func:`resize_images`.
-    seed : int, default=0
-        Seeds the subset.
-    root, download
-        Passed to :func:`~fedlearn_edu.data.load_dataset`.
+    Args:
+        name: Any :func:`~fedlearn_edu.data.load_dataset` name, e.g. ``"mnist"`` or ``"digits"``.
+        input_shape: The clients' input shape (``federation.input_shape``).
+        num_samples: Keep a random subset of this many samples (default: all of the split).
+        split: {"test", "train"}, default="test"
+        crop, pad: Passed to :func:`resize_images`.
+        seed: Seeds the subset. (default 0)
+        root, download: Passed to :func:`~fedlearn_edu.data.load_dataset`.
 
-    Returns
-    -------
-    (x, y) : ``Tensor[n, *input_shape]``, ``Tensor[n]``
+    Returns:
+        ``(x, y)``: ``Tensor[n, *input_shape]`` and ``Tensor[n]``.
 
-    Examples
-    --------
-    >>> x, y = external_validation_set("digits", (1, 28, 28), num_samples=100, pad=4)
-    >>> x.shape, y.shape
-    (torch.Size([100, 1, 28, 28]), torch.Size([100]))
+    Example:
+        >>> x, y = external_validation_set("digits", (1, 28, 28), num_samples=100, pad=4)
+        >>> x.shape, y.shape
+        (torch.Size([100, 1, 28, 28]), torch.Size([100]))
     """
     from .datasets import load_dataset
 

@@ -113,10 +113,12 @@ def oui(preactivations: Tensor) -> float:
     ``OUI = clip(mean_j min(s_j, B - s_j) / floor(B/2), 0, 1)`` with ``s_j`` the number
     of samples on which unit ``j`` is active (pre-activation > 0).
 
-    Reading it: near 1, units split the batch evenly -- the layer still responds to
-    many features (typical of under-fitting, or of healthy early training); near 0,
-    units are almost always on or always off -- patterns are rigid (the regime the
-    original paper links to over-fitting / too little regularisation, or to dead units).
+    Reading it (as in the original OUI paper and chapter 5 of the book): near 0, units
+    are almost always on or always off, so on this batch the layer acts as one linear
+    map -- the *under-fitting* side (too much regularisation, or dead units); high, units
+    split the samples in many ways and the network uses many linear pieces on a handful
+    of samples -- the *over-fitting* side. FedOUI itself prefers neither end: it
+    down-weights clients whose value is atypical for the round.
 
     Args:
         preactivations: ``Tensor[B, d]``, B >= 2 probe samples (rows) by d units.

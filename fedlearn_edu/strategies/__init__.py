@@ -3,6 +3,9 @@
 from .base import ClientOutput, ClientUpdates, ClientWork, Strategy
 from .conflict import ConFIG, FedFV, QFedAvg
 from .craft import CRAFT, craft_layer_groups
+from .decentralized import DAC, Gossip
+from .drift import SCAFFOLD, FedDyn, FedNova
+from .fairness import AFL, FedLF
 from .fedavg import FedAdagrad, FedAdam, FedAvg, FedAvgM, FedProx, FedYogi
 from .fedoui import FedAlign, FedOUI
 from .fedvg import FedVG
@@ -25,6 +28,13 @@ STRATEGIES = {
         FedVG,
         FedOUI,
         FedAlign,
+        SCAFFOLD,
+        FedDyn,
+        FedNova,
+        AFL,
+        FedLF,
+        Gossip,
+        DAC,
     )
 }
 
@@ -65,6 +75,13 @@ __all__ = [
     "FedVG",
     "FedOUI",
     "FedAlign",
+    "SCAFFOLD",
+    "FedDyn",
+    "FedNova",
+    "AFL",
+    "FedLF",
+    "Gossip",
+    "DAC",
     "STRATEGIES",
     "make_strategy",
 ]

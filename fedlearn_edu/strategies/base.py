@@ -153,6 +153,8 @@ class ClientWork:
         model: the architecture (a private copy on the run's device).
         engine: the run's training engine (loop or vmap).
         seed: the run's seed (for further per-client streams, :meth:`derived_seeds`).
+        all_num_samples: ``Tensor[N]`` training-set sizes of *all* N clients (decentralised
+            methods weigh the neighbours' models they receive by them); ``None`` if unknown.
     """
 
     round: int
@@ -163,6 +165,7 @@ class ClientWork:
     model: nn.Module
     engine: object
     seed: int = 0
+    all_num_samples: Tensor | None = None
 
     def train(
         self,

@@ -20,7 +20,7 @@ import torch
 from torch import Tensor, nn
 
 from ..aggregators import fedalign_weights, fedavg
-from ..aggregators.fedoui import _scores_and_fit, _weights_from_scores
+from ..aggregators.fedoui import scores_and_fit, weights_from_scores
 from ..engine import LocalResult
 from ..params import Params
 from ..signals.oui import client_oui, probe_batch
@@ -91,8 +91,8 @@ class FedOUI(Strategy):
                 "run it through simulate(), or compute it with FedOUI.client_signals."
             )
         o = torch.as_tensor(updates.signals["oui"], dtype=torch.float64)
-        scores, alpha, beta, method = _scores_and_fit(o)
-        w = _weights_from_scores(scores, updates.num_samples, self.eps)
+        scores, alpha, beta, method = scores_and_fit(o)
+        w = weights_from_scores(scores, updates.num_samples, self.eps)
         step = fedavg(updates.deltas, w)
         return {k: -v for k, v in step.items()}, {
             "weights": w,

@@ -14,6 +14,9 @@ composes with what clients do and with how the server applies ``g``:
   run the base's local objective and client update (e.g. FedProx's
   ``(mu/2)||w - theta_t||^2``), and the base's server optimizer applies FedVG's
   direction (e.g. ``FedAvgM``'s momentum, ``FedAdam``'s moments);
+* FedVG on **SCAFFOLD** or **FedDyn** (``FedVG(val, base=SCAFFOLD())``): the base's
+  server step (control variates, FedDyn's state h) runs with FedVG's weights in place of
+  its uniform mean (bases whose ``direction`` takes ``weights=``);
 * FedVG with **any server optimizer** (``optimizer=ServerMomentum(eta_s, beta)``, or the
   shorthand ``server_momentum=beta``).
 
@@ -130,6 +133,11 @@ class FedVG(Strategy):
         self.engine = getattr(self._engine, "name", type(self._engine).__name__)
         self.base = base
         self._val_on: dict = {}
+        if self._base_takes_weights and mode != "clientwise":
+            raise ValueError(
+                f"FedVG on {type(base).__name__} replaces its uniform mean by one weight per client: "
+                "use mode='clientwise'."
+            )
 
     @classmethod
     def on_top_of(cls, base: Strategy, val_data, **kwargs) -> FedVG:
@@ -161,6 +169,22 @@ class FedVG(Strategy):
         if self.base is not None:
             self.base.init(params)
 
+    def init_state(self, params: Params, model, num_clients: int, seed: int) -> tuple[Params, dict]:
+        if self.base is not None:
+            return self.base.init_state(params, model, num_clients, seed)
+        return super().init_state(params, model, num_clients, seed)
+
+    def state_dict(self) -> dict:
+        state = super().state_dict()
+        if self.base is not None:
+            state["base"] = self.base.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        if self.base is not None:
+            self.base.load_state_dict(state["base"])
+
     def configure_local(self, config: LocalTraining) -> LocalTraining:
         if self.base is not None:
             config = self.base.configure_local(config)
@@ -170,6 +194,11 @@ class FedVG(Strategy):
         if self.base is not None:
             return self.base.client_update(work, params, state)
         return super().client_update(work, params, state)
+
+    @property
+    def validation_data(self) -> tuple[Tensor, Tensor]:
+        """The server's validation set ``(x: Tensor[n, ...], y: Tensor[n])`` (checked by ``simulate`` up front)."""
+        return self._val
 
     def _val_data(self, device: torch.device) -> tuple[Tensor, Tensor]:
         key = str(device)
@@ -195,7 +224,6 @@ class FedVG(Strategy):
             weights = fedvg_layerwise_weights(norms, self.eps)
         if self.mix:
             weights = fedvg_mixed_weights(weights, updates.num_samples)
-        step = fedvg_aggregate(updates.deltas, weights)
         diag = {
             "weights": weights if weights.dim() == 1 else weights.mean(dim=1),
             "grad_norm": norms.sum(dim=1),
@@ -203,4 +231,14 @@ class FedVG(Strategy):
         }
         if weights.dim() == 2:
             diag["layer_weights"] = weights
+        if self._base_takes_weights:
+            # SCAFFOLD / FedDyn: their server step (control variates, state h) with FedVG's
+            # weights in place of the uniform mean.
+            g, base_diag = self.base.direction(params, updates, weights=weights)
+            return g, {**base_diag, **diag}
+        step = fedvg_aggregate(updates.deltas, weights)
         return {k: -v for k, v in step.items()}, diag
+
+    @property
+    def _base_takes_weights(self) -> bool:
+        return self.base is not None and getattr(self.base, "weighted_direction", False)

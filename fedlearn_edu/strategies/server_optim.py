@@ -25,22 +25,20 @@ checkpoint (tensors only).
 
 from __future__ import annotations
 
-import math
-
 import torch
 
+from ..checks import check_float
 from ..params import Params
 
 __all__ = ["ServerOptimizer", "ServerSGD", "ServerMomentum", "ServerAdagrad", "ServerAdam", "ServerYogi"]
 
 
 def _positive(name: str, value: float) -> float:
-    if not (value > 0 and math.isfinite(value)):
-        raise ValueError(f"{name} must be a finite number > 0, got {value}.")
-    return float(value)
+    return check_float(value, name, positive=True)
 
 
 def _unit_interval(name: str, value: float) -> float:
+    value = check_float(value, name)
     if not 0 <= value < 1:
         raise ValueError(f"{name} must be in [0, 1), got {value}.")
     return float(value)

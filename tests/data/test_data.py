@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import os
 import pickle
 import struct
 import time
@@ -37,10 +38,10 @@ from fedlearn_edu.data import (
     shard_partition,
     synthetic_federated,
 )
-from fedlearn_edu.data import datasets as ds_mod
+from fedlearn_edu.data import sources as src_mod
 
 FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-MNIST_DIR = Path(ds_mod.__file__).resolve().parents[3] / "shared" / "data" / "mnist"
+MNIST_DIR = Path(os.environ.get("FEDLEARN_DATA", "/nonexistent")) / "mnist"  # set by conftest.py
 FASHION_DIR = Path("/usr/share/datasets/fashion-mnist")
 
 
@@ -135,8 +136,7 @@ def write_fake_cifar(root: Path, kind: str = "cifar10", n_batch=4, n_test=3, see
 def no_data_anywhere(tmp_path, monkeypatch):
     """Hide every place the loaders look at by default."""
     monkeypatch.delenv("FEDLEARN_DATA", raising=False)
-    monkeypatch.setattr(ds_mod, "_SHARED_MNIST_DIR", tmp_path / "no_shared_mnist")
-    monkeypatch.setattr(ds_mod, "_DEBIAN_FASHION_DIR", tmp_path / "no_debian_fashion")
+    monkeypatch.setattr(src_mod, "DEBIAN_FASHION_DIR", tmp_path / "no_debian_fashion")
     monkeypatch.chdir(tmp_path)
     return tmp_path
 
@@ -422,8 +422,8 @@ def test_digits_split_is_fixed_stratified_and_scaled():
     assert float(load_dataset("digits")[0].tensors[0].max()) == 1.0
 
 
-def test_real_mnist_from_shared_folder(monkeypatch):
-    monkeypatch.delenv("FEDLEARN_DATA", raising=False)
+def test_real_mnist_from_fedlearn_data(monkeypatch):
+    monkeypatch.setenv("FEDLEARN_DATA", str(MNIST_DIR.parent))
     train, test = load_dataset("mnist")
     (x, y), (xt, yt) = train.tensors, test.tensors
     assert x.shape == (60000, 1, 28, 28) and xt.shape == (10000, 1, 28, 28)
@@ -445,7 +445,7 @@ def test_real_fashion_mnist_from_debian_package(monkeypatch):
 
 
 def test_folder_holding_the_other_dataset_is_skipped(tmp_path, monkeypatch):
-    monkeypatch.delenv("FEDLEARN_DATA", raising=False)
+    monkeypatch.setenv("FEDLEARN_DATA", str(MNIST_DIR.parent))
     assert (FASHION_DIR / "train-labels-idx1-ubyte.gz").exists(), (
         "Fashion-MNIST is missing: apt-get install dataset-fashion-mnist (.ci/run does)"
     )
@@ -497,7 +497,6 @@ def test_missing_mnist_error_names_places_and_fixes(tmp_path, no_data_anywhere, 
         tmp_path / "myroot",
         tmp_path / "envdir",
         tmp_path / "envdir" / "mnist",
-        tmp_path / "no_shared_mnist",
         tmp_path / "data" / "MNIST" / "raw",
     ):
         assert str(place) in msg

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 BOOK = REPO / "book"
 TRACEBACK = "Traceback (most recent call last)"
 
@@ -114,10 +114,8 @@ def test_notebook_first_code_cell_installs_package(path: Path):
     assert code, f"{path.name} has no code cell"
     source = "".join(code[0]["source"]) if isinstance(code[0]["source"], list) else code[0]["source"]
     assert "fedlearn_edu" in source and "pip install" in source, (
-        f"{path.name}: the first code cell must install fedlearn_edu where it is missing, e.g.\n"
-        "    import importlib.util\n"
-        '    if importlib.util.find_spec("fedlearn_edu") is None:  # e.g. on Colab\n'
-        '        %pip install "fedlearn_edu @ git+https://github.com/fedlearn-edu/fedlearn-edu@main"'
+        f"{path.name}: the first code cell must install fedlearn_edu where it is missing; write it with\n"
+        "    python book/_ext/reader_copies.py --sync-install-cells"
     )
 
 

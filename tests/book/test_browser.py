@@ -18,7 +18,8 @@ from pathlib import Path
 from urllib.parse import urldefrag, urlparse
 
 import pytest
-from test_book import _toc_files
+
+from tests.book.test_book import _toc_files
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 PAGES = _toc_files()

@@ -102,3 +102,29 @@ def test_bad_input_is_rejected():
         dac_probabilities(S, tau=-1.0)
     with pytest.raises(ValueError, match="round_index"):
         dac_tau_schedule(-1, 1.0)
+
+
+def test_dac_sampling_survives_a_softmax_that_underflows():
+    """Scores 1/L differ by hundreds once a neighbour's model fits a client's data: exp(tau s) underflows
+    to exact zeros for the others, yet every client must still draw n distinct neighbours."""
+    from fedlearn_edu.strategies.decentralized import _dac_neighbours
+
+    S = torch.zeros(6, 6, dtype=torch.float64)
+    S[0, 1] = 200.0  # client 0: one neighbour with a tiny loss ...
+    S[0, 2] = 150.0  # ... a second one less close, the rest with scores near 1
+    S[0, 3:] = torch.tensor([1.0, 1.5, 0.5], dtype=torch.float64)
+    assert int((dac_probabilities(S, tau=30.0)[0] > 0).sum()) < 3  # what multinomial alone would refuse
+    seen = []
+    for seed in range(40):
+        nb = _dac_neighbours(S, 30.0, 3, seed=seed)
+        assert nb.shape == (6, 3)
+        for i, row in enumerate(nb.tolist()):
+            assert len(set(row)) == 3 and i not in row
+        assert nb[0, 0] == 1 and nb[0, 1] == 2  # the law: the two dominant scores first, in order
+        seen.append(int(nb[0, 2]))
+    assert set(seen) <= {3, 4, 5} and seen.count(4) > seen.count(5)  # then exp(30 s) among the rest
+    # where the softmax does not underflow, the draw is the one sample_neighbours makes
+    small = torch.rand(6, 6, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    torch.testing.assert_close(
+        _dac_neighbours(small, 2.0, 3, seed=7), sample_neighbours(dac_probabilities(small, 2.0), 3, seed=7)
+    )

@@ -1,0 +1,593 @@
+"""Reader's copies of the chapters: notebooks that read well where MyST is not rendered.
+
+The chapters are MyST notebooks: Jupyter Book renders their roles (``{cite}``, ``{numref}``,
+``{eq}``, ``{prf:ref}``...), directives (theorems, algorithms, exercises, solutions in dropdowns)
+and labels. Plain Jupyter, Colab and JupyterLab without ``jupyterlab-myst`` show all of that raw,
+solutions included. A reader's copy is the same notebook with every MyST construct turned into
+plain Markdown and LaTeX:
+
+* roles become text and links to the rendered site (``{numref}`fig-x``` -> ``[Fig. 1.2](SITE/...#fig-x)``,
+  ``{eq}`` -> ``[(2.1)](...)``, ``{cite}`` -> ``(McMahan et al., 2017)`` linked to the bibliography);
+* theorem-like blocks become headed paragraphs (``**Theorem 2.1 (title).**``), admonitions quotes;
+* solutions become collapsed ``<details>`` blocks, and the code cells of a solution (between
+  ``solution-start`` and ``solution-end``) have their source hidden (JupyterLab's
+  ``jupyter.source_hidden``, Colab's form view under a ``# @title`` line) and run inside
+  ``fedlearn_edu.exercises.collapsed_output``, which shows their output in a closed ``<details>``
+  block (:func:`solution_cell`);
+* labelled display maths gets its number as ``\\tag{2.1}``; labels and comments are dropped.
+
+The code cells are the chapter's own (the first one is the install cell of :func:`install_cell`).
+The book's Sphinx extension (``fedlearn_book.py``) writes the copies at the end of every HTML build
+into ``_build/html/readers/`` with the numbers and anchors Sphinx resolved (:func:`sphinx_references`);
+the Pages workflow publishes that folder to the ``readers`` branch, which the Colab and Binder
+buttons open. ``python book/_ext/reader_copies.py --sync-install-cells`` rewrites the chapters'
+first code cells from ``_config.yml`` (the one place the repository URL is written).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+READERS_BRANCH = "readers"  # the branch the Pages workflow publishes the copies to
+READERS_DIR = "readers"  # ... from this folder of the built site
+
+# --------------------------------------------------------------------------- #
+# the install cell (first code cell of every chapter)
+
+INSTALL_CELL = """\
+# Set-up: use fedlearn_edu from this checkout or this environment, else install it (e.g. on Colab).
+import importlib.util
+import pathlib
+import sys
+
+if importlib.util.find_spec("fedlearn_edu") is None and pathlib.Path("../fedlearn_edu").is_dir():
+    sys.path.insert(0, str(pathlib.Path("..").resolve()))  # running from a source checkout
+if importlib.util.find_spec("fedlearn_edu") is None:
+    import importlib.metadata
+    import subprocess
+
+    SOURCES = ["fedlearn-edu", "fedlearn-edu @ git+{repository_url}@{branch}"]  # the index first
+
+    def versions():
+        dists = importlib.metadata.distributions()
+        return {{(d.metadata["Name"] or "").replace("_", "-").lower(): d.version for d in dists}}
+
+    before = versions()
+    for source in SOURCES:
+        print(f"pip install {{source!r}} ...")
+        pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", source], capture_output=True, text=True)
+        if pip.returncode == 0:
+            break
+    else:
+        raise RuntimeError(
+            "Could not install fedlearn_edu from the package index nor from GitHub; pip said:\\n"
+            + pip.stderr[-2000:]
+            + "\\nWhat to do: check the internet connection (on Colab: Runtime -> Disconnect and delete "
+            "runtime, then run again), or install it yourself in this environment with\\n"
+            "    pip install fedlearn-edu\\n"
+            "and run this cell again."
+        )
+    importlib.invalidate_caches()
+    after = versions()
+    loaded = {{m.split(".")[0].replace("_", "-").lower() for m in sys.modules}}
+    stale = sorted(n for n, v in before.items() if after.get(n) != v and n in loaded)
+    if stale:  # the install replaced packages this kernel has already imported
+        raise RuntimeError(
+            f"fedlearn_edu is installed, but it upgraded {{', '.join(stale)}}, already imported here. "
+            "Restart the kernel (Colab: Runtime -> Restart session), then run the notebook again."
+        )
+import fedlearn_edu  # noqa: E402,F401  (fails here, not one cell later, if the package is unusable)
+
+%matplotlib inline
+"""
+
+
+def install_cell(repository_url: str, branch: str = "main") -> str:
+    """Source of the chapters' first code cell.
+
+    It puts the source checkout on ``sys.path`` (a chapter run from ``book/``), else installs
+    ``fedlearn-edu`` from the package index, falling back to the repository; it raises with what to
+    do when neither works, and asks for a restart only when the install replaced a package the
+    kernel had already imported. ``%matplotlib inline`` keeps the figures inline whatever
+    ``MPLBACKEND`` says.
+
+    Args:
+        repository_url: e.g. ``"https://github.com/org/repo"`` (``_config.yml``'s ``repository.url``).
+        branch: the branch the git fallback installs from.
+
+    Returns:
+        The cell's source, one string.
+    """
+    return INSTALL_CELL.format(repository_url=repository_url.rstrip("/"), branch=branch)
+
+
+def book_config(root: Path) -> dict:
+    """``repository_url``, ``branch`` and ``site_url`` from the book's ``_config.yml``."""
+    import yaml
+
+    cfg = yaml.safe_load((Path(root) / "_config.yml").read_text(encoding="utf-8"))
+    return {
+        "repository_url": cfg["repository"]["url"].rstrip("/"),
+        "branch": cfg["repository"].get("branch", "main"),
+        "site_url": cfg["html"]["baseurl"].rstrip("/") + "/",
+    }
+
+
+def launch_urls(repository_url: str, docname: str) -> dict[str, str]:
+    """Colab and Binder links that open the reader's copy of ``docname`` (e.g. ``"book/ch01_fedavg"``)."""
+    org_repo = re.sub(r"^https://github\.com/", "", repository_url.rstrip("/"))
+    return {
+        "Colab": f"https://colab.research.google.com/github/{org_repo}/blob/{READERS_BRANCH}/{docname}.ipynb",
+        "Binder": f"https://mybinder.org/v2/gh/{org_repo}/{READERS_BRANCH}?urlpath=lab/tree/{docname}.ipynb",
+    }
+
+
+# --------------------------------------------------------------------------- #
+# references
+
+
+@dataclass
+class References:
+    """What a reader's copy links to.
+
+    Attributes:
+        site_url: the rendered book, ending in ``/``.
+        targets: label -> (docname, anchor, link text), e.g.
+            ``{"fig-x": ("book/ch01_fedavg", "fig-x", "Fig. 1.2")}``.
+        docs: docname -> title.
+        citations: bibliography key -> (authors, year), e.g. ``("McMahan et al.", "2017")``.
+        glue: glue key -> text (the value the published build computed).
+    """
+
+    site_url: str
+    targets: dict[str, tuple[str, str, str]] = field(default_factory=dict)
+    docs: dict[str, str] = field(default_factory=dict)
+    citations: dict[str, tuple[str, str]] = field(default_factory=dict)
+    glue: dict[str, str] = field(default_factory=dict)
+
+    def url(self, docname: str, anchor: str = "") -> str:
+        return f"{self.site_url}{docname}.html" + (f"#{anchor}" if anchor else "")
+
+
+def citations_from_bib(path: Path) -> dict[str, tuple[str, str]]:
+    """key -> (``"Surname"``, ``"Surname and Other"`` or ``"Surname et al."``, year) from a BibTeX file."""
+    from pybtex.database import parse_file
+
+    out = {}
+    for key, entry in parse_file(str(path)).entries.items():
+        people = entry.persons.get("author") or entry.persons.get("editor") or []
+        names = [" ".join(p.last_names).replace("{", "").replace("}", "") for p in people]
+        if len(names) > 2:
+            who = f"{names[0]} et al."
+        else:
+            who = " and ".join(names) or key
+        out[key] = (who, entry.fields.get("year", "n.d."))
+    return out
+
+
+def sphinx_references(app, site_url: str) -> References:
+    """The numbers, anchors and titles Sphinx resolved for this build (after the HTML is written)."""
+    env = app.env
+    fmt = {k: v[0].upper() + v[1:] for k, v in app.config.numfig_format.items()}
+    refs = References(site_url=site_url, docs={d: t.astext() for d, t in env.titles.items()})
+    for label, (docname, anchor, title) in env.domaindata["std"]["labels"].items():
+        refs.targets[label] = (docname, anchor, title)
+    for docname, kinds in env.toc_fignumbers.items():
+        for kind, numbers in kinds.items():
+            for anchor, number in numbers.items():
+                text = ".".join(map(str, number))
+                if kind == "displaymath":
+                    refs.targets[anchor.removeprefix("equation-")] = (docname, anchor, f"({text})")
+                else:
+                    refs.targets[anchor] = (docname, anchor, fmt.get(kind, kind.capitalize() + " %s") % text)
+    for bib in app.config.bibtex_bibfiles:
+        refs.citations.update(citations_from_bib(Path(app.srcdir) / bib))
+    return refs
+
+
+def glue_values(executed_nb: dict) -> dict[str, str]:
+    """myst-nb ``glue`` values (their plain-text form) from an executed notebook."""
+    out = {}
+    for cell in executed_nb.get("cells", []):
+        for output in cell.get("outputs", []):
+            name = output.get("metadata", {}).get("scrapbook", {}).get("name")
+            if name and "text/plain" in output.get("data", {}):
+                text = output["data"]["text/plain"]
+                out[name] = "".join(text) if isinstance(text, list) else text
+    return out
+
+
+# --------------------------------------------------------------------------- #
+# Markdown conversion
+
+ROLE = re.compile(r"\{([A-Za-z][\w:.-]*)\}`([^`]*)`")
+FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|:{3,})[ \t]*\{(?P<name>[\w:.-]+)\}[ \t]*(?P<arg>.*)$")
+TARGET = re.compile(r"^[ \t]*\((?P<label>[^()\s]+)\)=[ \t]*$")
+LABELLED_MATH_END = re.compile(r"^(?P<head>.*)\$\$[ \t]*\((?P<label>[^()\s]+)\)[ \t]*$")
+EXPLICIT = re.compile(r"^(?P<text>.*?)\s*<(?P<target>[^<>]+)>$", re.S)
+ADMONITIONS = {
+    "note",
+    "tip",
+    "hint",
+    "important",
+    "warning",
+    "caution",
+    "attention",
+    "danger",
+    "error",
+    "seealso",
+    "admonition",
+}
+
+
+class Converter:
+    """Turns the MyST Markdown of one chapter (``docname``) into plain Markdown."""
+
+    def __init__(self, refs: References, docname: str):
+        self.refs = refs
+        self.docname = docname
+
+    # -- roles -------------------------------------------------------------
+    def _link(self, label: str, text: str | None = None) -> str:
+        target = self.refs.targets.get(label)
+        if target is None:
+            return text or label
+        docname, anchor, default = target
+        return f"[{text or default}]({self.refs.url(docname, anchor)})"
+
+    def _cite(self, keys: str, textual: bool) -> str:
+        parts = []
+        for key in (k.strip() for k in keys.split(",") if k.strip()):
+            who, year = self.refs.citations.get(key, (key, ""))
+            parts.append(f"{who} ({year})" if textual else f"{who}, {year}")
+        bib = self.refs.url("book/bibliography")
+        return f"[{'; '.join(parts)}]({bib})" if textual else f"([{'; '.join(parts)}]({bib}))"
+
+    def _role(self, match: re.Match) -> str:
+        name, content = match.group(1), match.group(2)
+        explicit = EXPLICIT.match(content)
+        text, target = (explicit.group("text"), explicit.group("target")) if explicit else (None, content)
+        if name in ("numref", "ref", "prf:ref", "eq", "numref:figure"):
+            if text and "%s" in text:
+                number = self.refs.targets.get(target, ("", "", ""))[2].split(" ")[-1]
+                text = text.replace("%s", number)
+            return self._link(target, text)
+        if name == "doc":
+            doc = target if target.startswith("/") else str(Path(self.docname).parent / target)
+            doc = doc.lstrip("/").removesuffix(".md").removesuffix(".ipynb")
+            return f"[{text or self.refs.docs.get(doc, doc)}]({self.refs.url(doc)})"
+        if name in ("cite", "cite:p", "cite:ps", "cite:t", "cite:ts"):
+            return self._cite(content, textual=name.startswith("cite:t"))
+        if name == "math":
+            return f"${content}$"
+        if name.startswith("glue"):
+            key, _, spec = content.partition(":")
+            value = self.refs.glue.get(key.strip())
+            if value is None:
+                return f"`{key.strip()}`"
+            if spec:
+                try:
+                    return format(float(value.strip("'\"")), spec)
+                except ValueError:
+                    pass
+            return value.strip("'\"")
+        if name in ("sub", "subscript"):
+            return f"<sub>{content}</sub>"
+        if name in ("sup", "superscript"):
+            return f"<sup>{content}</sup>"
+        if name == "abbr":
+            return text or content
+        return f"`{text or target}`"  # any other role: its text as code
+
+    def roles(self, text: str) -> str:
+        return ROLE.sub(self._role, text)
+
+    # -- blocks ------------------------------------------------------------
+    def _number(self, label: str | None, default: str) -> str:
+        return self.refs.targets.get(label, ("", "", default))[2] if label else default
+
+    def _directive(self, name: str, arg: str, options: dict[str, str], body: str) -> str:
+        label = options.get("label") or options.get("name")
+        anchor = f'<a id="{label}"></a>\n\n' if label else ""
+        if name in ("math",):
+            tag = f" \\tag{{{self._number(label, '')[1:-1]}}}" if label and label in self.refs.targets else ""
+            return f"$$\n{body.strip()}{tag}\n$$"
+        if name == "solution":
+            exercise = self._number(arg.strip(), "the exercise") if arg.strip() else "the exercise"
+            return details(f"Solution to {exercise}", self.convert(body))
+        if name == "exercise":
+            number = self._number(label, "Exercise")
+            title = f" ({self.roles(arg.strip())})" if arg.strip() else ""
+            return f"{anchor}**{number}{title}.**\n\n{self.convert(body)}"
+        if name.startswith("prf:"):
+            kind = name[4:]
+            if kind == "proof":
+                return f"*Proof.* {self.convert(body).strip()} $\\blacksquare$"
+            number = self._number(label, kind.capitalize())
+            title = f" ({self.roles(arg.strip())})" if arg.strip() else ""
+            return f"{anchor}**{number}{title}.**\n\n{self.convert(body)}"
+        if name in ADMONITIONS:
+            title = self.roles(arg.strip()) or name.capitalize()
+            if "dropdown" in options.get("class", ""):
+                return details(title, self.convert(body))
+            return quote(f"**{title}**\n\n{self.convert(body)}")
+        if name in ("figure", "image"):
+            src = arg.strip()
+            if not re.match(r"^[a-z]+://", src):
+                src = self.refs.site_url + str(Path(self.docname).parent / src)
+            caption = self.convert(body).strip()
+            return f"{anchor}![{caption or label or ''}]({src})" + (f"\n\n*{caption}*" if caption else "")
+        if name in ("toctree", "bibliography", "glue:figure", "glue:any", "glue:math", "raw", "eval-rst"):
+            return ""
+        if name in ("code-block", "code", "sourcecode"):
+            return f"```{arg.strip()}\n{body}\n```"
+        title = f"**{self.roles(arg.strip())}**\n\n" if arg.strip() else ""
+        return title + self.convert(body)
+
+    def convert(self, text: str) -> str:
+        """Plain Markdown for a block of MyST Markdown."""
+        lines = text.split("\n")
+        out: list[str] = []
+        i = 0
+        in_code = None  # the fence of an ordinary code block we are inside
+        while i < len(lines):
+            line = lines[i]
+            if in_code:
+                out.append(line)
+                if line.strip().startswith(in_code) and set(line.strip()) == {in_code[0]}:
+                    in_code = None
+                i += 1
+                continue
+            m = FENCE.match(line)
+            if m:
+                fence = m.group("fence")
+                j = i + 1
+                while j < len(lines):
+                    stripped = lines[j].strip()
+                    if stripped and set(stripped) == {fence[0]} and len(stripped) >= len(fence):
+                        break
+                    j += 1
+                body_lines = lines[i + 1 : j]
+                options, body_lines = _options(body_lines)
+                block = self._directive(m.group("name"), m.group("arg"), options, "\n".join(body_lines))
+                out.extend(block.split("\n"))
+                i = j + 1
+                continue
+            plain_fence = re.match(r"^[ \t]*(`{3,}|~{3,})", line)
+            if plain_fence:
+                in_code = plain_fence.group(1)
+                out.append(line)
+                i += 1
+                continue
+            if TARGET.match(line) or line.lstrip().startswith("% ") or line.strip() in ("%", "+++"):
+                i += 1
+                continue
+            m = LABELLED_MATH_END.match(line)
+            if m:
+                label = m.group("label")
+                number = self.refs.targets.get(label, ("", "", ""))[2].strip("()")
+                tag = f" \\tag{{{number}}}" if number else ""
+                out.append(f"{m.group('head')}{tag}$$" if m.group("head").strip() else f"{tag.strip()}\n$$".lstrip())
+                i += 1
+                continue
+            out.append(self.roles(line))
+            i += 1
+        return "\n".join(out)
+
+
+def _options(lines: list[str]) -> tuple[dict[str, str], list[str]]:
+    """Split a directive's ``:key: value`` lines (or a ``---`` YAML block) from its body."""
+    options: dict[str, str] = {}
+    if lines and lines[0].strip() == "---":
+        end = next((k for k in range(1, len(lines)) if lines[k].strip() == "---"), None)
+        if end is not None:
+            for opt in lines[1:end]:
+                key, _, value = opt.partition(":")
+                options[key.strip()] = value.strip()
+            return options, lines[end + 1 :]
+    k = 0
+    while k < len(lines):
+        m = re.match(r"^[ \t]*:([\w-]+):[ \t]*(.*)$", lines[k])
+        if not m:
+            break
+        options[m.group(1)] = m.group(2).strip()
+        k += 1
+    return options, lines[k:]
+
+
+def details(summary: str, body: str) -> str:
+    """A collapsed HTML ``<details>`` block (closed until the reader opens it)."""
+    return f"<details>\n<summary>{summary}</summary>\n\n{body.strip()}\n\n</details>"
+
+
+def quote(text: str) -> str:
+    return "\n".join(f"> {line}".rstrip() for line in text.strip().split("\n"))
+
+
+# --------------------------------------------------------------------------- #
+# notebooks
+
+SOLUTION_START = re.compile(r"^[ \t]*(`{3,}|:{3,})[ \t]*\{solution-start\}[ \t]*(?P<arg>\S*)", re.M)
+SOLUTION_END = re.compile(r"^[ \t]*(`{3,}|:{3,})[ \t]*\{solution-end\}", re.M)
+
+
+def _source(cell: dict) -> str:
+    return "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+
+
+SOLUTION_HEADER = """\
+# @title {title} (hidden: open it to see the code)
+from fedlearn_edu.exercises import collapsed_output
+
+with collapsed_output("Output of the {output}"):
+"""
+INDENT = "    "
+
+
+def _string_continuations(code: str) -> set[int]:
+    """0-based numbers of the lines that continue a multi-line string (indenting them would change it)."""
+    import io
+    import tokenize
+
+    lines: set[int] = set()
+    strings = (tokenize.STRING, getattr(tokenize, "FSTRING_MIDDLE", -1))
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(code).readline):
+            if tok.type in strings and tok.end[0] > tok.start[0]:
+                lines.update(range(tok.start[0], tok.end[0]))  # rows are 1-based: these are the 0-based next lines
+    except (tokenize.TokenError, SyntaxError):  # not plain Python (IPython syntax): indent every line
+        pass
+    return lines
+
+
+def solution_cell(code: str, title: str) -> str:
+    """A solution's code as the reader's copy runs it: under a Colab form title, output collapsed.
+
+    The code runs inside :func:`fedlearn_edu.exercises.collapsed_output`, so what it prints or draws
+    stays in a closed ``<details>`` block (JupyterLab shows a hidden cell's outputs again once it runs,
+    Colab never hides them). :func:`solution_code` gives the code back.
+
+    Args:
+        code: the solution cell's source.
+        title: e.g. ``"Solution to Exercise 4.2"``.
+
+    Returns:
+        The new source.
+    """
+    keep = _string_continuations(code)
+    lines = code.split("\n")
+    body = "\n".join(line if i in keep else INDENT + line for i, line in enumerate(lines))
+    output = title[0].lower() + title[1:]
+    return SOLUTION_HEADER.format(title=title, output=output) + (body if body.strip() else INDENT + "pass")
+
+
+def solution_code(source: str) -> str:
+    """The code of a solution cell written by :func:`solution_cell` (inverse of it)."""
+    header = SOLUTION_HEADER.count("\n")
+    code = "\n".join(source.split("\n")[header:])
+    keep = _string_continuations(code)
+    return "\n".join(line if i in keep else line.removeprefix(INDENT) for i, line in enumerate(code.split("\n")))
+
+
+def _hide(cell: dict, title: str) -> None:
+    """Collapse a solution's code cell: source hidden (JupyterLab; Colab's form view), output collapsed."""
+    meta = cell.setdefault("metadata", {})
+    meta["jupyter"] = {"source_hidden": True, "outputs_hidden": True}
+    meta["cellView"] = "form"
+    meta.setdefault("tags", [])
+    if "solution" not in meta["tags"]:
+        meta["tags"].append("solution")
+    cell["source"] = solution_cell(_source(cell), title)
+
+
+def reader_copy(nb: dict, refs: References, docname: str) -> dict:
+    """The reader's copy of one chapter notebook (a new dict; ``nb`` is left as it is).
+
+    Args:
+        nb: the chapter, as ``json.load`` reads an ``.ipynb``.
+        refs: what the copy links to (:func:`sphinx_references`).
+        docname: the chapter's document name, e.g. ``"book/ch01_fedavg"``.
+
+    Returns:
+        The converted notebook, without outputs.
+    """
+    conv = Converter(refs, docname)
+    out = copy.deepcopy(nb)
+    cells = []
+    solution_of = None  # inside solution-start ... solution-end: the exercise's text
+    for cell in out["cells"]:
+        if cell["cell_type"] == "code":
+            cell["outputs"], cell["execution_count"] = [], None
+            if solution_of:
+                _hide(cell, f"Solution to {solution_of}")
+            cells.append(cell)
+            continue
+        if cell["cell_type"] != "markdown":
+            cells.append(cell)
+            continue
+        text = _source(cell)
+        pieces = []
+        # split the cell at solution-start / solution-end markers
+        while True:
+            start, end = SOLUTION_START.search(text), SOLUTION_END.search(text)
+            marks = [m for m in (start, end) if m]
+            if not marks:
+                break
+            mark = min(marks, key=lambda m: m.start())
+            before, after = text[: mark.start()], text[mark.end() :]
+            pieces.append((before, solution_of))
+            # the marker's closing fence follows on its own line
+            fence = mark.group(1)
+            close = re.search(rf"^[ \t]*{re.escape(fence)}[ \t]*$", after, re.M)
+            text = after[close.end() :] if close else after
+            if mark is start:
+                label = start.group("arg")
+                solution_of = conv._number(label, "the exercise") if label else "the exercise"
+            else:
+                solution_of = None
+        pieces.append((text, solution_of))
+        parts = []
+        for piece, inside in pieces:
+            md = conv.convert(piece).strip()
+            if md:
+                parts.append(details(f"Solution to {inside}", md) if inside else md)
+        if parts:
+            cell["source"] = "\n\n".join(parts)
+            cells.append(cell)
+    out["cells"] = cells
+    out.setdefault("metadata", {})["fedlearn_reader_copy"] = {"source": f"{docname}.ipynb"}
+    return out
+
+
+def write_reader_copies(
+    chapters: dict[str, Path], refs: References, dest: Path, executed: Path | None = None
+) -> list[Path]:
+    """Write the reader's copy of every chapter under ``dest`` (``dest/<docname>.ipynb``).
+
+    Args:
+        chapters: docname -> source notebook.
+        refs: the resolved references; its ``glue`` values are filled per chapter from ``executed``.
+        dest: output folder.
+        executed: folder of the executed notebooks (``_build/jupyter_execute``), for glue values.
+
+    Returns:
+        The paths written.
+    """
+    written = []
+    for docname, path in sorted(chapters.items()):
+        nb = json.loads(Path(path).read_text(encoding="utf-8"))
+        ran = (executed / f"{docname}.ipynb") if executed else None
+        refs.glue = glue_values(json.loads(ran.read_text(encoding="utf-8"))) if ran and ran.is_file() else {}
+        target = Path(dest) / f"{docname}.ipynb"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(json.dumps(reader_copy(nb, refs, docname), indent=1, ensure_ascii=False) + "\n")
+        written.append(target)
+    return written
+
+
+def sync_install_cells(root: Path) -> list[Path]:
+    """Rewrite the first code cell of every chapter under ``root/book`` from ``_config.yml``."""
+    cfg = book_config(root)
+    cell_source = install_cell(cfg["repository_url"], cfg["branch"])
+    changed = []
+    for path in sorted((Path(root) / "book").glob("*.ipynb")):
+        nb = json.loads(path.read_text(encoding="utf-8"))
+        first = next(c for c in nb["cells"] if c["cell_type"] == "code")
+        if _source(first) != cell_source:
+            first["source"] = cell_source.splitlines(keepends=True)
+            path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+            changed.append(path)
+    return changed
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:] != ["--sync-install-cells"]:
+        sys.exit("usage: python book/_ext/reader_copies.py --sync-install-cells")
+    for p in sync_install_cells(Path(__file__).resolve().parents[2]):
+        print(f"rewrote the install cell of {p}")

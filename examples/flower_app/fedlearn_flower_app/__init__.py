@@ -1,0 +1,1 @@
+"""A fedlearn_edu strategy as a Flower App (ServerApp + ClientApp)."""

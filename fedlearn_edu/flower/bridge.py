@@ -1,0 +1,328 @@
+"""The one place where the Flower adapter meets the strategy protocol.
+
+Everything the adapter needs from a :class:`~fedlearn_edu.strategies.Strategy` goes through
+the functions below; the rest of :mod:`fedlearn_edu.flower` moves tensors in and out of
+Flower's records and never calls a strategy itself. This module does not import Flower.
+
+The protocol (``fedlearn_edu/strategies/base.py``) and where the adapter uses it:
+
+============================  ==============================================================
+function here                 strategy call / data it depends on
+============================  ==============================================================
+:func:`begin_run`             ``strategy.init(params)``, ``strategy.init_state(...)`` (server:
+                              its parameters; the client state it returns is dropped)
+:func:`round_config`          ``strategy.configure_local(config)`` (server side, each round)
+:func:`init_client_state`     ``strategy.init_state(...)``: the node's own row of the client
+                              state, created on the node the first time it is needed
+:func:`train_client`          ``strategy.client_update(work, params, state_rows)`` for the one
+                              client of the node (a :class:`~fedlearn_edu.strategies.ClientWork`
+                              with m = 1): the same local objective as in ``simulate``
+:func:`needed_signals`        which ``signals`` today's strategies read in ``aggregate``
+:func:`client_updates`        the fields of :class:`~fedlearn_edu.strategies.ClientUpdates`,
+                              ``config`` included (the round's ``LocalTraining``)
+:func:`server_update`         ``strategy.aggregate(params, updates)`` (through the
+                              simulator's :func:`~fedlearn_edu.simulation.server_step`)
+============================  ==============================================================
+
+One round, as :func:`~fedlearn_edu.simulate` runs it, split at the network::
+
+    server: config = round_config(strategy, base, lr_decay, t)                        -> sent to the nodes
+    node:   rows   = the node's client-state rows (init_client_state the first time)
+            reply, rows = train_client(strategy, model, theta_t, data, config, seed, t, i, rows)
+                                                             -> reply sent back, rows kept on the node
+    server: updates = client_updates(strategy, t, model, theta_t, replies, config)
+            theta_{t+1}, diagnostics = server_update(strategy, theta_t, updates)
+
+Client state (Ditto's personal models, SCAFFOLD's ``c_i``, ...) never leaves the node: each
+node keeps its own rows ``{name: Tensor[1, ...]}`` between rounds (in Flower's
+``Context.state``, see :mod:`fedlearn_edu.flower.client`), as ``simulate`` keeps row i of
+its ``Tensor[N, ...]``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor, nn
+
+from ..engine import LocalTraining, make_engine
+from ..params import Params
+from ..simulation import server_step
+from ..strategies import FedFV, FedOUI, QFedAvg
+from ..strategies.base import ClientUpdates, ClientWork, Strategy
+from ..utils import derive_seed
+
+__all__ = [
+    "ClientReply",
+    "check_single_model",
+    "begin_run",
+    "round_config",
+    "init_client_state",
+    "train_client",
+    "needed_signals",
+    "client_updates",
+    "server_update",
+]
+
+
+@dataclass
+class ClientReply:
+    """What one client sends back after local training (one client, no client axis).
+
+    Attributes:
+        client_id: the client's index in the federation (Flower: the node's ``partition-id``).
+        deltas: the update ``{name: Tensor[...]}`` of ``strategy.client_update``
+            (``Delta_i = theta_i - theta_t`` for FedAvg-like strategies), computed on the node.
+        num_samples: n_i, the size of the client's training split.
+        train_loss: the client's mean local loss (``ClientOutput.train_loss``).
+        signals: per-client values of ``ClientOutput.signals`` (e.g. ``{"oui": Tensor[]}``),
+            each without the client axis.
+        recorded_loss: the loss the simulator's History records (``ClientOutput.recorded_loss``;
+            Ditto: the personal model's); ``None``: ``train_loss``.
+    """
+
+    client_id: int
+    deltas: Params
+    num_samples: int
+    train_loss: Tensor
+    signals: dict[str, Tensor] = field(default_factory=dict)
+    recorded_loss: Tensor | None = None
+
+
+def check_single_model(strategy: Strategy) -> None:
+    """Refuse a strategy whose server parameters are not one model (IFCA, local-only training).
+
+    Raises:
+        ValueError: ``strategy.single_model`` is false.
+    """
+    if not getattr(strategy, "single_model", True):
+        raise ValueError(
+            f"{type(strategy).__name__} keeps more than one server model (single_model=False); the Flower "
+            "adapter exchanges one global model per round. Run it with fedlearn_edu.simulate, or wrap a "
+            "single-model strategy (FedAvg, CRAFT, FedVG, FedOUI, Ditto, ...)."
+        )
+
+
+def begin_run(strategy: Strategy, params: Params, model: nn.Module, num_clients: int, seed: int) -> Params:
+    """Reset the strategy's server state before round 1 and return the server's theta_0.
+
+    As :func:`~fedlearn_edu.simulate` does: ``strategy.init(params)``, then
+    ``strategy.init_state(params, model, num_clients, seed)``, whose parameters the server
+    keeps; the client state it returns is not kept on the server (each node makes its own
+    row, :func:`init_client_state`).
+    """
+    check_single_model(strategy)
+    strategy.init(params)
+    params, _ = strategy.init_state(params, model, int(num_clients), int(seed))
+    return params
+
+
+def round_config(strategy: Strategy, base: LocalTraining, lr_decay: float, round: int) -> LocalTraining:
+    """The local-training hyper-parameters of round ``round`` (1-based).
+
+    Same rule as :func:`~fedlearn_edu.simulate`: the client rate decays as
+    ``lr * lr_decay**(round - 1)``, then the strategy may change the config (FedProx's mu).
+    """
+    return strategy.configure_local(base.replace(lr=base.lr * lr_decay ** (round - 1)))
+
+
+def _rows(tree: dict, index: Tensor) -> dict:
+    return {k: _rows(v, index) if isinstance(v, dict) else v[index.to(v.device)] for k, v in tree.items()}
+
+
+def _merge(old: dict, new: dict) -> dict:
+    """``old`` with the tensors of ``new`` written over it (the simulator's write-back of rows)."""
+    out = dict(old)
+    for k, v in new.items():
+        out[k] = _merge(old.get(k, {}), v) if isinstance(v, dict) else v.detach()
+    return out
+
+
+def _leaves(tree: dict):
+    for v in tree.values():
+        yield from (_leaves(v) if isinstance(v, dict) else (v,))
+
+
+def init_client_state(
+    strategy: Strategy, model: nn.Module, params0: Params, client_id: int, num_clients: int, seed: int
+) -> dict:
+    """Client ``client_id``'s rows ``{name: Tensor[1, ...]}`` of the strategy's initial client state.
+
+    Row ``client_id`` of ``strategy.init_state(params0, model, num_clients, seed)``: exactly the
+    row :func:`~fedlearn_edu.simulate` starts client ``client_id`` with, when ``params0`` is the
+    run's theta_0 (the node's own copy of the model, built like the server's).
+    """
+    _, state = strategy.init_state(params0, model, int(num_clients), int(seed))
+    return _rows(state, torch.tensor([int(client_id)]))
+
+
+def train_client(
+    strategy: Strategy,
+    model: nn.Module,
+    global_params: Params,
+    train_data: tuple[Tensor, Tensor],
+    config: LocalTraining,
+    run_seed: int,
+    round: int,
+    client_id: int,
+    state: dict | None = None,
+    engine="loop",
+) -> tuple[ClientReply, dict]:
+    """One client's side of a round: ``strategy.client_update`` for this one client.
+
+    Builds the :class:`~fedlearn_edu.strategies.ClientWork` the simulator would build for the
+    round's selected clients, restricted to this client (m = 1), and calls
+    ``strategy.client_update(work, global_params, state)``: the same local objective (prox
+    term, linear terms, per-client start) and the same batch orders as in
+    :func:`~fedlearn_edu.simulate`.
+
+    Args:
+        strategy: the client side of the run's strategy (its ``client_update``).
+        model: the architecture (used through ``functional_call``; not modified).
+        global_params: theta_t, ``{name: Tensor}`` on the model's device.
+        train_data: the client's ``(x: Tensor[n, ...], y: Tensor[n])`` on that device.
+        config: this round's hyper-parameters (from :func:`round_config` on the server).
+        run_seed: the run's seed; with ``round`` and ``client_id`` it fixes the client's batch
+            order, ``derive_seed(run_seed, round, client_id)``, as in :func:`~fedlearn_edu.simulate`.
+        round: the round t (1-based).
+        client_id: the client's index in the federation.
+        state: the client's rows of the client state ``{name: Tensor[1, ...]}`` (``{}`` or
+            ``None`` for a strategy without client state; see :func:`init_client_state`).
+        engine: the local-training engine (``"loop"`` is the reference).
+
+    Returns:
+        ``(reply, state)``: the :class:`ClientReply` (tensors detached, on the CPU) and the
+        client's new state rows (the old rows with the ones ``client_update`` returned written
+        over them; the old rows unchanged when the update or the new state is not finite, as
+        the simulator drops such a client for the round).
+    """
+    state = {} if state is None else state
+    work = ClientWork(
+        round=int(round),
+        client_ids=torch.tensor([int(client_id)]),
+        datasets=[train_data],
+        seeds=[derive_seed(run_seed, round, client_id)],
+        config=config,
+        model=model,
+        engine=make_engine(engine, model),
+        seed=int(run_seed),
+    )
+    out = strategy.client_update(work, global_params, state)
+    name = type(strategy).__name__
+    reply_signals = {}
+    for key, value in out.signals.items():
+        value = torch.as_tensor(value)
+        if value.dim() == 0 or value.shape[0] != 1:
+            raise ValueError(
+                f"{name}.client_update returned the signal {key!r} with shape {tuple(value.shape)}; "
+                "expected one value per client on a leading client axis (Tensor[1, ...] here)."
+            )
+        reply_signals[key] = value[0].detach().cpu()
+    recorded = None if out.recorded_loss is None else out.recorded_loss[0].detach().cpu()
+    reply = ClientReply(
+        client_id=int(client_id),
+        deltas={k: v[0].detach().cpu() for k, v in out.deltas.items()},
+        num_samples=int(train_data[1].shape[0]),
+        train_loss=out.train_loss[0].detach().cpu(),
+        signals=reply_signals,
+        recorded_loss=recorded,
+    )
+    finite = all(bool(torch.isfinite(v).all()) for tree in (out.deltas, out.state) for v in _leaves(tree))
+    return reply, (_merge(state, out.state) if finite else state)
+
+
+def needed_signals(strategy: Strategy) -> tuple[str, ...]:
+    """The ``signals`` keys ``strategy.aggregate`` reads (so a reply without them is refused).
+
+    Today's protocol does not declare them; this lists the package's strategies that read
+    client signals: FedOUI (``"oui"``), q-FedAvg and FedFV with ``loss="global"``
+    (``"global_loss"``).
+    """
+    if isinstance(strategy, FedOUI):
+        return ("oui",)
+    if isinstance(strategy, QFedAvg) or (isinstance(strategy, FedFV) and strategy.loss == "global"):
+        return ("global_loss",)
+    return ()
+
+
+def client_updates(
+    strategy: Strategy,
+    round: int,
+    model: nn.Module,
+    global_params: Params,
+    replies: Sequence[ClientReply],
+    config: LocalTraining | None = None,
+) -> ClientUpdates:
+    """Stack the replies of one round into the :class:`ClientUpdates` the strategy aggregates.
+
+    Replies are ordered by client id (as the simulator orders the selected clients); the
+    deltas are moved to theta_t's device and dtype. ``config`` is the round's
+    :class:`~fedlearn_edu.engine.LocalTraining` (what :func:`round_config` sent to the nodes;
+    q-FedAvg reads its ``lr``), carried in ``ClientUpdates.config`` as the simulator does.
+
+    Raises:
+        ValueError: no replies; two replies from one client; a reply whose parameters do not
+            match theta_t's names and shapes; a reply without a signal the strategy needs, or
+            replies that disagree on which signals they carry.
+    """
+    if len(replies) == 0:
+        raise ValueError(f"Round {round}: no client replies to aggregate.")
+    replies = sorted(replies, key=lambda r: r.client_id)
+    ids = [r.client_id for r in replies]
+    if len(set(ids)) != len(ids):
+        raise ValueError(
+            f"Round {round}: more than one reply from client(s) {sorted({i for i in ids if ids.count(i) > 1})}."
+        )
+    for r in replies:
+        if r.deltas.keys() != global_params.keys():
+            missing = sorted(set(global_params) - set(r.deltas))
+            extra = sorted(set(r.deltas) - set(global_params))
+            raise ValueError(
+                f"Round {round}: client {r.client_id} sent an update that does not match the global model "
+                f"(missing {missing[:3]}, unexpected {extra[:3]})."
+            )
+        for k, v in global_params.items():
+            if tuple(r.deltas[k].shape) != tuple(v.shape):
+                raise ValueError(
+                    f"Round {round}: client {r.client_id} sent {k!r} with shape {tuple(r.deltas[k].shape)}, "
+                    f"the global model has {tuple(v.shape)}."
+                )
+    needed = needed_signals(strategy)
+    for r in replies:
+        lacking = [s for s in needed if s not in r.signals]
+        if lacking:
+            raise ValueError(
+                f"Round {round}: client {r.client_id}'s reply lacks the signal(s) {lacking} that "
+                f"{type(strategy).__name__} aggregates with; its ClientApp must compute them with the same "
+                f"strategy's client_update (Node(..., strategy={type(strategy).__name__}(...)))."
+            )
+    keys = set(replies[0].signals)
+    for r in replies[1:]:
+        if set(r.signals) != keys:
+            raise ValueError(
+                f"Round {round}: clients {replies[0].client_id} and {r.client_id} report different signals "
+                f"({sorted(keys)} vs {sorted(r.signals)}); every node must run the same strategy."
+            )
+    device = next(iter(global_params.values())).device
+    deltas = {
+        k: torch.stack([r.deltas[k].to(device=device, dtype=v.dtype) for r in replies])
+        for k, v in global_params.items()
+    }
+    signals = {s: torch.stack([r.signals[s] for r in replies]).to(device) for s in sorted(keys)}
+    return ClientUpdates(
+        round=int(round),
+        client_ids=torch.tensor(ids, dtype=torch.long),
+        deltas=deltas,
+        num_samples=torch.tensor([r.num_samples for r in replies], dtype=torch.long),
+        train_loss=torch.stack([r.train_loss for r in replies]).to(device),
+        model=model,
+        signals=signals,
+        config=config,
+    )
+
+
+def server_update(strategy: Strategy, params: Params, updates: ClientUpdates) -> tuple[Params, dict]:
+    """theta_{t+1} and the round's diagnostics, exactly as the simulator's server step computes them."""
+    return server_step(strategy, params, updates, getattr(strategy, "name", type(strategy).__name__))

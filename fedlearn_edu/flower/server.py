@@ -1,0 +1,293 @@
+"""The server side: any fedlearn_edu strategy as a Flower Message-API strategy."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable
+from logging import INFO, WARNING
+
+import torch
+from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import Result
+from flwr.serverapp.strategy import Strategy as FlowerBaseStrategy
+from flwr.supercore import log
+from torch import nn
+
+from ..engine import LocalTraining
+from ..metrics import fairness_metrics
+from ..params import Params, get_params
+from ..strategies.base import Strategy
+from ..utils import derive_seed
+from . import bridge
+from .records import arrays_to_params, config_to_record, diagnostics_to_metrics, params_to_arrays, record_to_reply
+
+__all__ = ["FlowerStrategy"]
+
+
+class FlowerStrategy(FlowerBaseStrategy):
+    """A ``flwr.serverapp.strategy.Strategy`` that runs a fedlearn_edu strategy.
+
+    Each round it sends theta_t and the round's local-training hyper-parameters
+    (``configure_local`` applied) to the sampled nodes, turns their replies (the updates of
+    the strategy's ``client_update``, sizes, losses and client signals) into the stacked
+    :class:`~fedlearn_edu.strategies.ClientUpdates` (``config`` = the round's
+    hyper-parameters), and lets the wrapped strategy compute theta_{t+1} with
+    ``aggregate`` (direction + server optimizer); its math is not copied here (see
+    :mod:`fedlearn_edu.flower.bridge`). Server-side signals, such as FedVG's validation
+    gradients, run here on the strategy's own data. Client state (Ditto's personal models,
+    SCAFFOLD's ``c_i``) stays on the nodes. With the same partition, seed, strategy and
+    hyper-parameters, and every client in every round, the global parameters equal those of
+    :func:`~fedlearn_edu.simulate` (``engine="loop"``).
+
+    Args:
+        strategy: any fedlearn_edu strategy with one server model (``FedAvg()``, ``CRAFT()``,
+            ``FedVG(val)``, ``Ditto()``, ...; not IFCA or local-only training, whose server
+            parameters are several models); its state is reset before round 1.
+        model: the architecture (for server-side signals) and theta_0 (see :meth:`run`).
+        local_epochs, batch_size, lr, lr_decay, momentum, weight_decay, seed: as in
+            :func:`~fedlearn_edu.simulate`; sent to the nodes each round.
+        fraction_train: share of the connected nodes trained each round (seeded sample).
+        min_train_nodes: at least this many nodes are trained each round.
+        min_available_nodes: wait until this many nodes are connected.
+        fraction_evaluate: share of nodes that evaluate theta_{t+1} on their test split
+            (0: no federated evaluation).
+        eval_every: evaluate every k rounds (and after the last round of :meth:`run`), as
+            :func:`~fedlearn_edu.simulate`'s ``eval_every``; on a real deployment every
+            message starts a ClientApp process, so evaluating less often saves time.
+        wait_s: how long to wait for ``min_available_nodes`` before giving up.
+        device: where the server keeps theta_t and runs the strategy.
+
+    Attributes:
+        diagnostics: ``list[dict]``, per round what the strategy reported plus
+            ``conflicts``, ``clients`` (partition ids aggregated), ``failed`` (node ids
+            whose reply was an error), ``dropped`` (partition ids with a non-finite
+            update, left out of the round), ``train_loss`` (mean over the clients of the
+            loss the simulator's History records) and ``seconds`` (wall time from sending
+            theta_t to theta_{t+1}).
+        evaluations: ``list[dict]``, per evaluated round ``{"round", "client_accuracy":
+            {partition_id: accuracy}, "mean", "std", "worst10", "best10", "other_accuracy":
+            {label: {partition_id: accuracy}}}`` (``client_accuracy`` is of the model the
+            strategy evaluates a client on: Ditto's personal model, with ``other_accuracy
+            ["global"]`` the global one's, as in the simulator's History).
+
+    Example:
+        >>> from fedlearn_edu import FedAvg, make_model
+        >>> model = make_model("mlp", (1, 8, 8), 10)
+        >>> strategy = FlowerStrategy(FedAvg(), model, lr=0.05, seed=0)
+    """
+
+    def __init__(
+        self,
+        strategy: Strategy,
+        model: nn.Module,
+        *,
+        local_epochs: int = 1,
+        batch_size: int = 10,
+        lr: float = 0.05,
+        lr_decay: float = 1.0,
+        momentum: float = 0.0,
+        weight_decay: float = 0.0,
+        seed: int = 0,
+        fraction_train: float = 1.0,
+        min_train_nodes: int = 1,
+        min_available_nodes: int = 1,
+        fraction_evaluate: float = 1.0,
+        eval_every: int = 1,
+        wait_s: float = 300.0,
+        device: str | torch.device = "cpu",
+    ):
+        if not isinstance(strategy, Strategy):
+            raise TypeError(f"strategy must be a fedlearn_edu Strategy (e.g. FedAvg()), got {type(strategy).__name__}.")
+        bridge.check_single_model(strategy)
+        if not isinstance(model, nn.Module):
+            raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}.")
+        if not 0 < lr_decay <= 1:
+            raise ValueError(f"lr_decay must be in (0, 1], got {lr_decay}.")
+        for name, value in (("fraction_train", fraction_train), ("fraction_evaluate", fraction_evaluate)):
+            if not 0 <= value <= 1:
+                raise ValueError(f"{name} must be in [0, 1], got {value}.")
+        for name, value in (
+            ("min_train_nodes", min_train_nodes),
+            ("min_available_nodes", min_available_nodes),
+            ("eval_every", eval_every),
+        ):
+            if int(value) != value or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value}.")
+        if not (wait_s > 0 and math.isfinite(wait_s)):
+            raise ValueError(f"wait_s must be a finite number of seconds > 0, got {wait_s}.")
+        self.strategy = strategy
+        self.model = model
+        self.base_config = LocalTraining(local_epochs, batch_size, lr, momentum, weight_decay)
+        self.lr_decay = float(lr_decay)
+        self.seed = int(seed)
+        self.fraction_train = float(fraction_train)
+        self.min_train_nodes = int(min_train_nodes)
+        self.min_available_nodes = int(min_available_nodes)
+        self.fraction_evaluate = float(fraction_evaluate)
+        self.eval_every = int(eval_every)
+        self._rounds: int | None = None
+        self.wait_s = float(wait_s)
+        self.device = torch.device(device)
+        self.diagnostics: list[dict] = []
+        self.evaluations: list[dict] = []
+        self._params: Params | None = None
+        self._config: LocalTraining | None = None
+        self._started = False
+        self._round_start = 0.0
+
+    # -- Flower's Strategy interface ---------------------------------------------------------
+
+    def summary(self) -> None:
+        """Log the wrapped strategy and the clients' hyper-parameters."""
+        log(INFO, "\t├──> fedlearn_edu strategy: %r", self.strategy)
+        log(INFO, "\t├──> local training: %s, lr_decay %g, seed %d", self.base_config, self.lr_decay, self.seed)
+        log(
+            INFO,
+            "\t└──> sampling: fraction_train %.2f, fraction_evaluate %.2f",
+            self.fraction_train,
+            self.fraction_evaluate,
+        )
+
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        """Send theta_t and round ``server_round``'s hyper-parameters to the sampled nodes."""
+        params = arrays_to_params(arrays, self.device)
+        nodes = self._sample(grid, self.fraction_train, self.min_train_nodes, server_round, salt=0x7EA1)
+        if not self._started:
+            num_nodes = len(list(grid.get_node_ids()))
+            params = bridge.begin_run(self.strategy, params, self.model, num_nodes, self.seed)
+            arrays = params_to_arrays(params)
+            self._started = True
+        self._params = params
+        self._round_start = time.perf_counter()
+        local = bridge.round_config(self.strategy, self.base_config, self.lr_decay, server_round)
+        self._config = local
+        content = RecordDict({"arrays": arrays, "config": config_to_record(local, server_round, self.seed)})
+        return [Message(content, node, MessageType.TRAIN, group_id=str(server_round)) for node in nodes]
+
+    def aggregate_train(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """theta_{t+1} from the replies, by the wrapped strategy.
+
+        A reply that is an error (the node failed) or whose update is not finite is left out
+        of the round and recorded; a reply that lacks what the strategy needs (parameters,
+        sizes, a client signal such as FedOUI's ``oui``) raises ``ValueError``.
+        """
+        if self._params is None:
+            raise RuntimeError("aggregate_train was called before configure_train; run the strategy with start().")
+        failed, received = [], []
+        for msg in replies:
+            if msg.has_error():
+                failed.append(int(msg.metadata.src_node_id))
+                log(WARNING, "Node %d failed in round %d: %s", msg.metadata.src_node_id, server_round, msg.error.reason)
+            else:
+                received.append(record_to_reply(msg.content, int(msg.metadata.src_node_id)))
+        ok = [all(bool(torch.isfinite(v).all()) for v in r.deltas.values()) for r in received]
+        finite = [r for r, good in zip(received, ok) if good]
+        dropped = sorted(r.client_id for r, good in zip(received, ok) if not good)
+        if dropped:
+            log(WARNING, "Round %d: non-finite update from partition(s) %s, left out.", server_round, dropped)
+        if not finite:
+            self.diagnostics.append({"round": server_round, "clients": [], "failed": failed, "dropped": dropped})
+            log(WARNING, "Round %d: no usable reply; theta stays as it was.", server_round)
+            return None, None
+        updates = bridge.client_updates(self.strategy, server_round, self.model, self._params, finite, self._config)
+        recorded = [r.train_loss if r.recorded_loss is None else r.recorded_loss for r in finite]
+        new_params, diag = bridge.server_update(self.strategy, self._params, updates)
+        self._params = new_params
+        diag = {
+            **diag,
+            "round": server_round,
+            "clients": updates.client_ids.tolist(),
+            "failed": failed,
+            "dropped": dropped,
+            "train_loss": float(torch.stack(recorded).mean()),
+            "seconds": time.perf_counter() - self._round_start,
+        }
+        self.diagnostics.append(diag)
+        return params_to_arrays(new_params), diagnostics_to_metrics(diag)
+
+    def configure_evaluate(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        """Ask the sampled nodes to evaluate theta on their local test splits."""
+        due = server_round % self.eval_every == 0 or server_round == self._rounds
+        if self.fraction_evaluate == 0 or not due:
+            return []
+        nodes = self._sample(grid, self.fraction_evaluate, 1, server_round, salt=0xE7A1)
+        config = ConfigRecord({"server-round": int(server_round), "seed": self.seed})
+        content = RecordDict({"arrays": arrays, "config": config})
+        return [Message(content, node, MessageType.EVALUATE, group_id=str(server_round)) for node in nodes]
+
+    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
+        """Fairness metrics (mean, std, worst10, best10) of the nodes' test accuracies.
+
+        The accuracy is of the model the strategy evaluates each client on (Ditto: the
+        node's personal model); the others a node reports (``accuracy.global``) are kept in
+        ``evaluations[-1]["other_accuracy"]``.
+        """
+        accuracy, other = {}, {}
+        for msg in replies:
+            if msg.has_error() or "metrics" not in msg.content:
+                continue
+            metrics = msg.content["metrics"]
+            if "accuracy" in metrics and "partition-id" in metrics:
+                pid = int(metrics["partition-id"])
+                accuracy[pid] = float(metrics["accuracy"])
+                for key, value in metrics.items():
+                    if key.startswith("accuracy."):
+                        other.setdefault(key[len("accuracy.") :], {})[pid] = float(value)
+        values = [a for a in accuracy.values() if not math.isnan(a)]
+        if not values:
+            return None
+        summary = fairness_metrics(values)
+        self.evaluations.append(
+            {
+                "round": server_round,
+                "client_accuracy": dict(sorted(accuracy.items())),
+                **summary,
+                "other_accuracy": {k: dict(sorted(v.items())) for k, v in other.items()},
+            }
+        )
+        return MetricRecord({**summary, "num-clients": len(values)})
+
+    # -- conveniences --------------------------------------------------------------------------
+
+    def run(self, grid: Grid, rounds: int, timeout: float = 3600) -> Result:
+        """Run ``rounds`` rounds from the model's parameters (theta_0) with Flower's ``start``.
+
+        Returns:
+            Flower's ``Result`` (``result.arrays`` holds the final global parameters; see
+            :meth:`final_params`).
+        """
+        if int(rounds) != rounds or rounds < 1:
+            raise ValueError(f"rounds must be a positive integer, got {rounds}.")
+        self._started = False
+        self._rounds = int(rounds)
+        self.diagnostics, self.evaluations = [], []
+        return self.start(grid, params_to_arrays(get_params(self.model)), num_rounds=int(rounds), timeout=timeout)
+
+    def final_params(self) -> Params:
+        """The last global parameters, ``{name: Tensor}`` on the CPU."""
+        if self._params is None:
+            raise RuntimeError("No round has run yet.")
+        return {k: v.detach().cpu() for k, v in self._params.items()}
+
+    def _sample(self, grid: Grid, fraction: float, minimum: int, server_round: int, salt: int) -> list[int]:
+        """Wait (bounded) for enough nodes, then a seeded sample of them, sorted."""
+        deadline = time.monotonic() + self.wait_s
+        while len(nodes := sorted(int(n) for n in grid.get_node_ids())) < self.min_available_nodes:
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"Only {len(nodes)} of the {self.min_available_nodes} nodes needed connected within "
+                    f"{self.wait_s:g} s; start more SuperNodes or lower min_available_nodes."
+                )
+            time.sleep(0.5)
+        k = min(len(nodes), max(minimum, int(len(nodes) * fraction)))
+        generator = torch.Generator().manual_seed(derive_seed(self.seed, server_round, salt))
+        pick = torch.randperm(len(nodes), generator=generator)[:k].sort().values
+        return [nodes[i] for i in pick.tolist()]

@@ -1,0 +1,249 @@
+"""Decentralised methods as strategies: Gossip averaging and DAC (no server model).
+
+Every client keeps its own model. In the simulator the N models are the run's stacked
+"parameters" ``{name: Tensor[N, ...]}`` (as IFCA's K cluster models are): a gossip step
+reads the models of other clients, which the protocol's per-client state rows (only the
+selected clients') would not give. In round t each selected client i
+
+1. receives models from other clients and mixes them with its own, row i of a
+   row-stochastic matrix W: ``start_i = sum_j W_ij theta_j``
+   (:func:`~fedlearn_edu.aggregators.gossip_mix`);
+2. trains ``start_i`` locally and keeps the result: ``theta_i <- theta_i + Delta_i`` with
+   ``Delta_i = trained_i - theta_i`` (the "direction" only touches the selected rows;
+   the other clients' models stay as they are).
+
+All rows of W are read from the models at the start of the round (a synchronous round).
+The driver evaluates each client's own model (``History.evaluated == "personal"``).
+
+* :class:`Gossip`: W from a fixed random graph with Metropolis--Hastings weights (doubly
+  stochastic, so full participation without training converges to the average), or the
+  "random" baseline of Zec et al. (2022): each client averages with ``num_neighbours``
+  uniformly sampled clients, weighted by training-set size.
+* :class:`DAC`: neighbours sampled by DAC's loss-based rule with its two-hop score update
+  (:mod:`fedlearn_edu.aggregators.dac`), averaged by training-set size.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from ..aggregators import (
+    dac_probabilities,
+    dac_tau_schedule,
+    dac_update_similarities,
+    gossip_mix,
+    metropolis_hastings_weights,
+    neighbour_average_matrix,
+    random_graph,
+    sample_neighbours,
+)
+from ..params import Params
+from ..utils import derive_seed
+from .base import ClientOutput, ClientUpdates, ClientWork, Strategy
+from .personalized import client_losses, repeat_params
+
+__all__ = ["Gossip", "DAC"]
+
+GOSSIP_SEED_TAG = 0x6055
+DAC_SEED_TAG = 0xDAC
+
+
+def _check_num_neighbours(n, allow_none: bool = False) -> int | None:
+    if n is None and allow_none:
+        return None
+    if isinstance(n, bool) or int(n) != n or n < 1:
+        raise ValueError(f"num_neighbours must be a positive integer, got {n!r}.")
+    return int(n)
+
+
+def _sizes(work: ClientWork, who: str) -> Tensor:
+    if work.all_num_samples is None:
+        raise ValueError(
+            f"{who} weighs neighbours by data size: ClientWork.all_num_samples is needed (simulate sets it)."
+        )
+    return work.all_num_samples
+
+
+def _dac_neighbours(similarity: Tensor, tau: float, num_sampled: int, seed: int) -> Tensor:
+    """``Tensor[N, n]``: each client's n distinct neighbours, drawn with DAC's ``p_ij ∝ exp(tau s_ij)``.
+
+    Usually one draw without replacement from :func:`~fedlearn_edu.aggregators.dac_probabilities`.
+    Once scores ``1 / L`` differ by more than about ``745 / tau`` (a neighbour's model fits a
+    client's data closely), the softmax underflows to exact zeros and a row may have fewer than
+    n positive entries. Those rows are then drawn one neighbour at a time, each from the softmax
+    of ``tau s_ij`` over the clients not yet drawn -- the same law (sampling without replacement
+    is sequential), with the normalisation redone after every draw so it cannot underflow.
+    """
+    probs = dac_probabilities(similarity, tau)
+    if bool(((probs > 0).sum(dim=1) >= num_sampled).all()):
+        return sample_neighbours(probs, num_sampled, seed=seed)
+    n = probs.shape[0]
+    g = torch.Generator().manual_seed(int(seed))
+    logits = float(tau) * similarity.detach().to(device="cpu", dtype=torch.float64).clone()
+    logits.fill_diagonal_(-float("inf"))
+    rows = torch.arange(n)
+    out = torch.empty(n, num_sampled, dtype=torch.long)
+    for k in range(num_sampled):
+        pick = torch.multinomial(torch.softmax(logits, dim=1), 1, generator=g).squeeze(1)
+        out[:, k] = pick
+        logits[rows, pick] = -float("inf")
+    return out
+
+
+class _Decentralised(Strategy):
+    """Shared round of the decentralised methods: mix with row i of W, then train locally."""
+
+    single_model = False
+    evaluates = "personal"
+
+    def __init__(self):
+        super().__init__(server_lr=1.0)  # theta_i <- theta_i + Delta_i exactly
+        self._num_clients = 0
+
+    def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[Params, dict]:
+        self._num_clients = int(num_clients)
+        return repeat_params(params, num_clients), {}
+
+    def mixing(self, work: ClientWork, models: Params) -> tuple[Tensor, dict]:
+        """``(W: Tensor[N, N], signals)``: row i says how client i mixes the N models (selected rows used)."""
+        raise NotImplementedError
+
+    def client_update(self, work: ClientWork, models: Params, state: dict) -> ClientOutput:
+        ids = work.client_ids.to(next(iter(models.values())).device)
+        W, signals = self.mixing(work, models)
+        start = {k: v[ids] for k, v in gossip_mix(models, W).items()}
+        local = work.train({k: v[0] for k, v in models.items()}, start=start)
+        deltas = {k: local.params[k] - models[k][ids] for k in models}
+        return ClientOutput(deltas, local.train_loss, signals)
+
+    def direction(self, params: Params, updates: ClientUpdates) -> tuple[Params, dict]:
+        g = {k: torch.zeros_like(v) for k, v in params.items()}
+        ids = updates.client_ids.to(next(iter(params.values())).device)
+        for k in g:
+            g[k][ids] = -updates.deltas[k]
+        return g, {k: v for k, v in updates.signals.items() if k == "neighbours"}
+
+    def eval_models(self, model: nn.Module, params: Params, state: dict, train_sets) -> dict:
+        device = next(iter(params.values())).device
+        return {"personal": (params, torch.arange(len(train_sets), device=device))}
+
+
+class Gossip(_Decentralised):
+    """Decentralised gossip averaging: each selected client mixes with its neighbours, then trains.
+
+    Args:
+        edge_prob: with ``num_neighbours=None``, the edge probability of the fixed connected
+            Erdos--Renyi graph (drawn from the run's seed), mixed with Metropolis--Hastings
+            weights (:func:`~fedlearn_edu.aggregators.metropolis_hastings_weights`).
+        num_neighbours: if given, the randomised gossip of Zec et al.'s "Random" baseline:
+            every round each client samples this many other clients uniformly and averages
+            with them weighted by training-set size
+            (:func:`~fedlearn_edu.aggregators.neighbour_average_matrix`).
+
+    Example:
+        >>> Gossip(edge_prob=0.5).name, Gossip(num_neighbours=3).num_neighbours
+        ('gossip', 3)
+    """
+
+    name = "gossip"
+
+    def __init__(self, edge_prob: float = 0.3, num_neighbours: int | None = None):
+        super().__init__()
+        if not 0 < float(edge_prob) <= 1:
+            raise ValueError(f"edge_prob must be in (0, 1], got {edge_prob}.")
+        self.edge_prob = float(edge_prob)
+        self.num_neighbours = _check_num_neighbours(num_neighbours, allow_none=True)
+        self._mixing: Tensor | None = None
+
+    @property
+    def mixing_matrix(self) -> Tensor | None:
+        """The fixed Metropolis--Hastings ``W`` (``Tensor[N, N]``), or ``None`` with sampled neighbours."""
+        return self._mixing
+
+    def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[Params, dict]:
+        if self.num_neighbours is None:
+            graph = random_graph(int(num_clients), self.edge_prob, seed=derive_seed(seed, GOSSIP_SEED_TAG))
+            self._mixing = metropolis_hastings_weights(graph)
+        elif self.num_neighbours >= num_clients:
+            raise ValueError(f"num_neighbours must be below the number of clients ({num_clients}).")
+        return super().init_state(params, model, num_clients, seed)
+
+    def mixing(self, work: ClientWork, models: Params) -> tuple[Tensor, dict]:
+        if self.num_neighbours is None:
+            return self._mixing, {}
+        n = self._num_clients
+        seed = derive_seed(work.seed, work.round, GOSSIP_SEED_TAG)
+        nb = sample_neighbours(torch.ones(n, n), self.num_neighbours, seed=seed)
+        return neighbour_average_matrix(nb, _sizes(work, "Gossip")), {"neighbours": nb[work.client_ids]}
+
+
+class DAC(_Decentralised):
+    """DAC, decentralised adaptive clustering (Zec et al., 2022).
+
+    Each round every selected client i samples ``num_neighbours`` clients with
+    ``p_ij ∝ exp(tau s_ij)`` (:func:`~fedlearn_edu.aggregators.dac_probabilities`), scores
+    them ``s_ij = 1 / L_i(theta_j)`` on its training data, copies two-hop scores
+    (:func:`~fedlearn_edu.aggregators.dac_update_similarities`), averages with them weighted by
+    training-set size and trains. Only the selected clients' score rows change. A loss is
+    floored at 1e-12 before it is inverted (a model that fits a client's data perfectly).
+
+    Args:
+        num_neighbours: n, neighbours sampled per round (the paper: 3 to 5).
+        tau: the temperature (the paper: 30).
+        tau_rate: ``None`` for DAC; a rate (e.g. 0.2) for DAC-var, whose temperature grows as
+            :func:`~fedlearn_edu.aggregators.dac_tau_schedule`.
+
+    The scores ``s`` (``Tensor[N, N]``) and who has met whom are server-held state here (in
+    a real deployment row i lives on client i); :attr:`similarity` exposes them.
+    """
+
+    name = "dac"
+    _state_names = ("_similarity", "_contacted")
+
+    def __init__(self, num_neighbours: int = 3, tau: float = 30.0, tau_rate: float | None = None):
+        super().__init__()
+        self.num_neighbours = _check_num_neighbours(num_neighbours)
+        if not (tau >= 0 and tau < float("inf")):
+            raise ValueError(f"tau must be a finite number >= 0, got {tau}.")
+        if tau_rate is not None and not (tau_rate > 0 and tau_rate < float("inf")):
+            raise ValueError(f"tau_rate must be a finite number > 0 or None, got {tau_rate}.")
+        self.tau = float(tau)
+        self.tau_rate = None if tau_rate is None else float(tau_rate)
+        self._similarity: Tensor | None = None
+        self._contacted: Tensor | None = None
+
+    @property
+    def similarity(self) -> Tensor | None:
+        """``Tensor[N, N]`` (float64): the scores ``s_ij`` (0: unknown)."""
+        return self._similarity
+
+    def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[Params, dict]:
+        n = int(num_clients)
+        if self.num_neighbours >= n:
+            raise ValueError(f"num_neighbours must be below the number of clients ({n}); got {self.num_neighbours}.")
+        self._similarity = torch.zeros(n, n, dtype=torch.float64)
+        self._contacted = torch.zeros(n, n, dtype=torch.bool)
+        return super().init_state(params, model, num_clients, seed)
+
+    def temperature(self, round_index: int) -> float:
+        """tau in round t (constant for DAC, growing for DAC-var)."""
+        return self.tau if self.tau_rate is None else dac_tau_schedule(round_index, self.tau, self.tau_rate)
+
+    def mixing(self, work: ClientWork, models: Params) -> tuple[Tensor, dict]:
+        n = self._num_clients
+        nb = _dac_neighbours(
+            self._similarity,
+            self.temperature(work.round),
+            self.num_neighbours,
+            seed=derive_seed(work.seed, work.round, DAC_SEED_TAG),
+        )
+        ids = work.client_ids
+        losses = torch.ones(n, self.num_neighbours, dtype=torch.float64)  # rows of unselected clients: unused
+        for j, i in enumerate(ids.tolist()):
+            received = {k: v[nb[i].to(v.device)] for k, v in models.items()}
+            losses[i] = client_losses(work.model, received, [work.datasets[j]])[0].clamp_min(1e-12)
+        new_s, new_c = dac_update_similarities(self._similarity, self._contacted, nb, losses)
+        self._similarity[ids] = new_s[ids]
+        self._contacted[ids] = new_c[ids]
+        return neighbour_average_matrix(nb, _sizes(work, "DAC")), {"neighbours": nb[ids]}

@@ -1,0 +1,252 @@
+"""The classic repairs of client drift as strategies: SCAFFOLD, FedDyn and FedNova.
+
+Each strategy wires the pure math of :mod:`fedlearn_edu.aggregators` (``scaffold``,
+``feddyn``, ``fednova``) into the round protocol of :mod:`fedlearn_edu.strategies.base`:
+
+==========  ==========================================================================
+SCAFFOLD    client state ``control`` (c_i, ``{name: Tensor[N, ...]}``), server state c;
+            clients minimise ``CE + <c - c_i, w>`` (the engines' ``linear`` term) and
+            return ``c_i+`` (option II) and ``Delta c_i``; the server moves along the
+            mean ``Delta y_i`` and sets ``c <- c + (1/N) sum_S Delta c_i``.
+FedDyn      client state ``gradient`` (g_k), server state h; clients minimise
+            ``CE - <g_k, w> + (alpha/2)||w - theta_t||^2`` (``linear = -g_k``,
+            ``prox_mu = alpha``) and return ``g_k - alpha Delta_k``; the server steps to
+            ``mean_S theta_k - h+/alpha``.
+FedNova     clients report their number of local steps ``tau_i``; the server takes the
+            normalised average ``tau_eff sum_i p_i Delta_i / ||a_i||_1``.
+==========  ==========================================================================
+
+SCAFFOLD and FedDyn average the deltas uniformly (as in the papers) unless a weighting is
+passed to :meth:`direction`: that is how FedVG composes with them
+(``FedVG(val, base=SCAFFOLD())``, FedVG's weights replacing the uniform mean while the
+control variates / the state h keep the papers' ``1/N`` updates).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from ..aggregators import (
+    feddyn_client_update,
+    feddyn_server_update,
+    fednova_aggregate,
+    fednova_norms,
+    scaffold_control_update,
+    scaffold_server_update,
+)
+from ..engine import LocalTraining
+from ..params import Params
+from .base import ClientOutput, ClientUpdates, ClientWork, Strategy
+from .fedavg import FedAvg
+from .server_optim import ServerOptimizer
+
+__all__ = ["SCAFFOLD", "FedDyn", "FedNova"]
+
+
+def _zeros_stacked(params: Params, n: int) -> Params:
+    """``{name: Tensor[n, ...]}`` of zeros shaped like ``n`` copies of ``params``."""
+    return {k: torch.zeros((n, *v.shape), dtype=v.dtype, device=v.device) for k, v in params.items()}
+
+
+def _check_weights_arg(weights) -> None:
+    if weights is not None and (not isinstance(weights, Tensor) or weights.dim() != 1):
+        raise ValueError(
+            "weights must be a Tensor[m] of per-client weights (client-wise FedVG); "
+            f"got {type(weights).__name__} of shape {tuple(getattr(weights, 'shape', ()))}."
+        )
+
+
+def _used_weights(updates: ClientUpdates, weights: Tensor | None) -> Tensor:
+    """``Tensor[m]``: the weights of the round's mean (uniform, or ``weights`` normalised)."""
+    m = updates.num_clients
+    return torch.full((m,), 1.0 / m) if weights is None else weights / weights.sum()
+
+
+def _local_steps(updates: ClientUpdates, who: str) -> Tensor:
+    if "num_steps" not in updates.signals:
+        raise ValueError(f"{who} needs updates.signals['num_steps'] (Tensor[m]); its client_update reports it.")
+    return updates.signals["num_steps"]
+
+
+class SCAFFOLD(Strategy):
+    """SCAFFOLD (Karimireddy et al., ICML 2020), option II control variates.
+
+    Client i starts from ``y_i = x``, takes K_i local steps along ``g_i(y) - c_i + c`` and
+    updates ``c_i+ = c_i - c + (x - y_i) / (K_i eta_l)``
+    (:func:`~fedlearn_edu.aggregators.scaffold_control_update`); the server sets
+    ``x <- x + eta_g (1/|S|) sum_S Delta y_i`` and ``c <- c + (1/N) sum_S Delta c_i``
+    (:func:`~fedlearn_edu.aggregators.scaffold_server_update`), so ``c`` stays the mean of
+    all N client controls. Controls start at zero.
+
+    Option II reads ``(x - y_i) / (K_i eta_l)`` as the average corrected gradient along the
+    client's path: exact for plain local SGD (``momentum=0``). With momentum or weight decay
+    the update still runs, but ``c_i`` is then that average of the *applied* steps.
+
+    Args:
+        server_lr: eta_g (1 in the paper's experiments).
+        optimizer: the server optimizer (default ``ServerSGD(server_lr)``).
+
+    Client state: ``control`` (``{name: Tensor[N, ...]}``). Diagnostics: ``weights``
+    (``Tensor[m]``, uniform) and ``control_norm`` (``||c||``).
+
+    Example:
+        >>> from fedlearn_edu import federated_dataset, make_model, simulate
+        >>> fed = federated_dataset("digits", num_clients=6, alpha=0.5)
+        >>> model = make_model("mlp", fed.input_shape, fed.num_classes)
+        >>> h = simulate(fed, model, SCAFFOLD(), rounds=2, clients_per_round=3, progress=False)
+        >>> sorted(h.final_state)
+        ['control']
+    """
+
+    name = "scaffold"
+    _state_names = ("_control",)
+    weighted_direction = True  # direction(..., weights=) (FedVG on SCAFFOLD)
+
+    def __init__(self, server_lr: float = 1.0, optimizer: ServerOptimizer | None = None):
+        super().__init__(server_lr, optimizer)
+        self._control: Params | None = None
+        self._num_clients = 0
+
+    @property
+    def server_control(self) -> Params | None:
+        """c, ``{name: Tensor}`` (``None`` before the run starts)."""
+        return self._control
+
+    def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[Params, dict]:
+        self._num_clients = int(num_clients)
+        self._control = {k: torch.zeros_like(v) for k, v in params.items()}
+        return params, {"control": _zeros_stacked(params, num_clients)}
+
+    def client_update(self, work: ClientWork, params: Params, state: dict) -> ClientOutput:
+        if self._control is None:
+            raise RuntimeError("SCAFFOLD.init_state must run before client_update (simulate() calls it).")
+        c_i = state["control"]
+        c = self._control
+        local = work.train(params, linear={k: c[k].unsqueeze(0) - c_i[k] for k in params})
+        deltas = {k: local.params[k] - params[k].unsqueeze(0) for k in params}
+        new_c_i = scaffold_control_update(c_i, c, deltas, local.num_steps, work.config.lr)
+        delta_c = {k: new_c_i[k] - c_i[k] for k in params}
+        signals = {"delta_c": delta_c, "num_steps": local.num_steps}
+        return ClientOutput(deltas, local.train_loss, signals, {"control": new_c_i})
+
+    def direction(self, params: Params, updates: ClientUpdates, weights: Tensor | None = None) -> tuple[Params, dict]:
+        """Server step: ``g = -mean_S Delta y_i`` (or ``-sum p_i Delta y_i`` with ``weights``); updates c.
+
+        Args:
+            params: x.
+            updates: the round's updates, with ``signals["delta_c"]`` from :meth:`client_update`.
+            weights: optional ``Tensor[m]`` replacing the uniform mean (FedVG on SCAFFOLD).
+        """
+        _check_weights_arg(weights)
+        if "delta_c" not in updates.signals:
+            raise ValueError("SCAFFOLD needs updates.signals['delta_c'] (Delta c_i); its client_update reports it.")
+        step, self._control = scaffold_server_update(
+            updates.deltas, updates.signals["delta_c"], self._control, self._num_clients, weights
+        )
+        norm = torch.sqrt(sum((v.double() ** 2).sum() for v in self._control.values()))
+        return {k: -v for k, v in step.items()}, {
+            "weights": _used_weights(updates, weights),
+            "control_norm": float(norm),
+        }
+
+
+class FedDyn(Strategy):
+    """FedDyn (Acar et al., ICLR 2021): dynamic regularisation of the clients' objective.
+
+    Client k minimises ``L_k(theta) - <g_k, theta> + (alpha/2) ||theta - theta^{t-1}||^2`` from
+    ``theta^{t-1}`` and sets ``g_k <- g_k - alpha (theta_k^t - theta^{t-1})``
+    (:func:`~fedlearn_edu.aggregators.feddyn_client_update`); the server sets
+    ``h <- h - (alpha/N) sum_S Delta_k`` and ``theta^t = mean_S theta_k - h/alpha``
+    (:func:`~fedlearn_edu.aggregators.feddyn_server_update`). ``g_k`` and ``h`` start at zero.
+
+    Args:
+        alpha: the regularisation strength (> 0; the paper uses 1e-2 .. 1e-1).
+        server_lr: eta_s; 1 is FedDyn (kept as a knob only for composition experiments).
+
+    Client state: ``gradient`` (``{name: Tensor[N, ...]}``, the g_k).
+
+    Example:
+        >>> FedDyn(alpha=0.1).configure_local(LocalTraining()).prox_mu
+        0.1
+    """
+
+    name = "feddyn"
+    _state_names = ("_h",)
+    weighted_direction = True  # direction(..., weights=) (FedVG on FedDyn)
+
+    def __init__(self, alpha: float = 0.01, server_lr: float = 1.0):
+        super().__init__(server_lr)
+        if not (alpha > 0 and alpha < float("inf")):
+            raise ValueError(f"FedDyn's alpha must be a finite number > 0, got {alpha}.")
+        self.alpha = float(alpha)
+        self._h: Params | None = None
+        self._num_clients = 0
+
+    @property
+    def server_state(self) -> Params | None:
+        """h, ``{name: Tensor}`` (``None`` before the run starts)."""
+        return self._h
+
+    def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[Params, dict]:
+        self._num_clients = int(num_clients)
+        self._h = {k: torch.zeros_like(v) for k, v in params.items()}
+        return params, {"gradient": _zeros_stacked(params, num_clients)}
+
+    def configure_local(self, config: LocalTraining) -> LocalTraining:
+        return config.replace(prox_mu=self.alpha)
+
+    def client_update(self, work: ClientWork, params: Params, state: dict) -> ClientOutput:
+        g_k = state["gradient"]
+        local = work.train(params, linear={k: -v for k, v in g_k.items()})
+        deltas = {k: local.params[k] - params[k].unsqueeze(0) for k in params}
+        new_g = feddyn_client_update(g_k, deltas, self.alpha)
+        return ClientOutput(deltas, local.train_loss, {}, {"gradient": new_g})
+
+    def direction(self, params: Params, updates: ClientUpdates, weights: Tensor | None = None) -> tuple[Params, dict]:
+        """Server step: ``g = -(mean_S Delta_k - h+/alpha)``; updates h.
+
+        Args:
+            params: theta^{t-1}.
+            updates: the round's updates.
+            weights: optional ``Tensor[m]`` replacing the uniform mean (FedVG on FedDyn).
+        """
+        _check_weights_arg(weights)
+        if self._h is None:
+            raise RuntimeError("FedDyn.init_state must run before direction (simulate() calls it).")
+        step, self._h = feddyn_server_update(updates.deltas, self._h, self.alpha, self._num_clients, weights)
+        return {k: -v for k, v in step.items()}, {"weights": _used_weights(updates, weights)}
+
+
+class FedNova(FedAvg):
+    """FedNova (Wang et al., NeurIPS 2020): normalised averaging.
+
+    ``g = -tau_eff sum_i p_i Delta_i / ||a_i||_1`` with ``p_i = n_i / sum_j n_j``,
+    ``tau_eff = sum_i p_i ||a_i||_1`` and ``||a_i||_1`` the effective number of local steps
+    (:func:`~fedlearn_edu.aggregators.fednova_norms`: ``tau_i`` for plain SGD, the paper's
+    closed forms with the clients' momentum or FedProx term, read from the round's
+    settings). Every client taking the same number of steps gives FedAvg.
+
+    Args:
+        server_lr: eta_s.
+        optimizer: the server optimizer (default ``ServerSGD(server_lr)``).
+
+    Diagnostics: ``weights`` (``p_i``), ``tau`` (``Tensor[m]``) and ``tau_eff``.
+    """
+
+    name = "fednova"
+
+    def client_update(self, work: ClientWork, params: Params, state: dict) -> ClientOutput:
+        local = work.train(params)
+        deltas = {k: local.params[k] - params[k].unsqueeze(0) for k in params}
+        return ClientOutput(deltas, local.train_loss, {"num_steps": local.num_steps})
+
+    def direction(self, params: Params, updates: ClientUpdates) -> tuple[Params, dict]:
+        tau = _local_steps(updates, "FedNova")
+        cfg = updates.config or LocalTraining()
+        proximal = cfg.lr * cfg.prox_mu
+        step = fednova_aggregate(updates.deltas, tau, updates.num_samples, cfg.momentum, proximal)
+        p = updates.size_weights.double().cpu()
+        tau_eff = float((p * fednova_norms(tau.cpu(), cfg.momentum, proximal)).sum())
+        diag = {"weights": updates.size_weights, "tau": tau.cpu(), "tau_eff": tau_eff}
+        return {k: -v for k, v in step.items()}, diag

@@ -1,0 +1,112 @@
+"""Fairness baselines as strategies: AFL (minimax over client mixtures) and FedLF (layer-wise MGDA).
+
+Both read the clients' losses ``F_k(theta_t)`` (the received model's loss on their
+training data, reported with the updates as ``signals["global_loss"]``, as for q-FedAvg
+and FedFV) and call the pure math of :mod:`fedlearn_edu.aggregators.afl` and
+:mod:`fedlearn_edu.aggregators.fedlf`.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..aggregators import afl_direction, afl_lambda_step, fedlf_direction
+from ..params import Params
+from .base import ClientUpdates
+from .conflict import _GlobalLossSignal
+from .craft import craft_layer_groups
+
+__all__ = ["AFL", "FedLF"]
+
+
+def _losses(updates: ClientUpdates, who: str):
+    if "global_loss" not in updates.signals:
+        raise ValueError(f"{who} needs updates.signals['global_loss'] (F_k(theta_t)); client_signals computes it.")
+    return updates.signals["global_loss"]
+
+
+class AFL(_GlobalLossSignal):
+    """Agnostic federated learning (Mohri, Sivek & Suresh, ICML 2019), Stochastic-AFL.
+
+    The server keeps mixture weights ``lambda`` on the simplex over the N clients (uniform at
+    the start). Each round, with the selected clients S and their losses ``L_k = F_k(theta_t)``:
+
+    * model step: ``theta <- theta + eta_s (N/m) sum_{k in S} lambda_k Delta_k``
+      (:func:`~fedlearn_edu.aggregators.afl_direction`), i.e. ``g = -(N/m) sum lambda_k Delta_k``;
+    * weight step: ``lambda <- Proj_simplex(lambda + gamma_lambda (N/m) L_S)``
+      (:func:`~fedlearn_edu.aggregators.afl_lambda_step`).
+
+    Both steps use the lambda of the start of the round, as in Algorithm 1. Our choice: the
+    clients send their local *updates* (several SGD steps, as every strategy here) where the
+    paper's clients send one stochastic gradient.
+
+    Args:
+        lambda_lr: gamma_lambda (> 0), the ascent step on the mixture weights.
+        server_lr: eta_s.
+
+    Diagnostics: ``lambdas`` (``Tensor[N]``, after the round's step) and ``losses``.
+    """
+
+    name = "afl"
+    _state_names = ("_lambdas",)
+
+    def __init__(self, lambda_lr: float = 0.1, server_lr: float = 1.0):
+        super().__init__(server_lr)
+        if not (lambda_lr > 0 and lambda_lr < float("inf")):
+            raise ValueError(f"lambda_lr must be a finite number > 0, got {lambda_lr}.")
+        self.lambda_lr = float(lambda_lr)
+        self._lambdas = None
+
+    @property
+    def lambdas(self):
+        """``Tensor[N]`` (float64): the current mixture weights (``None`` before the run)."""
+        return self._lambdas
+
+    def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[Params, dict]:
+        self._lambdas = torch.full((int(num_clients),), 1.0 / num_clients, dtype=torch.float64)
+        return params, {}
+
+    def direction(self, params: Params, updates: ClientUpdates) -> tuple[Params, dict]:
+        if self._lambdas is None:
+            raise RuntimeError("AFL.init_state must run before direction (simulate() calls it).")
+        losses = _losses(updates, "AFL")
+        ids = updates.client_ids.cpu()
+        step = afl_direction(updates.deltas, self._lambdas, ids)
+        self._lambdas = afl_lambda_step(self._lambdas, losses.detach().double().cpu(), self.lambda_lr, ids)
+        return {k: -v for k, v in step.items()}, {"lambdas": self._lambdas.clone(), "losses": losses}
+
+
+class FedLF(_GlobalLossSignal):
+    """FedLF (Pan et al., AAAI 2024): layer-wise fair aggregation.
+
+    Per layer group (CRAFT's groups, :func:`craft_layer_groups`: weight and bias of one
+    module together), the minimum-norm point of the convex hull of the clients' layer
+    pseudo-gradients rescaled to their mean length, plus FedLF's fairness row built from the
+    clients' losses; the whole direction is rescaled to ``||mean_i g_i||``
+    (:func:`~fedlearn_edu.aggregators.fedlf_direction`). ``theta <- theta - eta_s d``.
+
+    Args:
+        server_lr: eta_s.
+        fairness: add the loss-based fairness row (``False``: plain layer-wise MGDA).
+        layerwise: one problem per layer group (``False``: one for the whole model).
+
+    Diagnostics: ``losses``.
+    """
+
+    name = "fedlf"
+
+    def __init__(self, server_lr: float = 1.0, fairness: bool = True, layerwise: bool = True):
+        super().__init__(server_lr)
+        self.fairness = bool(fairness)
+        self.layerwise = bool(layerwise)
+
+    def direction(self, params: Params, updates: ClientUpdates) -> tuple[Params, dict]:
+        losses = _losses(updates, "FedLF") if self.fairness else None
+        if self.layerwise:
+            groups = craft_layer_groups(updates.model) if updates.model is not None else None
+        else:
+            groups = {"model": list(params)}
+        pseudo = {k: -v for k, v in updates.deltas.items()}
+        d = fedlf_direction(pseudo, None if losses is None else losses.detach(), groups=groups)
+        return d, ({} if losses is None else {"losses": losses})

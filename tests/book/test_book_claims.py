@@ -1,0 +1,166 @@
+"""The book cannot state a number its code did not produce.
+
+Every decimal number in a chapter's prose (its Markdown cells, exercise and solution
+text included) must be one of:
+
+* **glued** -- written as ``{glue:text}`key:.3f``` so the build pastes the value the cell
+  computed (myst-nb ``glue``);
+* **inside maths** -- ``$...$``, ``$$...$$`` or a ``{math}`` block: a definition, a setting
+  or a derivation, not a measurement;
+* **quoted from a paper** -- listed in ``QUOTED`` below, with the reason.
+
+Code (fences, inline code, code cells) is not prose and is not scanned. A second test checks
+that every glued key a chapter pastes is glued by one of its own code cells, so a renamed or
+deleted ``glue(...)`` is caught without building the book.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+BOOK = Path(__file__).resolve().parents[2] / "book"
+CHAPTERS = sorted(BOOK.glob("ch*.ipynb"))
+
+# Numbers quoted from the papers the chapters discuss (not computed by the book).
+# Keep this short: a number the book computes is glued, not listed here.
+QUOTED: dict[str, dict[str, str]] = {
+    "ch03_craft": {
+        "0.806": "CRAFT paper: CIFAR-10 ResNet-20 mean accuracy, round 500",
+        "0.164": "CRAFT paper: its standard deviation across clients",
+        "0.45": "CRAFT paper: best baselines' accuracy range, lower end",
+        "0.52": "CRAFT paper: best baselines' accuracy range, upper end",
+        "53.5": "CRAFT paper: relative gain over ConFIG (%)",
+        "7.8": "CRAFT paper: gain over FedAvgM on FEMNIST (%)",
+        "221.5": "CRAFT paper: worst-10% gain over FedLF (%)",
+    },
+    "ch05_fedoui": {
+        "23.4": "FedOUI paper: FedOUI final accuracy, Dirichlet 0.1 (%)",
+        "6.3": "FedOUI paper: its standard deviation over three seeds (points)",
+        "21.6": "FedOUI paper: FedAvg final accuracy, Dirichlet 0.1 (%)",
+        "28.2": "FedOUI paper: FedOUI best accuracy, Dirichlet 0.1 (%)",
+        "28.0": "FedOUI paper: FedAvg best accuracy, Dirichlet 0.1 (%)",
+        "31.8": "FedOUI paper: FedOUI best accuracy, noisy clients (%)",
+        "31.0": "FedOUI paper: FedAvg best accuracy, noisy clients (%)",
+        "23.1": "FedOUI paper: FedOUI final accuracy, noisy clients (%)",
+        "27.3": "FedOUI paper: FedAvg final accuracy, noisy clients (%)",
+        "6.10": "FedOUI authors' report: fitted Beta alpha of the worked example (asserted in the cell)",
+        "15.94": "FedOUI authors' report: fitted Beta beta of the worked example (asserted in the cell)",
+        "0.277": "FedOUI authors' report: mean OUI of the worked example",
+        "0.257": "FedOUI authors' report: OUI of client 9 in the worked example",
+    },
+    "ch06_conditional": {
+        "25.9": "client-conditional paper: IFCA's accuracy loss under sparsity (%)",
+        "39.9": "client-conditional paper: Ditto's accuracy loss under sparsity (%)",
+        "38.8": "client-conditional paper: FedAvg's accuracy loss under sparsity (%)",
+        "34.6": "client-conditional paper: DAC's accuracy loss under sparsity (%)",
+        "72.0": "client-conditional paper: Gossip's accuracy loss under sparsity (%)",
+    },
+}
+
+_FENCE = re.compile(r"^(\s*)(`{3,}|~{3,})(.*)$")
+_DECIMAL = re.compile(r"(?<![\w.])\d+\.\d+(?![\w.])")
+
+
+def _markdown_cells(path: Path) -> list[str]:
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    return [
+        "".join(c["source"]) if isinstance(c["source"], list) else c["source"]
+        for c in nb["cells"]
+        if c["cell_type"] == "markdown"
+    ]
+
+
+def _code_cells(path: Path) -> list[str]:
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    return [
+        "".join(c["source"]) if isinstance(c["source"], list) else c["source"]
+        for c in nb["cells"]
+        if c["cell_type"] == "code"
+    ]
+
+
+def prose(markdown: str) -> str:
+    """The prose of a MyST Markdown cell: code, maths, roles, directive options and labels removed.
+
+    Directive bodies (``{exercise}``, ``{prf:proof}``, ``{admonition}`` ...) are prose and kept;
+    fences without a directive (code) and ``{math}`` / ``{code-cell}`` blocks are dropped.
+    """
+    kept, stack = [], []  # stack of (fence, drop?)
+    for line in markdown.splitlines():
+        m = _FENCE.match(line)
+        if m:
+            fence, info = m.group(2), m.group(3).strip()
+            if stack and fence[0] == stack[-1][0][0] and len(fence) >= len(stack[-1][0]) and not info:
+                stack.pop()  # closes the innermost open fence
+                continue
+            drop = not info.startswith("{") or info.startswith(("{math}", "{code", "{glue"))
+            stack.append((fence, drop))
+            continue
+        if any(drop for _, drop in stack):
+            continue
+        if re.match(r"^\s*:[\w-]+:", line) or re.match(r"^\s*\([\w-]+\)=\s*$", line):
+            continue  # directive option (:label:, :class: ...) or a target label
+        kept.append(line)
+    text = "\n".join(kept)
+    text = re.sub(r"\$\$.*?\$\$", " ", text, flags=re.S)  # display maths
+    text = re.sub(r"(?<!\\)\$[^$\n]+?(?<!\\)\$", " ", text)  # inline maths
+    text = re.sub(r"\\\((.*?)\\\)", " ", text, flags=re.S)
+    text = re.sub(r"\{[\w:.-]+\}`[^`]*`", " ", text)  # roles: {glue:text}`k:.3f`, {cite}`...`, {math}`...`
+    text = re.sub(r"`[^`]*`", " ", text)  # inline code
+    text = re.sub(r"<[^>]+>", " ", text)  # HTML
+    text = re.sub(r"https?://\S+", " ", text)
+    return text
+
+
+def bare_numbers(markdown: str) -> list[str]:
+    """The decimal numbers written in the prose of a Markdown cell."""
+    return _DECIMAL.findall(prose(markdown))
+
+
+def test_the_scanner_finds_bare_numbers_and_ignores_the_rest():
+    md = (
+        "FedAvg reaches 0.906 here and $\\alpha = 0.1$ there, {glue:text}`acc:.3f` glued,\n"
+        "`lr=0.05` in code, $$x = 1.5$$ in maths, version 1.2.3, {cite}`a2020`.\n"
+        "```python\nprint(0.75)\n```\n"
+        "```{exercise} Title\n:label: ex-1\nThe paper reports 53.5 %.\n```\n"
+        "```{math}\ny = 2.5\n```\n"
+    )
+    assert bare_numbers(md) == ["0.906", "53.5"]
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_no_bare_numbers_in_chapter_prose(path: Path):
+    allowed = QUOTED.get(path.stem, {})
+    found = [(i, n) for i, md in enumerate(_markdown_cells(path)) for n in bare_numbers(md)]
+    bare = [(i, n) for i, n in found if n not in allowed]
+    assert not bare, (
+        f"{path.name}: numbers in the prose that are neither glued from the cell that computes them, "
+        f"nor inside maths, nor listed in QUOTED as quoted from a paper (markdown cell, number): {bare}"
+    )
+    stale = sorted(set(allowed) - {n for _, n in found})
+    assert not stale, f"{path.name}: QUOTED lists numbers the prose no longer contains: {stale}"
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_every_pasted_value_is_glued_in_the_chapter(path: Path):
+    pasted = {
+        m.group(1).rsplit(":", 1)[0] if m.group(0).startswith("{glue:text}") else m.group(1)
+        for md in _markdown_cells(path)
+        for m in re.finditer(r"\{glue(?::\w+)?\}`([^`]+)`", md)
+    }
+    glued = {m.group(1) for code in _code_cells(path) for m in re.finditer(r"""glue\(\s*f?["']([^"']+)["']""", code)}
+    missing = sorted(k for k in pasted if k not in glued and not any(_matches(k, g) for g in glued))
+    assert not missing, f"{path.name}: the prose pastes keys no code cell glues: {missing}"
+
+
+def _matches(key: str, pattern: str) -> bool:
+    """A key glued by an f-string, e.g. ``glue(f"acc-{name}", ...)`` covers ``acc-FedAvg``."""
+    if "{" not in pattern:
+        return False
+    regex = re.escape(pattern)
+    regex = re.sub(r"\\\{[^}]*\\\}", ".+", regex)
+    return re.fullmatch(regex, key) is not None

@@ -1,0 +1,350 @@
+"""Reader's copies of the chapters (``book/_ext/reader_copies.py``).
+
+* The conversion, on MyST written here: roles, labels, theorem-like blocks, solutions.
+* Every chapter's install cell is the one ``_config.yml`` gives, and keeps figures inline under
+  ``MPLBACKEND=Agg``.
+* The copies the book build writes: one per chapter, no raw MyST role or directive left (parsed with
+  myst-parser's own Markdown parser), no solution outside a collapsed ``<details>`` or a hidden cell,
+  and each runs top to bottom under nbval.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "book" / "_ext"))
+import reader_copies as rc  # noqa: E402
+
+CHAPTERS = sorted((REPO / "book").glob("ch*.ipynb"))
+SITE = "https://example.org/book/"
+RAW_TOKENS = {
+    "myst_role",
+    "myst_target",
+    "math_block_label",
+    "myst_line_comment",
+    "myst_block_break",
+    "substitution_inline",
+    "substitution_block",
+}
+
+
+def _md_parser():
+    from markdown_it.renderer import RendererHTML
+    from myst_parser.config.main import MdParserConfig
+    from myst_parser.parsers.mdit import create_md_parser
+
+    extensions = {"amsmath", "colon_fence", "deflist", "dollarmath", "substitution"}
+    return create_md_parser(MdParserConfig(enable_extensions=extensions), RendererHTML)
+
+
+def raw_myst(markdown: str) -> list[str]:
+    """The MyST constructs (roles, labels, directives...) that a MyST parser finds in ``markdown``."""
+
+    def walk(tokens):
+        for t in tokens:
+            yield t
+            yield from walk(t.children or [])
+
+    found = []
+    for t in walk(_md_parser().parse(markdown)):
+        if t.type in RAW_TOKENS or (t.type in ("fence", "colon_fence") and t.info.strip().startswith("{")):
+            found.append(f"{t.type} {t.info or t.content!r}"[:120])
+    return found
+
+
+def _refs() -> rc.References:
+    return rc.References(
+        site_url=SITE,
+        targets={
+            "fig-a": ("book/ch09", "fig-a", "Fig. 9.1"),
+            "eq-a": ("book/ch09", "equation-eq-a", "(9.2)"),
+            "thm-a": ("book/ch09", "thm-a", "Theorem 9.1"),
+            "ex-a": ("book/ch09", "ex-a", "Exercise 9.3"),
+            "sec-a": ("book/ch09", "sec-a", "A section"),
+        },
+        docs={"book/ch08": "Chapter eight"},
+        citations={"k1": ("McMahan et al.", "2017"), "k2": ("Li and Smith", "2020")},
+        glue={"acc": "0.8123"},
+    )
+
+
+MYST = """\
+(sec-a)=
+## Title
+
+See {numref}`fig-a`, {eq}`eq-a`, {prf:ref}`thm-a`, {ref}`sec-a`, {ref}`here <sec-a>` and {doc}`ch08`.
+As {cite:t}`k1` showed {cite}`k1,k2`; accuracy {glue:text}`acc:.1%`.
+% a comment
+
+$$
+x = 1
+$$ (eq-a)
+
+```{prf:theorem} Big
+:label: thm-a
+
+Body with {math}`x^2`.
+```
+
+```{prf:proof}
+Easy.
+```
+
+::::{exercise} Try
+:label: ex-a
+
+Do it.
+::::
+
+:::{solution} ex-a
+The answer is 42.
+
+```python
+print(42)
+```
+:::
+
+```{note}
+Careful.
+```
+
+```python
+x = {"a": 1}  # {eq}`not-a-role` inside code stays
+```
+"""
+
+
+def test_conversion_leaves_no_myst_and_links_to_the_site():
+    assert raw_myst(MYST), "the sample must contain MyST for the check to mean anything"
+    out = rc.Converter(_refs(), "book/ch09").convert(MYST)
+    assert raw_myst(out) == [], raw_myst(out)
+    for expected in (
+        f"[Fig. 9.1]({SITE}book/ch09.html#fig-a)",
+        f"[(9.2)]({SITE}book/ch09.html#equation-eq-a)",
+        f"[Theorem 9.1]({SITE}book/ch09.html#thm-a)",
+        f"[A section]({SITE}book/ch09.html#sec-a)",
+        f"[here]({SITE}book/ch09.html#sec-a)",
+        f"[Chapter eight]({SITE}book/ch08.html)",
+        f"[McMahan et al. (2017)]({SITE}book/bibliography.html)",
+        "McMahan et al., 2017; Li and Smith, 2020",
+        "accuracy 81.2%",
+        "\\tag{9.2}",
+        "**Theorem 9.1 (Big).**",
+        "**Exercise 9.3 (Try).**",
+        "*Proof.* Easy.",
+        "> **Note**",
+    ):
+        assert expected in out, f"{expected!r} not in:\n{out}"
+    assert "a comment" not in out
+    # the solution, code included, is inside a closed <details> block
+    sol = out.index("<details>")
+    assert out.index("The answer is 42.") > sol and out.index("print(42)") > sol
+    assert out.index("</details>") > out.index("print(42)")
+    assert "<details open" not in out
+    assert "{eq}`not-a-role` inside code stays" in out
+
+
+def _nb(*cells):
+    return {
+        "cells": [
+            {
+                "cell_type": t,
+                "metadata": {},
+                "source": s,
+                **({"outputs": [], "execution_count": None} if t == "code" else {}),
+            }
+            for t, s in cells
+        ],
+        "metadata": {},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
+
+
+def test_solution_code_cells_are_collapsed_and_the_input_is_not_modified():
+    nb = _nb(
+        ("code", "import x"),
+        ("markdown", "```{exercise}\n:label: ex-a\nQ?\n```\n\n````{solution-start} ex-a\n````\nText of the solution."),
+        ("code", "answer = 42"),
+        ("markdown", "```{solution-end}\n```\nAfter."),
+        ("code", "after = 1"),
+    )
+    before = json.dumps(nb)
+    out = rc.reader_copy(nb, _refs(), "book/ch09")
+    assert json.dumps(nb) == before, "the source notebook must not be modified"
+    sol_md = out["cells"][1]["source"]
+    assert "<details>\n<summary>Solution to Exercise 9.3</summary>" in sol_md and "Text of the solution." in sol_md
+    assert sol_md.index("Text of the solution.") > sol_md.index("<details>")
+    hidden = out["cells"][2]
+    assert hidden["metadata"]["jupyter"] == {"source_hidden": True, "outputs_hidden": True}
+    assert hidden["metadata"]["cellView"] == "form" and "answer = 42" in hidden["source"]
+    assert out["cells"][3]["source"] == "After."
+    assert "jupyter" not in out["cells"][4]["metadata"] and "jupyter" not in out["cells"][0]["metadata"]
+
+
+SOLUTION_CODE = '''\
+text = """a multi-line
+  string, kept as it is"""
+for i in range(2):
+    print(f"secret {i}", text)
+
+import matplotlib.pyplot as plt
+plt.plot([0, 1])
+plt.show()
+'''
+
+
+def test_solution_cell_gives_the_code_back():
+    source = rc.solution_cell(SOLUTION_CODE, "Solution to Exercise 9.3")
+    assert source.startswith("# @title Solution to Exercise 9.3")
+    assert rc.solution_code(source) == SOLUTION_CODE
+    assert 'text = """a multi-line\n  string, kept as it is"""' in source
+
+
+def test_solution_cell_output_is_collapsed(tmp_path):
+    """Run in a kernel (MPLBACKEND=Agg, after the install cell): one closed <details> holds the text and figure."""
+    outputs = _run_after_install_cell(rc.solution_cell(SOLUTION_CODE, "Solution to Exercise 9.3"), tmp_path)
+    assert [o["output_type"] for o in outputs] == ["display_data"], outputs
+    shown = outputs[0]["data"]["text/html"]
+    assert shown.startswith("<details><summary>Output of the solution to Exercise 9.3</summary>")
+    assert "<details open" not in shown and shown.endswith("</details>")
+    assert "secret 0 a multi-line\n  string, kept as it is\nsecret 1" in shown
+    assert '<img src="data:image/png;base64,' in shown
+
+
+def _run_after_install_cell(code: str, tmp_path: Path) -> list:
+    """The outputs of ``code`` run in a kernel after the install cell, with MPLBACKEND=Agg exported.
+
+    The kernel runs in a folder beside a decoy ``fedlearn_edu`` (the checkout is on PYTHONPATH).
+    """
+    nbformat = pytest.importorskip("nbformat")
+    from nbclient import NotebookClient
+
+    cfg = rc.book_config(REPO)
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(rc.install_cell(cfg["repository_url"])), nbformat.v4.new_code_cell(code)]
+
+    (tmp_path / "fedlearn_edu").mkdir()  # the install cell's source-checkout branch must not be taken
+    work = tmp_path / "book"
+    work.mkdir()
+    saved = dict(os.environ)
+    os.environ.update(MPLBACKEND="Agg", PYTHONPATH=str(REPO))
+    try:
+        NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(work)}}).execute()
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    return nb.cells[1].outputs
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)
+def test_install_cell_is_the_one_config_gives(path):
+    cfg = rc.book_config(REPO)
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    first = next(c for c in nb["cells"] if c["cell_type"] == "code")
+    assert rc._source(first) == rc.install_cell(cfg["repository_url"], cfg["branch"]), (
+        f"{path.name}: the first code cell differs from the install cell of _config.yml; run\n"
+        "    python book/_ext/reader_copies.py --sync-install-cells"
+    )
+
+
+def test_repository_url_is_written_only_in_config():
+    url = rc.book_config(REPO)["repository_url"]
+    tracked = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True)
+    if tracked.returncode != 0:
+        pytest.skip("not a git checkout")
+    # the chapters' install cells are generated from _config.yml (test above); README is read on GitHub
+    allowed = {"_config.yml", "README.md", *(str(p.relative_to(REPO)) for p in CHAPTERS)}
+    hits = [
+        f
+        for f in tracked.stdout.split()
+        if f not in allowed and (REPO / f).is_file() and url in (REPO / f).read_text(encoding="utf-8", errors="ignore")
+    ]
+    assert not hits, f"the repository URL is written in {hits}; derive it from _config.yml instead"
+
+
+def test_readme_opens_the_reader_copies():
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    for url in rc.launch_urls(rc.book_config(REPO)["repository_url"], "book/ch01_fedavg").values():
+        assert url in readme, url
+
+
+def test_install_cell_keeps_figures_inline_under_agg(tmp_path):
+    """The set-up cell, then a figure, executed with MPLBACKEND=Agg exported: the figure is shown."""
+    outputs = _run_after_install_cell("import matplotlib.pyplot as plt\nplt.plot([0, 1])\nplt.show()", tmp_path)
+    images = [o for o in outputs if "image/png" in o.get("data", {})]
+    assert images, f"no figure shown under MPLBACKEND=Agg: {outputs}"
+
+
+# --------------------------------------------------------------------------- #
+# the copies the build wrote
+
+
+@pytest.fixture(scope="module")
+def copies(built_book: Path) -> dict[str, Path]:
+    folder = built_book / rc.READERS_DIR / "book"
+    return {p.name: p for p in sorted(folder.glob("*.ipynb"))}
+
+
+def test_every_chapter_has_a_reader_copy(copies):
+    assert sorted(copies) == [p.name for p in CHAPTERS]
+
+
+@pytest.mark.parametrize("name", [p.name for p in CHAPTERS])
+def test_reader_copy_has_no_raw_myst_and_no_visible_solution(copies, name):
+    nb = json.loads(copies[name].read_text(encoding="utf-8"))
+    source = json.loads((REPO / "book" / name).read_text(encoding="utf-8"))
+    assert raw_myst("\n\n".join(rc._source(c) for c in source["cells"] if c["cell_type"] == "markdown"))
+    for i, cell in enumerate(nb["cells"]):
+        text = rc._source(cell)
+        if cell["cell_type"] == "markdown":
+            assert raw_myst(text) == [], f"{name} cell {i}: {raw_myst(text)}"
+            # every solution sits inside a <details> block (closed: no `open` attribute)
+            for pos in [j for j in range(len(text)) if text.startswith("Solution to", j)]:
+                assert text.rfind("<summary>", 0, pos) > text.rfind("</details>", 0, pos), f"{name} cell {i}"
+            assert "<details open" not in text
+        elif "solution" in cell["metadata"].get("tags", []):
+            assert cell["metadata"]["jupyter"] == {"source_hidden": True, "outputs_hidden": True}
+    # the code is the chapter's own (solution cells: under Colab's form title, output collapsed)
+    ours = [
+        rc.solution_code(rc._source(c)) if "solution" in c["metadata"].get("tags", []) else rc._source(c)
+        for c in nb["cells"]
+        if c["cell_type"] == "code"
+    ]
+    theirs = [rc._source(c) for c in source["cells"] if c["cell_type"] == "code"]
+    assert ours == theirs
+
+
+@pytest.mark.parametrize("name", [p.name for p in CHAPTERS])
+def test_reader_copy_runs_under_nbval(copies, name, tmp_path):
+    """Each copy, alone in a folder outside the repository, runs top to bottom (nbval, lax)."""
+    nb = tmp_path / name
+    nb.write_text(copies[name].read_text(encoding="utf-8"), encoding="utf-8")
+    env = dict(os.environ, PYTHONPATH=str(REPO), MPLBACKEND="Agg")
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--nbval-lax",
+            "--rootdir",
+            str(tmp_path),
+            str(nb),
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stdout[-6000:]

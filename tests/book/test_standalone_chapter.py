@@ -1,0 +1,109 @@
+"""A chapter alone, outside the repository, in a fresh virtual environment (no fedlearn_edu).
+
+1. Where the install cannot succeed (no package index, git refused): the first cell fails with the
+   install cell's message, not with ``ModuleNotFoundError`` one cell later.
+2. Where it can (the locally built wheel on a find-links folder): the chapter runs top to bottom.
+
+The venv gets ipykernel and nbclient; for the second case also torch/torchvision and the wheel's
+other dependencies (read from its metadata), as a reader's environment would have them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import venv
+import zipfile
+from email.parser import Parser
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+CHAPTER = REPO / "book" / "ch05_fedoui.ipynb"  # small, on the bundled digits
+TORCH = ["torch==2.14.1", "torchvision==0.29.1"]
+
+RUN = """\
+import json, sys
+import nbformat
+from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
+nb = nbformat.read(sys.argv[1], as_version=4)
+try:
+    NotebookClient(nb, timeout=900, kernel_name="python3", resources={"metadata": {"path": sys.argv[2]}}).execute()
+    print(json.dumps({"ok": True}))
+except CellExecutionError as err:
+    code = [i for i, c in enumerate(nb.cells) if c.cell_type == "code"]
+    failed = next(i for i in code if any(o.get("output_type") == "error" for o in nb.cells[i].get("outputs", [])))
+    print(json.dumps({"ok": False, "code_cell": code.index(failed), "error": str(err)[-3000:]}))
+"""
+
+
+def _env(tmp: Path, **extra) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "PIP_", "JUPYTER", "VIRTUAL_ENV"))}
+    env.update(HOME=str(tmp / "home"), JUPYTER_PATH="", MPLBACKEND="Agg", **extra)
+    return env
+
+
+def _pip(py: Path, *args: str) -> None:
+    proc = subprocess.run([str(py), "-m", "pip", "install", "-q", *args], capture_output=True, text=True, timeout=1200)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def _run_chapter(py: Path, work: Path, env: dict) -> dict:
+    nb = work / CHAPTER.name
+    nb.write_text(CHAPTER.read_text(encoding="utf-8"), encoding="utf-8")
+    proc = subprocess.run(
+        [str(py), "-c", RUN, str(nb), str(work)], cwd=work, env=env, capture_output=True, text=True, timeout=1500
+    )
+    assert proc.returncode == 0 and proc.stdout.strip(), proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def fresh_venv(tmp_path_factory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("standalone")
+    venv.EnvBuilder(with_pip=True).create(root / "venv")
+    py = root / "venv" / "bin" / "python"
+    _pip(py, "ipykernel", "nbclient", "nbformat")
+    (root / "home").mkdir()
+    return py, root
+
+
+def test_chapter_alone_where_install_cannot_succeed(fresh_venv):
+    py, root = fresh_venv
+    work = root / "cannot"
+    work.mkdir()
+    (root / "empty").mkdir(exist_ok=True)
+    env = _env(root, PIP_NO_INDEX="1", PIP_FIND_LINKS=str(root / "empty"), GIT_ALLOW_PROTOCOL="file")
+    result = _run_chapter(py, work, env)
+    assert not result["ok"]
+    assert result["code_cell"] == 0, result
+    assert "Could not install fedlearn_edu" in result["error"] and "pip install fedlearn-edu" in result["error"]
+    assert "ModuleNotFoundError" not in result["error"]
+
+
+def test_chapter_alone_runs_from_the_built_wheel(fresh_venv, built_dist):
+    py, root = fresh_venv
+    wheel = built_dist["wheel"]
+    with zipfile.ZipFile(wheel) as zf:
+        meta = Parser().parsestr(zf.read(next(n for n in zf.namelist() if n.endswith("METADATA"))).decode())
+    deps = [
+        d for d in meta.get_all("Requires-Dist") if "extra ==" not in d and not d.startswith(("torch", "torchvision"))
+    ]
+    _pip(py, *TORCH, *deps)
+    work = root / "can"
+    work.mkdir()
+    env = _env(root, PIP_NO_INDEX="1", PIP_FIND_LINKS=str(wheel.parent), GIT_ALLOW_PROTOCOL="file")
+    result = _run_chapter(py, work, env)
+    assert result["ok"], result
+    # the chapter used the wheel its install cell put in the venv (not this checkout: no PYTHONPATH here)
+    where = subprocess.run(
+        [str(py), "-c", "import fedlearn_edu; print(fedlearn_edu.__file__)"],
+        cwd=work,
+        env=_env(root),
+        capture_output=True,
+        text=True,
+    )
+    assert where.stdout.startswith(str(root / "venv")) and "site-packages" in where.stdout, where

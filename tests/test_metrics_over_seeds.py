@@ -1,0 +1,37 @@
+"""Summaries over seeds: mean and sample standard deviation, checked against NumPy."""
+
+import numpy as np
+import pytest
+
+from fedlearn_edu.metrics import fairness_metrics, format_over_seeds, over_seeds
+
+
+def test_over_seeds_is_the_mean_and_the_sample_std():
+    v = np.random.default_rng(0).random(5)
+    mean, std = over_seeds(v)
+    assert mean == pytest.approx(np.mean(v))
+    assert std == pytest.approx(np.std(v, ddof=1))
+    assert std != pytest.approx(np.std(v))  # ddof = 1, not the population std
+
+
+def test_over_seeds_needs_two_seeds():
+    with pytest.raises(ValueError, match="at least two seeds"):
+        over_seeds([0.5])
+
+
+class _Run:
+    def __init__(self, acc):
+        self.acc = acc
+
+    def metrics(self):
+        return fairness_metrics(self.acc)
+
+
+def test_format_over_seeds_reports_each_method():
+    runs = {"A": [_Run([0.2, 0.4]), _Run([0.4, 0.6])], "B": [_Run([1.0, 1.0]), _Run([1.0, 1.0])]}
+    text = format_over_seeds(runs, metrics=("mean",))
+    row_a = next(line for line in text.splitlines() if line.startswith("A "))
+    assert "0.400 ± 0.141" in row_a  # means 0.3 and 0.5
+    assert "1.000 ± 0.000" in text and "2 seeds" in text
+    with pytest.raises(ValueError, match="Unknown metric"):
+        format_over_seeds(runs, metrics=("median",))
