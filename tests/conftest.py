@@ -71,7 +71,9 @@ def built_book(tmp_path_factory) -> Path:
     try:
         import jupyter_book  # noqa: F401
     except ImportError as err:  # pragma: no cover - environment problem
-        pytest.fail(f'jupyter-book is not installed ({err}); install the book extras: pip install -e ".[book,test]"')
+        pytest.fail(
+            f'jupyter-book is not installed ({err}); install the book extras: pip install -e ".[book,test,flower]"'
+        )
     out = tmp_path_factory.mktemp("book")
     # `--path-output DIR` writes the HTML to DIR/_build/html.
     cmd = [
