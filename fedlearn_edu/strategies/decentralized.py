@@ -71,9 +71,10 @@ def _dac_neighbours(similarity: Tensor, tau: float, num_sampled: int, seed: int)
     Usually one draw without replacement from :func:`~fedlearn_edu.aggregators.dac_probabilities`.
     Once scores ``1 / L`` differ by more than about ``745 / tau`` (a neighbour's model fits a
     client's data closely), the softmax underflows to exact zeros and a row may have fewer than
-    n positive entries. Those rows are then drawn one neighbour at a time, each from the softmax
-    of ``tau s_ij`` over the clients not yet drawn -- the same law (sampling without replacement
-    is sequential), with the normalisation redone after every draw so it cannot underflow.
+    n positive entries. The round's draw is then made one neighbour at a time for every row, each
+    from the softmax of ``tau s_ij`` over the clients not yet drawn -- the same law (sampling
+    without replacement is sequential), with the normalisation redone after every draw so it
+    cannot underflow.
     """
     probs = dac_probabilities(similarity, tau)
     if bool(((probs > 0).sum(dim=1) >= num_sampled).all()):
