@@ -65,21 +65,13 @@ _FENCE = re.compile(r"^(\s*)(`{3,}|~{3,})(.*)$")
 _DECIMAL = re.compile(r"(?<![\w.])\d+\.\d+(?![\w.])")
 
 
-def _markdown_cells(path: Path) -> list[str]:
+def _cells(path: Path, kind: str) -> list[str]:
+    """The sources of a notebook's cells of one kind (``"markdown"`` or ``"code"``)."""
     nb = json.loads(path.read_text(encoding="utf-8"))
     return [
         "".join(c["source"]) if isinstance(c["source"], list) else c["source"]
         for c in nb["cells"]
-        if c["cell_type"] == "markdown"
-    ]
-
-
-def _code_cells(path: Path) -> list[str]:
-    nb = json.loads(path.read_text(encoding="utf-8"))
-    return [
-        "".join(c["source"]) if isinstance(c["source"], list) else c["source"]
-        for c in nb["cells"]
-        if c["cell_type"] == "code"
+        if c["cell_type"] == kind
     ]
 
 
@@ -135,7 +127,7 @@ def test_the_scanner_finds_bare_numbers_and_ignores_the_rest():
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
 def test_no_bare_numbers_in_chapter_prose(path: Path):
     allowed = QUOTED.get(path.stem, {})
-    found = [(i, n) for i, md in enumerate(_markdown_cells(path)) for n in bare_numbers(md)]
+    found = [(i, n) for i, md in enumerate(_cells(path, "markdown")) for n in bare_numbers(md)]
     bare = [(i, n) for i, n in found if n not in allowed]
     assert not bare, (
         f"{path.name}: numbers in the prose that are neither glued from the cell that computes them, "
@@ -149,10 +141,10 @@ def test_no_bare_numbers_in_chapter_prose(path: Path):
 def test_every_pasted_value_is_glued_in_the_chapter(path: Path):
     pasted = {
         m.group(1).rsplit(":", 1)[0] if m.group(0).startswith("{glue:text}") else m.group(1)
-        for md in _markdown_cells(path)
+        for md in _cells(path, "markdown")
         for m in re.finditer(r"\{glue(?::\w+)?\}`([^`]+)`", md)
     }
-    glued = {m.group(1) for code in _code_cells(path) for m in re.finditer(r"""glue\(\s*f?["']([^"']+)["']""", code)}
+    glued = {m.group(1) for code in _cells(path, "code") for m in re.finditer(r"""glue\(\s*f?["']([^"']+)["']""", code)}
     missing = sorted(k for k in pasted if k not in glued and not any(_matches(k, g) for g in glued))
     assert not missing, f"{path.name}: the prose pastes keys no code cell glues: {missing}"
 
