@@ -188,8 +188,8 @@ def _load_idx_dataset(name: str, root, download: bool):
         fixes = []
         if name == "fashion_mnist":
             fixes.append(
-                "sudo apt-get install dataset-fashion-mnist   (Debian/Ubuntu, no internet needed "
-                "beyond the package mirror; installs /usr/share/datasets/fashion-mnist)"
+                "apt-get install dataset-fashion-mnist   (as root, or through sudo; Debian/Ubuntu, no "
+                "internet needed beyond the package mirror; installs /usr/share/datasets/fashion-mnist)"
             )
         fixes += [
             f'load_dataset("{name}", download=True)   (downloads with torchvision into {download_root(root)})',

@@ -511,7 +511,7 @@ def test_missing_fashion_error_suggests_apt(tmp_path, no_data_anywhere):
     with pytest.raises(FileNotFoundError) as err:
         load_dataset("fashion_mnist", root=tmp_path / "partial")
     msg = str(err.value)
-    assert "sudo apt-get install dataset-fashion-mnist" in msg
+    assert "apt-get install dataset-fashion-mnist   (as root, or through sudo;" in msg
     assert "missing t10k-labels-idx1-ubyte" in msg
     assert str(tmp_path / "no_debian_fashion") in msg
 
