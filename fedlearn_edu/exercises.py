@@ -43,7 +43,7 @@ __all__ = [
 ]
 
 CHECKERS = {
-    # name: (what it checks, the chapter whose exercise uses it)
+    # name: what it checks (the chapter whose exercise uses it)
     "check_fedavg": "FedAvg's weighted mean of the clients' updates (chapter 1)",
     "check_scaffold_control_update": "SCAFFOLD's option-II update of the clients' control variates (chapter 2)",
     "check_fednova": "FedNova's normalised aggregate for plain local SGD (chapter 2)",
@@ -129,7 +129,7 @@ def _matching_mistakes(got, case: Case, mistakes: Sequence[Mistake], rtol: float
             elif isinstance(case.expected, tuple):
                 wrong = tuple(float(v) for v in wrong)
             _compare(got, wrong, rtol, atol)
-        except Exception:  # noqa: BLE001 - the mistake does not apply to this case, or does not match
+        except Exception:  # the mistake does not apply to this case, or does not match
             continue
         found.append(mistake.description)
     return found
