@@ -1,9 +1,10 @@
 """Checkers for the book's implementation exercises (and for grading coursework).
 
 Each ``check_<name>(your_function)`` runs the reader's function against the package on
-random and edge-case inputs, and prints either a pass or the **first** failing input with the
-expected and the received values. It returns ``True`` on a pass, ``False`` otherwise, so an
-instructor can use it in an autograder::
+random and edge-case inputs, and prints either a pass or the **first** failing input: what
+that case tests, the expected and the received values, and a hint at the usual mistake
+(which one the received values match, when they match one). It returns ``True`` on a pass,
+``False`` otherwise, so an instructor can use it in an autograder::
 
     >>> import torch
     >>> from fedlearn_edu.exercises import check_fedavg
@@ -13,6 +14,8 @@ instructor can use it in an autograder::
     >>> check_fedavg(my_fedavg)
     check_fedavg: all 6 cases passed.
     True
+
+:data:`CHECKERS` lists every checker with what it checks (the README's list is that one).
 """
 
 from __future__ import annotations
@@ -26,7 +29,9 @@ from dataclasses import dataclass
 import torch
 
 __all__ = [
+    "CHECKERS",
     "Case",
+    "Mistake",
     "run_cases",
     "check_fedavg",
     "check_fedvg_weights",
@@ -37,14 +42,42 @@ __all__ = [
     "collapsed_output",
 ]
 
+CHECKERS = {
+    # name: what it checks (the chapter whose exercise uses it)
+    "check_fedavg": "FedAvg's weighted mean of the clients' updates (chapter 1)",
+    "check_scaffold_control_update": "SCAFFOLD's option-II update of the clients' control variates (chapter 2)",
+    "check_fednova": "FedNova's normalised aggregate for plain local SGD (chapter 2)",
+    "check_craft_direction": (
+        "CRAFT's minimum-norm conflict-free direction, rank-deficient cases (duplicate clients) included (chapter 3)"
+    ),
+    "check_fedvg_weights": "FedVG's client weights from the validation-gradient norms (chapter 4)",
+    "check_oui": "the OUI of a layer: how evenly each unit's activity splits the batch (chapter 5)",
+    "check_beta_moments": "the Beta distribution with a given mean and variance, by the method of moments (chapter 5)",
+    "check_pca_fingerprint": "a client's PCA fingerprint: its top covariance eigenvalues over their total (chapter 6)",
+}
+"""Every checker of this module and what it checks, in the book's order."""
+
 
 @dataclass
 class Case:
-    """One input for a checker: a description, positional arguments, and the expected output."""
+    """One input for a checker: what it tests, positional arguments, the expected output and, optionally,
+    the mistake it is there to catch (printed as a hint when the case fails)."""
 
     name: str
     args: tuple
     expected: object
+    hint: str = ""
+
+
+@dataclass
+class Mistake:
+    """A usual wrong answer: what it is, and a function computing it from a case's arguments.
+
+    When a solution fails a case and its output equals this function's, the checker says so.
+    """
+
+    description: str
+    function: Callable
 
 
 def _clone(x):
@@ -62,45 +95,84 @@ def _show(x, limit: int = 400) -> str:
     return text if len(text) <= limit else text[:limit] + " ..."
 
 
+def _compare(got, expected, rtol: float, atol: float):
+    """``got`` as compared (a tensor for a tensor); raises AssertionError, TypeError or ValueError if it differs."""
+    if isinstance(expected, torch.Tensor):
+        got = torch.as_tensor(got)
+        if got.shape != expected.shape:
+            raise AssertionError(f"shape {tuple(got.shape)} != expected {tuple(expected.shape)}")
+        torch.testing.assert_close(got.to(expected.dtype), expected, rtol=rtol, atol=atol)
+    elif isinstance(expected, dict):
+        if not isinstance(got, dict) or set(got) != set(expected):
+            raise AssertionError(f"expected a dict with keys {sorted(expected)}")
+        for k in expected:
+            torch.testing.assert_close(torch.as_tensor(got[k]).to(expected[k].dtype), expected[k], rtol=rtol, atol=atol)
+    elif isinstance(expected, float):
+        if abs(float(got) - expected) > atol + rtol * abs(expected):
+            raise AssertionError("values differ")
+    elif isinstance(expected, tuple):
+        got = tuple(float(v) for v in got)
+        if len(got) != len(expected) or any(abs(g - e) > atol + rtol * abs(e) for g, e in zip(got, expected)):
+            raise AssertionError("values differ")
+    elif got != expected:
+        raise AssertionError("values differ")
+    return got
+
+
+def _matching_mistakes(got, case: Case, mistakes: Sequence[Mistake], rtol: float, atol: float) -> list[str]:
+    found = []
+    for mistake in mistakes:
+        try:
+            wrong = mistake.function(*_clone(case.args))
+            if isinstance(case.expected, float):
+                wrong = float(wrong)
+            elif isinstance(case.expected, tuple):
+                wrong = tuple(float(v) for v in wrong)
+            _compare(got, wrong, rtol, atol)
+        except Exception:  # the mistake does not apply to this case, or does not match
+            continue
+        found.append(mistake.description)
+    return found
+
+
+def _print_hints(case: Case, got, mistakes: Sequence[Mistake], rtol: float, atol: float) -> None:
+    matched = [] if got is None else _matching_mistakes(got, case, mistakes, rtol, atol)
+    for description in matched:
+        print(f"  hint: your output is what {description} gives")
+    if case.hint and not matched:
+        print(f"  hint: {case.hint}")
+
+
 def run_cases(
-    title: str, your_function: Callable, cases: Sequence[Case], rtol: float = 1e-5, atol: float = 1e-6
+    title: str,
+    your_function: Callable,
+    cases: Sequence[Case],
+    rtol: float = 1e-5,
+    atol: float = 1e-6,
+    mistakes: Sequence[Mistake] = (),
 ) -> bool:
-    """Run ``your_function(*case.args)`` for each case; print a pass or the first failure."""
+    """Run ``your_function(*case.args)`` for each case; print a pass or the first failure.
+
+    A failure names the case (what it tests), shows its input and the expected and received values,
+    and hints at the mistake: the :class:`Mistake` whose output the received one equals, else the
+    case's own ``hint``.
+    """
     for case in cases:
         try:
             got = your_function(*_clone(case.args))
         except Exception as err:  # the reader's code may raise anything
             print(f"{title}: case '{case.name}' raised {type(err).__name__}: {err}")
             print(f"  input: {_show(case.args)}")
+            _print_hints(case, None, mistakes, rtol, atol)
             return False
         try:
-            expected = case.expected
-            if isinstance(expected, torch.Tensor):
-                got = torch.as_tensor(got)
-                if got.shape != expected.shape:
-                    raise AssertionError(f"shape {tuple(got.shape)} != expected {tuple(expected.shape)}")
-                torch.testing.assert_close(got.to(expected.dtype), expected, rtol=rtol, atol=atol)
-            elif isinstance(expected, dict):
-                if not isinstance(got, dict) or set(got) != set(expected):
-                    raise AssertionError(f"expected a dict with keys {sorted(expected)}")
-                for k in expected:
-                    torch.testing.assert_close(
-                        torch.as_tensor(got[k]).to(expected[k].dtype), expected[k], rtol=rtol, atol=atol
-                    )
-            elif isinstance(expected, float):
-                if abs(float(got) - expected) > atol + rtol * abs(expected):
-                    raise AssertionError("values differ")
-            elif isinstance(expected, tuple):
-                got = tuple(float(v) for v in got)
-                if len(got) != len(expected) or any(abs(g - e) > atol + rtol * abs(e) for g, e in zip(got, expected)):
-                    raise AssertionError("values differ")
-            elif got != expected:
-                raise AssertionError("values differ")
+            got = _compare(got, case.expected, rtol, atol)
         except (AssertionError, TypeError, ValueError) as err:
             print(f"{title}: case '{case.name}' failed: {str(err).splitlines()[0]}")
             print(f"  input:    {_show(case.args)}")
             print(f"  expected: {_show(case.expected)}")
             print(f"  received: {_show(got)}")
+            _print_hints(case, got, mistakes, rtol, atol)
             return False
     print(f"{title}: all {len(cases)} cases passed.")
     return True
@@ -112,20 +184,46 @@ def check_fedavg(your_function: Callable, seed: int = 0) -> bool:
     from .aggregators import fedavg
 
     g = torch.Generator().manual_seed(seed)
+    normalise = "divide the weights by their sum: p = weights / weights.sum()"
     inputs = [
-        ("random, 5 clients", torch.randn(5, 7, generator=g), torch.rand(5, generator=g) + 0.1),
-        ("one client", torch.randn(1, 4, generator=g), torch.tensor([3.0])),
-        ("sample counts as weights", torch.randn(4, 3, generator=g), torch.tensor([10.0, 200.0, 1.0, 35.0])),
-        ("a client with weight zero", torch.randn(3, 5, generator=g), torch.tensor([0.0, 2.0, 1.0])),
-        ("identical updates", torch.ones(6, 2), torch.rand(6, generator=g) + 0.5),
+        ("unequal weights, 5 clients", torch.randn(5, 7, generator=g), torch.rand(5, generator=g) + 0.1, normalise),
         (
-            "double precision",
+            "one client of weight 3: the result is its update",
+            torch.randn(1, 4, generator=g),
+            torch.tensor([3.0]),
+            normalise,
+        ),
+        (
+            "sample counts as weights (summing to 246, not 1)",
+            torch.randn(4, 3, generator=g),
+            torch.tensor([10.0, 200.0, 1.0, 35.0]),
+            normalise,
+        ),
+        (
+            "a client with weight zero does not count",
+            torch.randn(3, 5, generator=g),
+            torch.tensor([0.0, 2.0, 1.0]),
+            "a weighted mean, not the plain mean over clients",
+        ),
+        (
+            "identical updates: any weights give that update",
+            torch.ones(6, 2),
+            torch.rand(6, generator=g) + 0.5,
+            normalise,
+        ),
+        (
+            "float64 inputs, 8 clients",
             torch.randn(8, 11, generator=g, dtype=torch.float64),
             torch.rand(8, generator=g, dtype=torch.float64) + 0.1,
+            "",
         ),
     ]
-    cases = [Case(name, (d, w), fedavg(d, w)) for name, d, w in inputs]
-    return run_cases("check_fedavg", your_function, cases)
+    cases = [Case(name, (d, w), fedavg(d, w), hint) for name, d, w, hint in inputs]
+    mistakes = [
+        Mistake("unnormalised weights (sum_i w_i Delta_i, without dividing by sum_j w_j)", lambda d, w: w @ d),
+        Mistake("the plain mean over clients (the weights ignored)", lambda d, w: d.mean(0)),
+    ]
+    return run_cases("check_fedavg", your_function, cases, mistakes=mistakes)
 
 
 def check_fedvg_weights(your_function: Callable, seed: int = 0) -> bool:
@@ -136,17 +234,34 @@ def check_fedvg_weights(your_function: Callable, seed: int = 0) -> bool:
     from .aggregators import fedvg_weights
 
     g = torch.Generator().manual_seed(seed)
+    inverse = "a small gradient norm G_k gets a large weight: s_k is proportional to 1 / (G_k + eps)"
     inputs = [
-        ("random, 6 clients x 4 tensors", torch.rand(6, 4, generator=g) * 3),
-        ("one client", torch.rand(1, 5, generator=g) + 0.1),
-        ("equal norms give uniform weights", torch.full((5, 3), 0.7)),
-        ("one client with a tiny gradient", torch.tensor([[1e-9, 0.0], [1.0, 2.0], [0.5, 0.5]])),
+        ("unequal norms, 6 clients x 4 tensors", torch.rand(6, 4, generator=g) * 3, inverse),
+        ("one client: weight 1", torch.rand(1, 5, generator=g) + 0.1, "the weights sum to one"),
+        ("equal norms give uniform weights", torch.full((5, 3), 0.7), "the weights sum to one"),
+        (
+            "one client with a tiny gradient (G = 1e-9): eps = 1e-8 bounds its weight",
+            torch.tensor([[1e-9, 0.0], [1.0, 2.0], [0.5, 0.5]]),
+            "add eps = 1e-8 to G_k before inverting: 1 / (G_k + eps)",
+        ),
         # without eps, 1 / G_k is infinite here and the weights come out NaN
-        ("one client with an exactly zero gradient (needs eps)", torch.tensor([[0.0, 0.0], [1.0, 2.0], [0.5, 0.5]])),
-        ("double precision", torch.rand(7, 9, generator=g, dtype=torch.float64)),
+        (
+            "one client with an exactly zero gradient (needs eps)",
+            torch.tensor([[0.0, 0.0], [1.0, 2.0], [0.5, 0.5]]),
+            "missing eps: 1 / G_k is infinite for a zero gradient; use 1 / (G_k + 1e-8)",
+        ),
+        ("float64 inputs, 7 clients x 9 tensors", torch.rand(7, 9, generator=g, dtype=torch.float64), inverse),
     ]
-    cases = [Case(name, (x,), fedvg_weights(x)) for name, x in inputs]
-    return run_cases("check_fedvg_weights", your_function, cases)
+    cases = [Case(name, (x,), fedvg_weights(x), hint) for name, x, hint in inputs]
+    mistakes = [
+        Mistake("weights proportional to G_k (not to 1 / G_k)", lambda x: x.sum(1) / x.sum(1).sum()),
+        Mistake("1 / (G_k + eps) without normalising the weights to sum to one", lambda x: 1.0 / (x.sum(1) + 1e-8)),
+        Mistake(
+            "the norms' mean over tensors instead of their sum (G_k = mean_l)",
+            lambda x: fedvg_weights(x.mean(1, keepdim=True)),
+        ),
+    ]
+    return run_cases("check_fedvg_weights", your_function, cases, mistakes=mistakes)
 
 
 def check_oui(your_function: Callable, seed: int = 0) -> bool:
@@ -161,18 +276,28 @@ def check_oui(your_function: Callable, seed: int = 0) -> bool:
     half = torch.cat([torch.ones(16, 8), -torch.ones(16, 8)])
     zeros_and_negatives = torch.cat([torch.zeros(5, 6), -torch.rand(5, 6, generator=g) - 0.1])
     relu_like = torch.relu(torch.randn(12, 9, generator=g))  # about half the entries exactly 0
+    zeros_off = "an exact zero is off (a ReLU passes nothing there): count z > 0, not z >= 0"
     inputs = [
-        ("random Gaussian, B=32, d=64", torch.randn(32, 64, generator=g)),
-        ("every unit splits the batch in half (OUI = 1)", half),
-        ("every unit always on (OUI = 0)", torch.rand(32, 10, generator=g) + 0.1),
-        ("every unit always off, zeros count as off", torch.zeros(8, 5)),
-        ("odd batch size B=7", torch.randn(7, 12, generator=g)),
-        ("a single unit", torch.randn(10, 1, generator=g)),
-        ("half the samples exactly 0, half negative: zeros are off (OUI = 0)", zeros_and_negatives),
-        ("post-ReLU values with exact zeros", relu_like),
+        ("Gaussian pre-activations, B=32, d=64", torch.randn(32, 64, generator=g), ""),
+        ("every unit splits the batch in half (OUI = 1)", half, "divide min(s_j, B - s_j) by floor(B / 2)"),
+        ("every unit always on (OUI = 0)", torch.rand(32, 10, generator=g) + 0.1, "min(s_j, B - s_j), not s_j"),
+        ("every unit always off, zeros count as off", torch.zeros(8, 5), zeros_off),
+        ("odd batch size B=7", torch.randn(7, 12, generator=g), "divide by floor(B / 2) = 3 for B = 7, not B / 2"),
+        ("a single unit", torch.randn(10, 1, generator=g), "the mean over units of a [B, d] input"),
+        ("half the samples exactly 0, half negative: zeros are off (OUI = 0)", zeros_and_negatives, zeros_off),
+        ("post-ReLU values with exact zeros", relu_like, zeros_off),
     ]
-    cases = [Case(name, (z,), float(oui(z))) for name, z in inputs]
-    return run_cases("check_oui", your_function, cases)
+    cases = [Case(name, (z,), float(oui(z)), hint) for name, z, hint in inputs]
+
+    def _oui(z, active, denominator):
+        s = active(z).sum(0).double()
+        return torch.minimum(s, z.shape[0] - s).mean() / denominator(z.shape[0])
+
+    mistakes = [
+        Mistake("counting exact zeros as on (z >= 0)", lambda z: _oui(z, lambda v: v >= 0, lambda b: b // 2)),
+        Mistake("dividing by B / 2 instead of floor(B / 2)", lambda z: _oui(z, lambda v: v > 0, lambda b: b / 2)),
+    ]
+    return run_cases("check_oui", your_function, cases, mistakes=mistakes)
 
 
 def check_beta_moments(your_function: Callable, seed: int = 0) -> bool:
@@ -184,14 +309,19 @@ def check_beta_moments(your_function: Callable, seed: int = 0) -> bool:
 
     rng = np.random.default_rng(seed)
     sample = rng.beta(6.10, 15.94, size=20)
+    formula = "c = mean (1 - mean) / var - 1, then alpha = mean c and beta = (1 - mean) c"
     inputs = [
-        ("Beta(2.5, 7.5)'s moments", 0.25, 0.25 * 0.75 / 11),
-        ("Beta(6.10, 15.94)'s moments", 6.10 / 22.04, (6.10 * 15.94) / (22.04**2 * 23.04)),
+        ("Beta(2.5, 7.5)'s mean and variance give (2.5, 7.5)", 0.25, 0.25 * 0.75 / 11),
+        ("Beta(6.10, 15.94)'s mean and variance give (6.10, 15.94)", 6.10 / 22.04, (6.10 * 15.94) / (22.04**2 * 23.04)),
         ("sample moments of 20 OUI values (ddof = 1)", float(sample.mean()), float(sample.var(ddof=1))),
-        ("a symmetric Beta(3, 3)", 0.5, 0.25 / 7),
+        ("a symmetric Beta(3, 3): alpha = beta", 0.5, 0.25 / 7),
     ]
-    cases = [Case(name, (m, v), tuple(float(x) for x in beta_moments(m, v))) for name, m, v in inputs]
-    return run_cases("check_beta_moments", your_function, cases, rtol=1e-6, atol=1e-8)
+    cases = [Case(name, (m, v), tuple(float(x) for x in beta_moments(m, v)), formula) for name, m, v in inputs]
+    mistakes = [
+        Mistake("alpha and beta swapped", lambda m, v: tuple(reversed(beta_moments(m, v)))),
+        Mistake("c = mean (1 - mean) / var, without the - 1", lambda m, v: (m * m * (1 - m) / v, (1 - m) ** 2 * m / v)),
+    ]
+    return run_cases("check_beta_moments", your_function, cases, rtol=1e-6, atol=1e-8, mistakes=mistakes)
 
 
 def check_pca_fingerprint(your_function: Callable, seed: int = 0) -> bool:
@@ -204,7 +334,7 @@ def check_pca_fingerprint(your_function: Callable, seed: int = 0) -> bool:
     g = torch.Generator().manual_seed(seed)
     inputs = [
         (
-            "random, n=40, p=6, 3 classes, l=5",
+            "40 samples, 6 features, 3 classes, 5 eigenvalues",
             torch.rand(40, 6, generator=g, dtype=torch.float64),
             torch.randint(0, 3, (40,), generator=g),
             3,
@@ -232,8 +362,32 @@ def check_pca_fingerprint(your_function: Callable, seed: int = 0) -> bool:
             4,
         ),
     ]
-    cases = [Case(name, (x, y, c, l), pca_fingerprint(x, y, c, l)) for name, x, y, c, l in inputs]
-    return run_cases("check_pca_fingerprint", your_function, cases, rtol=1e-6, atol=1e-9)
+    hints = {
+        "40 samples, 6 features, 3 classes, 5 eigenvalues": "covariance of [features, onehot(labels)], ddof = 1",
+        "more eigenvalues asked than exist: zero padding": "pad with zeros to num_eigenvalues",
+        "fewer samples than dimensions (n=5, p=20)": "eigenvalues of the (p + C) x (p + C) covariance, clipped at 0",
+        "one class only": "the one-hot block is constant: it adds zero eigenvalues",
+    }
+    cases = [Case(name, (x, y, c, l), pca_fingerprint(x, y, c, l), hints[name]) for name, x, y, c, l in inputs]
+
+    def _eigenvalues(x, y, c, l, ddof, by_trace):
+        a = torch.cat([x, torch.nn.functional.one_hot(y, c).to(x.dtype)], 1)
+        a = a - a.mean(0)
+        ev = torch.linalg.eigvalsh(a.T @ a / (a.shape[0] - ddof)).flip(0).clamp(min=0)
+        ev = ev / ev.sum() if by_trace else ev
+        return torch.cat([ev, ev.new_zeros(max(0, l - ev.numel()))])[:l]
+
+    mistakes = [
+        Mistake(
+            "eigenvalues not divided by their total (the trace)", lambda x, y, c, l: _eigenvalues(x, y, c, l, 1, False)
+        ),
+        Mistake(
+            "the population covariance (ddof = 0) and no division by the trace",
+            lambda x, y, c, l: _eigenvalues(x, y, c, l, 0, False),
+        ),
+        Mistake("eigenvalues in ascending order", lambda x, y, c, l: pca_fingerprint(x, y, c, l).flip(0)),
+    ]
+    return run_cases("check_pca_fingerprint", your_function, cases, rtol=1e-6, atol=1e-9, mistakes=mistakes)
 
 
 def check_craft_direction(your_function: Callable, seed: int = 0) -> bool:
@@ -242,9 +396,13 @@ def check_craft_direction(your_function: Callable, seed: int = 0) -> bool:
     ``U`` the row-normalised pseudo-gradients, ``rho`` normalised to sum to one and
     ``g_hat = reference / ||reference||`` (``g_hat = 0`` for a zero reference): both
     normalisations are part of the answer, and cases with ``rho`` summing to more than one and
-    with a reference of length other than one fail without them. The cases
-    have full-rank ``U``, at least two clients and no zero updates (the special rules for
-    zero updates and a single client are not checked)."""
+    with a reference of length other than one fail without them. Three cases are
+    **rank-deficient** (duplicate clients, as in chapter 3's exercise; opposite clients; more
+    clients than dimensions): ``U U^T`` is singular there, so a solution through
+    ``torch.linalg.solve`` fails them; ``U^+`` must be applied rank-safely (``torch.linalg.pinv``,
+    ``torch.linalg.lstsq`` or an eigendecomposition of ``U U^T`` with a cut-off, as the package
+    does), which gives the least-squares compromise. The cases have at least two clients and no
+    zero updates (the special rules for zero updates and a single client are not checked)."""
     from .aggregators import craft_direction
 
     g = torch.Generator().manual_seed(seed)
@@ -258,7 +416,7 @@ def check_craft_direction(your_function: Callable, seed: int = 0) -> bool:
             torch.zeros(2, dtype=dt),
         ),
         (
-            "random, m=4, d=10, with a reference",
+            "4 clients in d=10, rho summing to 10, a reference of length other than 1",
             torch.randn(4, 10, generator=g, dtype=dt),
             torch.tensor([1.0, 2.0, 3.0, 4.0], dtype=dt),
             torch.randn(10, generator=g, dtype=dt),
@@ -276,14 +434,71 @@ def check_craft_direction(your_function: Callable, seed: int = 0) -> bool:
             torch.randn(6, generator=g, dtype=dt),
         ),
         (
-            "m=8 in d=50, sample sizes as rho",
+            "8 clients in d=50, sample sizes as rho",
             torch.randn(8, 50, generator=g, dtype=dt),
             torch.randint(1, 100, (8,), generator=g).to(dt),
             torch.randn(50, generator=g, dtype=dt),
         ),
     ]
-    cases = [Case(name, (u, r, ref), craft_direction(u, r, ref)) for name, u, r, ref in inputs]
-    return run_cases("check_craft_direction", your_function, cases, rtol=1e-6, atol=1e-9)
+    full_rank = [
+        "normalise the rows (u_i = g_i / ||g_i||) and rho (rho / rho.sum())",
+        "normalise rho to sum to one and the reference to unit length",
+        "a reference that already satisfies U g = rho is returned as it is (after scaling to unit length)",
+        "g = g_hat + U^+ (rho - U g_hat), with U's rows of unit length",
+        "sample sizes as rho: divide rho by its sum",
+    ]
+    cases = [
+        Case(name, (u, r, ref), craft_direction(u, r, ref), hint) for (name, u, r, ref), hint in zip(inputs, full_rank)
+    ]
+    duplicate = torch.randn(3, 5, generator=g, dtype=dt)
+    duplicate[2] = duplicate[0]
+    opposite = torch.randn(3, 4, generator=g, dtype=dt)
+    opposite[1] = -2.0 * opposite[0]
+    rank_deficient = [
+        (
+            "duplicate clients, u_3 = u_1 with unequal targets (rank-deficient Gram matrix U U^T)",
+            duplicate,
+            torch.tensor([0.2, 0.5, 0.3], dtype=dt),
+            torch.randn(5, generator=g, dtype=dt),
+        ),
+        (
+            "opposite clients, u_2 = -u_1 (rank-deficient Gram matrix U U^T)",
+            opposite,
+            torch.tensor([0.5, 0.3, 0.2], dtype=dt),
+            torch.randn(4, generator=g, dtype=dt),
+        ),
+        (
+            "more clients than dimensions, m=6 in d=3 (rank-deficient Gram matrix U U^T)",
+            torch.randn(6, 3, generator=g, dtype=dt),
+            torch.rand(6, generator=g, dtype=dt) + 0.1,
+            torch.randn(3, generator=g, dtype=dt),
+        ),
+    ]
+    rank_safe = (
+        "U U^T is singular here: torch.linalg.solve fails (or returns huge values) on a rank-deficient Gram "
+        "matrix. Use a rank-safe solve: torch.linalg.lstsq(U @ U.T, r).solution, torch.linalg.pinv(U) @ r, or an "
+        "eigendecomposition of U U^T that drops the zero eigenvalues, as fedlearn_edu.aggregators.craft_direction"
+    )
+    cases += [Case(name, (u, r, ref), craft_direction(u, r, ref), rank_safe) for name, u, r, ref in rank_deficient]
+
+    def _closed_form(G, rho, ref, rows=True, targets=True, reference=True, sign=1):
+        U = G / G.norm(dim=1, keepdim=True) if rows else G
+        rho = rho / rho.sum() if targets else rho
+        g_hat = ref / ref.norm() if reference and ref.norm() > 0 else ref
+        return g_hat + sign * torch.linalg.pinv(U) @ (rho - U @ g_hat)
+
+    mistakes = [
+        Mistake("rho as given (not divided by its sum)", lambda G, r, ref: _closed_form(G, r, ref, targets=False)),
+        Mistake("the reference not scaled to unit length", lambda G, r, ref: _closed_form(G, r, ref, reference=False)),
+        Mistake(
+            "the raw pseudo-gradients G instead of unit rows U", lambda G, r, ref: _closed_form(G, r, ref, rows=False)
+        ),
+        Mistake(
+            "the wrong sign of the correction, g_hat - U^+ (rho - U g_hat)",
+            lambda G, r, ref: _closed_form(G, r, ref, sign=-1),
+        ),
+    ]
+    return run_cases("check_craft_direction", your_function, cases, rtol=1e-6, atol=1e-9, mistakes=mistakes)
 
 
 @contextlib.contextmanager
@@ -346,7 +561,7 @@ def check_scaffold_control_update(your_function: Callable, seed: int = 0) -> boo
     dt = torch.float64
     inputs = [
         (
-            "random, 5 clients, different step counts",
+            "5 clients with different step counts",
             torch.randn(5, 7, generator=g, dtype=dt),
             torch.randn(7, generator=g, dtype=dt),
             torch.randn(5, 7, generator=g, dtype=dt),
@@ -378,10 +593,28 @@ def check_scaffold_control_update(your_function: Callable, seed: int = 0) -> boo
             0.2,
         ),
     ]
+    hints = {
+        "5 clients with different step counts": "divide each client's (x - y_i) by its own K_i lr",
+        "first round: all controls zero": "deltas[i] = y_i - x, so (x - y_i) = -deltas[i]: mind the sign",
+        "one client": "c_i+ = c_i - c + (x - y_i) / (K_i lr)",
+        "a client that did not move": "a client with y_i = x keeps c_i - c",
+    }
     cases = [
-        Case(name, (ci, c, d, k, lr), scaffold_control_update(ci, c, d, k, lr)) for name, ci, c, d, k, lr in inputs
+        Case(name, (ci, c, d, k, lr), scaffold_control_update(ci, c, d, k, lr), hints[name])
+        for name, ci, c, d, k, lr in inputs
     ]
-    return run_cases("check_scaffold_control_update", your_function, cases, rtol=1e-6, atol=1e-9)
+    mistakes = [
+        Mistake(
+            "the wrong sign, (y_i - x) for (x - y_i)",
+            lambda ci, c, d, k, lr: ci - c + d / (k[:, None].to(d.dtype) * lr),
+        ),
+        Mistake(
+            "leaving out the server control c",
+            lambda ci, c, d, k, lr: ci - d / (k[:, None].to(d.dtype) * lr),
+        ),
+        Mistake("leaving out the step counts K_i (dividing by lr only)", lambda ci, c, d, k, lr: ci - c - d / lr),
+    ]
+    return run_cases("check_scaffold_control_update", your_function, cases, rtol=1e-6, atol=1e-9, mistakes=mistakes)
 
 
 def check_fednova(your_function: Callable, seed: int = 0) -> bool:
@@ -394,7 +627,7 @@ def check_fednova(your_function: Callable, seed: int = 0) -> bool:
     dt = torch.float64
     inputs = [
         (
-            "random, 5 clients, different step counts",
+            "5 clients with different step counts",
             torch.randn(5, 6, generator=g, dtype=dt),
             torch.tensor([1, 2, 5, 10, 20]),
             torch.rand(5, generator=g, dtype=dt) + 0.1,
@@ -419,8 +652,26 @@ def check_fednova(your_function: Callable, seed: int = 0) -> bool:
             torch.tensor([500.0, 20.0, 80.0, 5.0, 60.0, 300.0], dtype=dt),
         ),
     ]
-    cases = [Case(name, (d, k, w), fednova_aggregate(d, k, w)) for name, d, k, w in inputs]
-    return run_cases("check_fednova", your_function, cases, rtol=1e-6, atol=1e-9)
+    hints = {
+        "5 clients with different step counts": "divide each update by its step count tau_i, then scale by tau_eff",
+        "equal step counts: FedAvg": "with equal tau_i, FedNova is FedAvg's weighted mean",
+        "one client": "with one client, its own update",
+        "a client with weight zero": "p = weights / weights.sum(); a weight of zero drops the client, and its tau_i",
+        "sample counts as weights, many steps": "normalise the weights: p = weights / weights.sum()",
+    }
+    cases = [Case(name, (d, k, w), fednova_aggregate(d, k, w), hints[name]) for name, d, k, w in inputs]
+    mistakes = [
+        Mistake("plain FedAvg (no normalisation by the step counts)", lambda d, k, w: (w / w.sum()) @ d),
+        Mistake(
+            "sum_i p_i deltas_i / tau_i without the factor tau_eff",
+            lambda d, k, w: ((w / w.sum()) / k.to(d.dtype)) @ d,
+        ),
+        Mistake(
+            "tau_eff as the plain mean of the step counts (not weighted by p)",
+            lambda d, k, w: k.to(d.dtype).mean() * (((w / w.sum()) / k.to(d.dtype)) @ d),
+        ),
+    ]
+    return run_cases("check_fednova", your_function, cases, rtol=1e-6, atol=1e-9, mistakes=mistakes)
 
 
 __all__ += ["check_scaffold_control_update", "check_fednova"]

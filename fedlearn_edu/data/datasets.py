@@ -6,9 +6,9 @@
 step further: load, partition over clients, split each client 80/20 into
 local train/test, and return a :class:`~fedlearn_edu.data.Federation`.
 
-Where the files come from (nothing is downloaded unless ``download=True``; the
-search order is in ``fedlearn_edu.data.sources``, the parsing in
-``fedlearn_edu.data.readers``):
+Where the files come from (nothing is downloaded unless ``download=True``, and nothing
+while ``FEDLEARN_OFFLINE=1``; the search order is in ``fedlearn_edu.data.sources``, the
+parsing in ``fedlearn_edu.data.readers``):
 
 ==================  =========================================================
 ``"digits"``        bundled with scikit-learn (the offline default), 1,797 8x8 images
@@ -42,8 +42,10 @@ from .sources import (
     CIFAR_LAYOUT,
     ENV_VAR,
     IDX_STEMS,
+    OFFLINE_VAR,
     TORCHVISION_RAW,
     download_root,
+    downloads_allowed,
     find_idx_files,
     locate_cifar,
     locate_idx,
@@ -167,6 +169,9 @@ def _read_idx_set(stamps: tuple) -> tuple[np.ndarray, ...]:
 
 def _load_idx_dataset(name: str, root, download: bool):
     folder, notes = locate_idx(name, root)
+    if folder is None and download and not downloads_allowed():
+        notes.append(f"  (no download: {OFFLINE_VAR} is set, downloads are off)")
+        download = False
     if folder is None and download:
         from torchvision import datasets as tvd
 
@@ -183,8 +188,8 @@ def _load_idx_dataset(name: str, root, download: bool):
         fixes = []
         if name == "fashion_mnist":
             fixes.append(
-                "sudo apt-get install dataset-fashion-mnist   (Debian/Ubuntu, no internet needed "
-                "beyond the package mirror; installs /usr/share/datasets/fashion-mnist)"
+                "apt-get install dataset-fashion-mnist   (as root, or through sudo; Debian/Ubuntu, no "
+                "internet needed beyond the package mirror; installs /usr/share/datasets/fashion-mnist)"
             )
         fixes += [
             f'load_dataset("{name}", download=True)   (downloads with torchvision into {download_root(root)})',
@@ -221,6 +226,9 @@ def _load_idx_dataset(name: str, root, download: bool):
 def _load_cifar(name: str, root, download: bool):
     folder_name, train_files, test_files, label_key = CIFAR_LAYOUT[name]
     folder, notes = locate_cifar(name, root)
+    if folder is None and download and not downloads_allowed():
+        notes.append(f"  (no download: {OFFLINE_VAR} is set, downloads are off)")
+        download = False
     if folder is None and download:
         from torchvision import datasets as tvd
 
@@ -287,7 +295,8 @@ def load_dataset(name: str, root=None, download: bool = False) -> tuple[TensorDa
             else ``./data``).
         download: if the files are found nowhere, download them with torchvision
             (which checks the archives' published md5 sums). Files already present are
-            used as they are.
+            used as they are. Ignored while the environment variable ``FEDLEARN_OFFLINE``
+            is ``1``: the files must then be on disk.
 
     Returns:
         ``(train, test)`` :class:`~torch.utils.data.TensorDataset`: ``tensors[0]`` float32
@@ -299,8 +308,8 @@ def load_dataset(name: str, root=None, download: bool = False) -> tuple[TensorDa
     Raises:
         ValueError: unknown ``name`` (the message lists the valid names), or files that
             are not in the expected format.
-        FileNotFoundError: files not found and ``download=False``; the message lists
-            every place looked at and the command that fixes it.
+        FileNotFoundError: files not found and ``download=False`` (or ``FEDLEARN_OFFLINE=1``);
+            the message lists every place looked at and the command that fixes it.
 
     MNIST and Fashion-MNIST are read by :func:`~fedlearn_edu.data.read_idx`.
     CIFAR's python batches are read by

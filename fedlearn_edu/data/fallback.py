@@ -10,7 +10,8 @@ def dataset_or_digits(name: str, *, root=None, download: bool = True) -> str:
 
     For notebooks run away from the repository (Colab, a chapter alone): MNIST and the others come
     from the folders :func:`~fedlearn_edu.data.load_dataset` searches, or from torchvision's download;
-    without either (offline, say) the chapter goes on with scikit-learn's bundled digits.
+    without either (offline, say, or with ``FEDLEARN_OFFLINE=1``, which turns downloads off) the
+    chapter goes on with scikit-learn's bundled digits.
 
     Args:
         name: a :func:`~fedlearn_edu.data.load_dataset` name, e.g. ``"mnist"``.

@@ -8,6 +8,11 @@ only where the caller points (``root`` or ``FEDLEARN_DATA``), never in the worki
 directory: its files are pickles, and although they are read with a restricted
 unpickler (:class:`~fedlearn_edu.data.readers.SafeUnpickler`), a folder the user did
 not name is not read at all.
+
+Downloads (``download=True``) go through torchvision; setting the environment variable
+``FEDLEARN_OFFLINE=1`` turns them off, so that a loader asked to download fails at once
+with the list of places it looked, as on a machine without a network (the book build the
+tests run sets it: every chapter is built on its fallback, as a newcomer's offline build).
 """
 
 from __future__ import annotations
@@ -18,9 +23,20 @@ from pathlib import Path
 
 from .readers import read_bytes
 
-__all__ = ["ENV_VAR", "search_dirs", "download_root", "find_idx_files", "locate_idx", "locate_cifar", "CIFAR_LAYOUT"]
+__all__ = [
+    "ENV_VAR",
+    "OFFLINE_VAR",
+    "downloads_allowed",
+    "search_dirs",
+    "download_root",
+    "find_idx_files",
+    "locate_idx",
+    "locate_cifar",
+    "CIFAR_LAYOUT",
+]
 
 ENV_VAR = "FEDLEARN_DATA"
+OFFLINE_VAR = "FEDLEARN_OFFLINE"  # "1" (any value but "" and "0"): never download
 # Module-level so tests (and users with unusual layouts) can point them elsewhere.
 DEBIAN_FASHION_DIR = Path("/usr/share/datasets/fashion-mnist")
 DEFAULT_DOWNLOAD_DIR = Path("data")  # relative to the working directory, as torchvision's examples
@@ -49,6 +65,17 @@ CIFAR_LAYOUT = {
     "cifar10": ("cifar-10-batches-py", [f"data_batch_{i}" for i in range(1, 6)], ["test_batch"], "labels"),
     "cifar100": ("cifar-100-python", ["train"], ["test"], "fine_labels"),
 }
+
+
+def downloads_allowed() -> bool:
+    """``False`` when ``$FEDLEARN_OFFLINE`` is set to anything but ``""`` or ``"0"``: ``download=True`` is then ignored.
+
+    Example:
+        >>> import os
+        >>> downloads_allowed() == (os.environ.get("FEDLEARN_OFFLINE", "") in ("", "0"))
+        True
+    """
+    return os.environ.get(OFFLINE_VAR, "") in ("", "0")
 
 
 def download_root(root) -> Path:

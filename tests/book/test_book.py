@@ -14,7 +14,9 @@ is ``FEDLEARN_BOOK_TIMEOUT`` seconds (default 3600).
 
 from __future__ import annotations
 
+import html
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -58,6 +60,22 @@ def _chapter_docs() -> list[str]:
     return [f for f in _toc_files() if (REPO / f).with_suffix(".ipynb").exists()]
 
 
+FALLBACK_NOTE = "using scikit-learn's bundled digits instead"  # fedlearn_edu.data.dataset_or_digits prints it
+
+
+def _mnist_chapters() -> dict[int, str]:
+    """``{chapter number: TOC entry}`` of the chapters whose code reads MNIST on the default settings,
+    through ``dataset_or_digits`` (MNIST where it is, else the bundled digits)."""
+    out = {}
+    for doc in _chapter_docs():
+        cells = json.loads((REPO / doc).with_suffix(".ipynb").read_text(encoding="utf-8"))["cells"]
+        code = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+        number = re.match(r"ch(\d+)_", Path(doc).name)
+        if "dataset_or_digits(" in code and number:
+            out[int(number.group(1))] = doc
+    return out
+
+
 # --------------------------------------------------------------------------
 # the build
 
@@ -80,6 +98,15 @@ def test_page_has_no_traceback(built_book: Path, doc: str):
     assert TRACEBACK not in text, f"{doc}.html shows a Python traceback"
 
 
+@pytest.mark.parametrize("doc", list(_mnist_chapters().values()))
+def test_mnist_chapters_are_built_on_their_fallback(built_book: Path, doc: str):
+    """The tests' build is a newcomer's offline one (tests/conftest.py): no MNIST, no download."""
+    text = html.unescape((built_book / f"{doc}.html").read_text(encoding="utf-8"))
+    assert "Note: mnist is not available here" in text and FALLBACK_NOTE in text, (
+        f"{doc} was built on MNIST: the book build the tests run must see no data set beyond the bundled ones"
+    )
+
+
 def test_bibliography_is_rendered(built_book: Path):
     text = (built_book / "book" / "bibliography.html").read_text(encoding="utf-8")
     assert "arXiv:2605.21317" in text  # CRAFT
@@ -91,6 +118,36 @@ def test_bibliography_is_rendered(built_book: Path):
 
 def test_book_has_chapters():
     assert _book_notebooks(), "no chapter notebooks under book/"
+
+
+def _chapter_numbers(sentence: str) -> set[int]:
+    """The chapter numbers a sentence names: "chapter 4", "chapters 4 and 6", "(3 and 5)"."""
+    lists = re.findall(r"\b[Cc]hapters? ((?:\d+(?:, | and | or )?)+)", sentence)
+    lists += re.findall(r"\(((?:\d+(?:, | and | or ))*\d+)\)", sentence)
+    return {int(n) for group in lists for n in re.findall(r"\d+", group)}
+
+
+def test_how_to_run_lists_the_chapters_that_read_mnist():
+    """One list in How to run, of the chapters that call ``dataset_or_digits``; no other sentence there
+    that speaks of MNIST names another chapter."""
+    chapters = set(_mnist_chapters())
+    assert chapters, "no chapter reads MNIST through dataset_or_digits: update this test and How to run"
+    text = re.sub(r"\s+", " ", (BOOK / "how_to_run.md").read_text(encoding="utf-8"))
+    sentences = re.split(r"(?<=[.;:])\s+(?=[A-Z(`])", text)
+    lists = [s for s in sentences if re.match(r"Chapters? [\d, and]+ reads? MNIST", s)]
+    assert len(lists) == 1, f"How to run should list the chapters that read MNIST in one sentence: {lists}"
+    listed = _chapter_numbers(re.match(r"Chapters? [\d, and]+", lists[0]).group(0))
+    assert listed == chapters, f"How to run lists chapters {sorted(listed)}; the code: {sorted(chapters)}"
+    for sentence in sentences:
+        if re.search(r"\bMNIST\b", sentence.replace("Fashion-MNIST", "")):
+            named = _chapter_numbers(sentence)
+            assert named <= chapters, f"How to run names chapters {sorted(named)} beside MNIST: {sentence!r}"
+
+
+def test_chapter_numbers_are_read_from_a_sentence():
+    assert _chapter_numbers("The chapters that use MNIST (3 and 5) find it") == {3, 5}
+    assert _chapter_numbers("Chapters 4 and 6 read MNIST (chapter 4 for x, chapter 6 for y)") == {4, 6}
+    assert _chapter_numbers("chapters 1, 2 or 7 and (the 8x8 digits)") == {1, 2, 7}
 
 
 @pytest.mark.parametrize("path", _book_notebooks(), ids=lambda p: str(p.relative_to(REPO)))

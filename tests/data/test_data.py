@@ -25,6 +25,7 @@ from fedlearn_edu.data import (
     Federation,
     add_label_noise,
     dataset_info,
+    dataset_or_digits,
     dirichlet_partition,
     federated_dataset,
     flip_labels,
@@ -136,6 +137,7 @@ def write_fake_cifar(root: Path, kind: str = "cifar10", n_batch=4, n_test=3, see
 def no_data_anywhere(tmp_path, monkeypatch):
     """Hide every place the loaders look at by default."""
     monkeypatch.delenv("FEDLEARN_DATA", raising=False)
+    monkeypatch.delenv("FEDLEARN_OFFLINE", raising=False)
     monkeypatch.setattr(src_mod, "DEBIAN_FASHION_DIR", tmp_path / "no_debian_fashion")
     monkeypatch.chdir(tmp_path)
     return tmp_path
@@ -509,7 +511,7 @@ def test_missing_fashion_error_suggests_apt(tmp_path, no_data_anywhere):
     with pytest.raises(FileNotFoundError) as err:
         load_dataset("fashion_mnist", root=tmp_path / "partial")
     msg = str(err.value)
-    assert "sudo apt-get install dataset-fashion-mnist" in msg
+    assert "apt-get install dataset-fashion-mnist   (as root, or through sudo;" in msg
     assert "missing t10k-labels-idx1-ubyte" in msg
     assert str(tmp_path / "no_debian_fashion") in msg
 
@@ -537,6 +539,26 @@ def test_download_fallback_uses_torchvision_layout(tmp_path, no_data_anywhere, m
     calls.clear()
     load_dataset("mnist", root=tmp_path / "dl")
     assert calls == []
+
+
+@pytest.mark.parametrize("name", ["mnist", "cifar10"])
+def test_fedlearn_offline_turns_downloads_off(tmp_path, no_data_anywhere, monkeypatch, name):
+    import torchvision.datasets as tvd
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("torchvision was asked to download")
+
+    monkeypatch.setattr(tvd, "MNIST", refuse)
+    monkeypatch.setattr(tvd, "CIFAR10", refuse)
+    monkeypatch.setenv("FEDLEARN_OFFLINE", "1")
+    assert not src_mod.downloads_allowed()
+    with pytest.raises(FileNotFoundError, match="FEDLEARN_OFFLINE is set, downloads are off"):
+        load_dataset(name, root=tmp_path / "dl", download=True)
+    assert dataset_or_digits(name, root=tmp_path / "dl") == "digits"
+    monkeypatch.setenv("FEDLEARN_OFFLINE", "0")
+    assert src_mod.downloads_allowed()
+    with pytest.raises(AssertionError, match="asked to download"):  # "0" leaves downloads on
+        load_dataset(name, root=tmp_path / "dl", download=True)
 
 
 def test_fake_cifar10_is_read_in_nchw(tmp_path, no_data_anywhere):
