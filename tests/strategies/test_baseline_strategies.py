@@ -167,6 +167,25 @@ def test_fednova_direction_matches_numpy_with_unequal_steps():
         FedNova().direction(params, ClientUpdates(1, torch.arange(3), deltas, n, torch.zeros(3), None))
 
 
+def test_fednova_with_a_proximal_term_rescales_by_the_step_counts_as_the_authors_code():
+    """FedNova on FedProx's clients: tau_eff = sum p_i tau_i by default (JYWa/FedNova's
+    ``FedNova.average``), sum p_i ||a_i||_1 with ``prox_tau_eff="norms"``."""
+    g = torch.Generator().manual_seed(0)
+    deltas = {"w": torch.randn(3, 4, generator=g, dtype=torch.float64)}
+    tau, n = torch.tensor([2, 5, 9]), torch.tensor([10, 30, 60])
+    cfg = LocalTraining(lr=0.1, prox_mu=0.5)
+    upd = ClientUpdates(1, torch.arange(3), deltas, n, torch.zeros(3), None, {"num_steps": tau}, cfg)
+    params = {"w": torch.zeros(4, dtype=torch.float64)}
+    p, t = n.numpy() / n.numpy().sum(), tau.numpy().astype(float)
+    a = (1 - 0.95**t) / 0.05
+    for strategy, tau_eff in ((FedNova(), p @ t), (FedNova(prox_tau_eff="norms"), p @ a)):
+        g_dir, diag = strategy.direction(params, upd)
+        assert diag["tau_eff"] == pytest.approx(tau_eff)
+        np.testing.assert_allclose(-g_dir["w"].numpy(), tau_eff * (p / a) @ deltas["w"].numpy(), rtol=1e-12)
+    with pytest.raises(ValueError, match="prox_tau_eff"):
+        FedNova(prox_tau_eff="paper")
+
+
 # ------------------------------------------------------------ FedVG on top
 def _fake_updates(num, dim=5, seed=0, extra=None):
     g = torch.Generator().manual_seed(seed)
