@@ -29,6 +29,7 @@ from fedlearn_edu.params import get_params
 from fedlearn_edu.strategies import STRATEGIES, ClientUpdates, ClientWork
 from fedlearn_edu.strategies.personalized import repeat_params
 from tests.aggregators.test_afl import _bisection_projection  # the independent simplex projection
+from tests.aggregators.test_fedlf import _fedlf_numpy  # the authors' FedLF, transcribed
 
 KW = dict(rounds=3, clients_per_round=4, lr=0.1, batch_size=8, progress=False, seed=1)
 NAMES = ("scaffold", "feddyn", "fednova", "afl", "fedlf", "gossip", "dac")
@@ -266,6 +267,45 @@ def test_fedlf_never_conflicts_with_a_client(fed):
     h = simulate(fed, _model(fed), FedLF(), **{**KW, "rounds": 4, "local_epochs": 2})
     assert h.conflicts.tolist() == [0, 0, 0, 0]
     assert all("losses" in d for d in h.diagnostics)
+
+
+def _fedlf_updates(fed, seed=0):
+    model = make_model("mlp", fed.input_shape, fed.num_classes, hidden=(32, 16), seed=seed)
+    theta = get_params(model)
+    g = torch.Generator().manual_seed(seed)
+    m = 5
+    deltas = {k: 0.05 * torch.randn(m, *v.shape, generator=g, dtype=torch.float64) for k, v in theta.items()}
+    losses = 0.5 + torch.rand(m, generator=g, dtype=torch.float64) * 2
+    signals = {"global_loss": losses}
+    upd = ClientUpdates(1, torch.arange(m), deltas, torch.full((m,), 10), torch.zeros(m), model, signals)
+    return model, theta, upd
+
+
+def test_fedlf_solves_one_problem_per_parameter_tensor_as_the_authors_code(fed):
+    """Default ``groups="tensor"``: the authors' ``Module.Loc_list`` (one index range per
+    ``model.parameters()`` tensor), their procedure transcribed in ``_fedlf_numpy``;
+    ``groups="module"`` (weight and bias of a Linear together) gives another direction."""
+    model, theta, upd = _fedlf_updates(fed)
+    m = upd.num_clients
+    names = [n for n, _ in model.named_parameters()]
+    flat = {n: -upd.deltas[n].reshape(m, -1).numpy() for n in names}
+    authors = _fedlf_numpy([flat[n] for n in names], upd.signals["global_loss"].numpy())
+    d, _ = FedLF().direction(theta, upd)
+    got = np.concatenate([d[n].reshape(-1).numpy() for n in names])
+    np.testing.assert_allclose(got, authors, atol=2e-5 * np.abs(authors).max())
+    modules = sorted({n.rsplit(".", 1)[0] for n in names}, key=lambda mod: names.index(mod + ".weight"))
+    per_module = _fedlf_numpy(
+        [np.hstack([flat[n] for n in names if n.rsplit(".", 1)[0] == mod]) for mod in modules],
+        upd.signals["global_loss"].numpy(),
+    )
+    d_mod, _ = FedLF(groups="module").direction(theta, upd)
+    order = [n for mod in modules for n in names if n.rsplit(".", 1)[0] == mod]
+    got_mod = np.concatenate([d_mod[n].reshape(-1).numpy() for n in order])
+    np.testing.assert_allclose(got_mod, per_module, atol=2e-5 * np.abs(per_module).max())
+    reordered = np.concatenate([d[n].reshape(-1).numpy() for n in order])
+    assert np.linalg.norm(reordered - got_mod) > 0.01 * np.linalg.norm(got_mod)  # the two groupings differ
+    with pytest.raises(ValueError, match="groups"):
+        FedLF(groups="layer")
 
 
 # -------------------------------------------------------------- decentralised
