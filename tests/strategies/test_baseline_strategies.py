@@ -262,6 +262,65 @@ def test_afl_lambdas_ascend_on_the_clients_losses(fed):
     assert float(s.lambdas.sum()) == pytest.approx(1.0)
 
 
+def _gfedplat_result_module(iterates):
+    """gfedplat's averaged AFL model (``gfedplat/algorithm/AFL/AFL.py`` in github.com/zibinpan/FedLF),
+    transcribed: ``result_module = (current_comm_round * result_module + module) / (current_comm_round + 1)``
+    after each round's step, ``current_comm_round`` counting from 0; ``result_module`` starts as theta_0."""
+    result = None
+    for r, x in enumerate(iterates):
+        result = x if result is None else {k: (r * result[k] + x[k]) / (r + 1) for k in x}
+    return result
+
+
+def test_afl_averaged_iterate_is_the_authors_running_mean():
+    g = torch.Generator().manual_seed(0)
+    n, m = 6, 3
+    theta = {"w": torch.randn(4, generator=g, dtype=torch.float64), "b": torch.zeros(2, dtype=torch.float64)}
+    s = AFL(lambda_lr=0.3, iterate="average")
+    s.init(theta)
+    s.init_state(theta, None, n, 0)
+    assert s.eval_models(None, theta, {}, [None] * n)["average"][0] is theta  # before round 1: theta_0
+    params, iterates = theta, []
+    for t in range(1, 6):
+        ids = torch.randperm(n, generator=g)[:m].sort().values
+        deltas = {k: torch.randn(m, *v.shape, generator=g, dtype=torch.float64) for k, v in theta.items()}
+        signals = {"global_loss": torch.rand(m, generator=g, dtype=torch.float64) + 0.1}
+        params, _ = s.aggregate(
+            params, ClientUpdates(t, ids, deltas, torch.full((m,), 5), torch.zeros(m), None, signals)
+        )
+        iterates.append({k: v.clone() for k, v in params.items()})
+    want = _gfedplat_result_module(iterates)
+    models = s.eval_models(None, params, {}, [None] * n)
+    assert list(models) == ["average", "last"] and models["last"][0] is params
+    for k in theta:
+        torch.testing.assert_close(s.averaged_params[k], want[k], rtol=1e-13, atol=1e-15)
+        torch.testing.assert_close(models["average"][0][k], torch.stack([x[k] for x in iterates]).mean(0))
+    assert AFL().averaged_params is None and AFL().evaluates == "global"
+    with pytest.raises(ValueError, match="iterate"):
+        AFL(iterate="mean")
+
+
+def test_afl_history_evaluates_the_averaged_iterate_and_resumes_bit_identically(fed, tmp_path):
+    from fedlearn_edu import evaluate_clients
+
+    kw = {**KW, "rounds": 3, "eval_every": 1}
+    last = [simulate(fed, _model(fed), AFL(0.5), **{**kw, "rounds": r}).final_params for r in (1, 2, 3)]
+    h = simulate(fed, _model(fed), AFL(0.5, iterate="average"), **kw)
+    ref = simulate(fed, _model(fed), AFL(0.5), **kw)
+    assert h.evaluated == "average" and ref.evaluated == "global"
+    for k in last[-1]:  # training is unchanged: the clients receive theta_t
+        assert torch.equal(h.final_params[k], ref.final_params[k])
+    np.testing.assert_array_equal(h.other_accuracy["last"], ref.client_accuracy)
+    np.testing.assert_array_equal(h.client_accuracy[0], ref.client_accuracy[0])  # theta_0
+    avg = {k: sum(p[k] for p in last) / 3 for k in last[-1]}
+    acc, _ = evaluate_clients(_model(fed), avg, fed)
+    np.testing.assert_allclose(h.client_accuracy[-1], acc, atol=1e-6)
+    ck = tmp_path / "afl.pt"
+    simulate(fed, _model(fed), AFL(0.5, iterate="average"), **{**kw, "rounds": 2}, checkpoint=ck)
+    resumed = simulate(fed, _model(fed), AFL(0.5, iterate="average"), **kw, checkpoint=ck, resume=True)
+    np.testing.assert_array_equal(resumed.client_accuracy, h.client_accuracy)
+
+
 # ---------------------------------------------------------------------- FedLF
 def test_fedlf_never_conflicts_with_a_client(fed):
     h = simulate(fed, _model(fed), FedLF(), **{**KW, "rounds": 4, "local_epochs": 2})
