@@ -11,7 +11,7 @@ from .dac import dac_probabilities, dac_tau_schedule, dac_update_similarities
 from .fedavg import count_conflicts, fedavg
 from .feddyn import feddyn_client_update, feddyn_server_update
 from .fedlf import fedlf_direction, min_norm_point
-from .fednova import fednova_aggregate, fednova_norms
+from .fednova import fednova_aggregate, fednova_norms, fednova_tau_eff
 from .fedoui import beta_moments, empirical_rank_scores, fedalign_weights, fedoui_scores, fedoui_weights, fit_beta
 from .fedvg import fedvg_aggregate, fedvg_layerwise_weights, fedvg_mixed_weights, fedvg_weights
 from .gossip import (
@@ -49,6 +49,7 @@ __all__ = [
     "feddyn_client_update",
     "feddyn_server_update",
     "fednova_norms",
+    "fednova_tau_eff",
     "fednova_aggregate",
     "project_simplex",
     "afl_lambda_step",

@@ -13,13 +13,17 @@ of the round)
 3. **two-hop update**: for every client j it has never contacted (j not i) that some
    sampled neighbour k knows (``s_kj > 0``), it copies the score of the neighbour most
    similar to itself, ``s_ij = s_{k* j}`` with ``k* = argmax_{k in S_i, s_kj > 0} s_ik``
-   (ties: the first such k in ``S_i``);
+   (ties: the *last* such k in the order ``S_i`` was drawn, as the authors' stable sort
+   ``ki_scores.sort(...); ki_scores[-1]`` picks it; ``ties="first"`` takes the first);
 4. averages its model with the received ones weighted by training-set size
    (:func:`neighbour_average_matrix`, :func:`gossip_mix`) and trains locally.
 
-This follows the authors' code (``train_DAC`` in github.com/edvinli/DAC), except that the
-update is synchronous (their loop updates clients one after another within a round). The
-variant DAC-var grows ``tau`` over the rounds, :func:`dac_tau_schedule`.
+This follows the authors' code (``train_DAC`` in ``utils.py`` of github.com/edvinli/DAC),
+except that the update is synchronous (their loop updates clients one after another within
+a round, so a client may read scores another client changed earlier in the same round). The
+variant DAC-var grows ``tau`` over the rounds, :func:`dac_tau_schedule`. The round structure
+of the authors' code -- every client trains once before the first scoring, and which round's
+``tau`` a draw uses -- is the strategy's (:class:`~fedlearn_edu.strategies.DAC`).
 """
 
 from __future__ import annotations
@@ -68,7 +72,10 @@ def dac_probabilities(similarity, tau: float) -> Tensor:
     return torch.softmax(z, dim=1)
 
 
-def dac_update_similarities(similarity, contacted, neighbours, losses) -> tuple[Tensor, Tensor]:
+DAC_TIES = ("last", "first")
+
+
+def dac_update_similarities(similarity, contacted, neighbours, losses, ties: str = "last") -> tuple[Tensor, Tensor]:
     """One round of DAC's score update: direct scores ``1 / L_i(theta_j)`` and the two-hop estimates.
 
     Args:
@@ -77,6 +84,9 @@ def dac_update_similarities(similarity, contacted, neighbours, losses) -> tuple[
         neighbours: integer ``Tensor[N, n]``, the clients ``S_i`` each client sampled this round.
         losses: ``Tensor[N, n]``, ``losses[i, k]`` the loss of client ``neighbours[i, k]``'s
             model on client i's training data (> 0).
+        ties: which of several equally similar sampled neighbours that know j gives its score
+            in the two-hop update: ``"last"`` (default, the authors' code) or ``"first"`` in
+            the order of ``neighbours[i]``.
 
     Returns:
         ``(new_similarity, new_contacted)``: new tensors, the inputs are not modified.
@@ -90,6 +100,8 @@ def dac_update_similarities(similarity, contacted, neighbours, losses) -> tuple[
                 [0., 0., 4.],
                 [1., 0., 0.]], dtype=torch.float64)
     """
+    if ties not in DAC_TIES:
+        raise ValueError(f"ties must be one of {DAC_TIES}, got {ties!r}.")
     S = _check_scores(similarity)
     n = S.shape[0]
     C = torch.as_tensor(contacted)
@@ -120,7 +132,10 @@ def dac_update_similarities(similarity, contacted, neighbours, losses) -> tuple[
     hop = S[nb]  # Tensor[N, n, N]: s_kj for k = neighbours[i, .], as at the start of the round
     known = hop > 0
     rank = torch.where(known, direct.unsqueeze(2), -math.inf)
-    best = rank.argmax(dim=1, keepdim=True)  # first maximum over the sampled neighbours
+    if ties == "first":
+        best = rank.argmax(dim=1, keepdim=True)  # argmax returns the first maximum
+    else:  # the last maximum: the first one of the reversed order
+        best = nb.shape[1] - 1 - rank.flip(1).argmax(dim=1, keepdim=True)
     estimate = torch.gather(hop, 1, best).squeeze(1)
     fill = known.any(dim=1) & ~new_contacted & ~torch.eye(n, dtype=torch.bool)
     new[fill] = estimate[fill]
@@ -130,7 +145,9 @@ def dac_update_similarities(similarity, contacted, neighbours, losses) -> tuple[
 def dac_tau_schedule(round_index: int, tau: float, rate: float = 0.2) -> float:
     """DAC-var's temperature in round t: ``tau_t = 2 tau / (1 + exp(-rate t)) - tau + 1``.
 
-    Starts at 1 (t = 0) and rises towards ``tau + 1``; ``rate = 0.2`` as in the authors' code.
+    Starts at 1 (t = 0) and rises towards ``tau + 1``; ``rate = 0.2`` as in the authors' code
+    (``tau_function(round, tau, 0.2)``), where ``t`` counts the scoring rounds from 0 and the
+    ``tau_t`` computed at the end of round ``t`` weighs the draw of round ``t + 1``.
 
     Example:
         >>> dac_tau_schedule(0, 30.0), round(dac_tau_schedule(100, 30.0), 4)

@@ -18,6 +18,12 @@ the mean pseudo-gradient ``||mean_i g_i||``; if ``d`` conflicts with some client
 update (``g_i . d < 0``, only possible through rounding) the unscaled ``d`` is kept, as in
 the authors' code. The server sets ``theta <- theta - eta_s * d``.
 
+Layer groups: with a dict and no ``groups``, one problem per key, i.e. per parameter tensor,
+as the authors' code (``gfedplat/algorithm/FedLF/FedLF.py`` in github.com/zibinpan/FedLF,
+one index range of ``Module.Loc_list`` per ``model.parameters()`` entry) and the
+:class:`~fedlearn_edu.strategies.FedLF` strategy by default; ``groups`` may merge keys
+(a module's weight and bias), which changes the direction.
+
 Not included: the authors' extra rows for clients that were online in the last rounds but
 not in this one (a strategy can pass their stored pseudo-gradients as additional rows).
 """

@@ -16,6 +16,15 @@ inconsistency). FedNova divides each update by ``||a_i||_1`` and rescales by
 * local SGD with (heavy-ball) momentum ``rho``: ``[tau_i - rho (1 - rho^tau_i) / (1 - rho)] / (1 - rho)``;
 * FedProx's proximal term (``alpha = eta_l mu``): ``[1 - (1 - alpha)^tau_i] / alpha``.
 
+**Where this follows the authors' code rather than the formula above.** With a proximal
+term the authors' ``distoptim/FedNova.py`` (github.com/JYWa/FedNova, ``FedNova.average``)
+rescales by ``tau_eff = sum_i p_i tau_i``, the clients' *step counts*, not by
+``sum_i p_i ||a_i||_1``; with plain SGD or momentum it uses ``sum_i p_i ||a_i||_1``. The
+package does the same by default (``prox_tau_eff="steps"``); ``prox_tau_eff="norms"`` gives
+``sum_i p_i ||a_i||_1`` in every case. The two differ only when ``proximal > 0``: the server
+step is then ``sum_i p_i ||a_i||_1 / sum_i p_i tau_i < 1`` times the authors' (e.g. 0.933 for
+``alpha = 0.01`` and ``tau = (5, 10, 20)`` with equal weights).
+
 With equal ``||a_i||_1`` (e.g. every client takes the same number of plain SGD steps) the
 direction is FedAvg's weighted mean.
 """
@@ -29,7 +38,7 @@ from ._checks import Updates, check_updates, check_weights
 from ._tree import check_counts, check_positive
 from .conflict import _combine
 
-__all__ = ["fednova_norms", "fednova_aggregate"]
+__all__ = ["fednova_norms", "fednova_tau_eff", "fednova_aggregate"]
 
 
 def fednova_norms(local_steps, momentum: float = 0.0, proximal: float = 0.0) -> Tensor:
@@ -68,8 +77,41 @@ def fednova_norms(local_steps, momentum: float = 0.0, proximal: float = 0.0) -> 
     return tau
 
 
-def fednova_aggregate(deltas: Updates, local_steps, weights, momentum: float = 0.0, proximal: float = 0.0) -> Updates:
-    """FedNova's direction ``tau_eff * sum_i p_i Delta_i / ||a_i||_1``, ``tau_eff = sum_i p_i ||a_i||_1``.
+PROX_TAU_EFF = ("steps", "norms")
+
+
+def fednova_tau_eff(local_steps, weights, momentum: float = 0.0, proximal: float = 0.0, prox_tau_eff: str = "steps"):
+    """``tau_eff``, the length FedNova rescales the normalised average to (a float64 scalar tensor).
+
+    ``sum_i p_i ||a_i||_1``, except with a proximal term (``proximal > 0``) and
+    ``prox_tau_eff="steps"`` (the default, as the authors' code): ``sum_i p_i tau_i``.
+
+    Example:
+        >>> float(fednova_tau_eff(torch.tensor([2, 4]), torch.ones(2), proximal=0.5))   # authors: (2 + 4) / 2
+        3.0
+        >>> float(fednova_tau_eff(torch.tensor([2, 4]), torch.ones(2), proximal=0.5, prox_tau_eff="norms"))
+        1.6875
+    """
+    if prox_tau_eff not in PROX_TAU_EFF:
+        raise ValueError(f"prox_tau_eff must be one of {PROX_TAU_EFF}, got {prox_tau_eff!r}.")
+    t = torch.as_tensor(local_steps)
+    norms = fednova_norms(t, momentum=momentum, proximal=proximal)
+    w = check_weights(weights, norms.shape[0]).to(torch.float64).cpu()
+    p = w / w.sum()
+    if proximal > 0 and prox_tau_eff == "steps":
+        return (p * t.to(torch.float64).cpu().reshape(norms.shape)).sum()
+    return (p * norms).sum()
+
+
+def fednova_aggregate(
+    deltas: Updates,
+    local_steps,
+    weights,
+    momentum: float = 0.0,
+    proximal: float = 0.0,
+    prox_tau_eff: str = "steps",
+) -> Updates:
+    """FedNova's direction ``tau_eff * sum_i p_i Delta_i / ||a_i||_1`` (``tau_eff``: :func:`fednova_tau_eff`).
 
     Args:
         deltas: client updates ``Delta_i = x_i - x``, ``Tensor[m, d]`` or dict of ``Tensor[m, ...]``.
@@ -77,6 +119,8 @@ def fednova_aggregate(deltas: Updates, local_steps, weights, momentum: float = 0
         weights: ``Tensor[m]`` non-negative data weights (``n_i``); ``p = weights / sum(weights)``.
         momentum: the clients' momentum ``rho`` (see :func:`fednova_norms`).
         proximal: FedProx's ``eta_l * mu`` (see :func:`fednova_norms`).
+        prox_tau_eff: with ``proximal > 0``, ``"steps"`` (default, the authors' code):
+            ``tau_eff = sum_i p_i tau_i``; ``"norms"``: ``sum_i p_i ||a_i||_1``.
 
     Returns:
         ``Tensor[d]`` or a dict of ``Tensor[...]``; the server sets ``x <- x + eta_g * direction``.
@@ -91,5 +135,5 @@ def fednova_aggregate(deltas: Updates, local_steps, weights, momentum: float = 0
     norms = fednova_norms(steps, momentum=momentum, proximal=proximal)
     w = check_weights(weights, m).to(torch.float64).cpu()
     p = w / w.sum()
-    tau_eff = (p * norms).sum()
+    tau_eff = fednova_tau_eff(steps, w, momentum, proximal, prox_tau_eff)
     return _combine(tau_eff * p / norms, deltas)

@@ -185,15 +185,31 @@ class DAC(_Decentralised):
     Each round every selected client i samples ``num_neighbours`` clients with
     ``p_ij ∝ exp(tau s_ij)`` (:func:`~fedlearn_edu.aggregators.dac_probabilities`), scores
     them ``s_ij = 1 / L_i(theta_j)`` on its training data, copies two-hop scores
-    (:func:`~fedlearn_edu.aggregators.dac_update_similarities`), averages with them weighted by
+    (:func:`~fedlearn_edu.aggregators.dac_update_similarities`; of equally similar
+    neighbours the last drawn, as the authors' stable sort), averages with them weighted by
     training-set size and trains. Only the selected clients' score rows change. A loss is
     floored at 1e-12 before it is inverted (a model that fits a client's data perfectly).
+
+    **Round 1 is the authors' warm-up** (``warmup=True``, default): as ``train_DAC`` in
+    github.com/edvinli/DAC trains every client once before the first scoring, in round 1
+    each selected client only trains its own model (no models exchanged, no scores,
+    ``diagnostics["neighbours"]`` of width 0); scoring starts in round 2, on trained models.
+    With ``warmup=False`` round 1 already scores -- the N identical initial models, so every
+    sampled neighbour gets the same score ``1 / L_i(theta_0)`` and, at ``tau = 30``, round 2
+    keeps drawing round 1's random neighbours. With partial participation only the clients
+    selected in round 1 are warmed up (the authors' warm-up covers all N).
+
+    **DAC-var's temperature** is indexed as in the authors' code: with ``r`` the scoring round
+    counted from 0 (``r = t - 2`` with warm-up, ``t - 1`` without), the draw of round r uses the
+    ``tau`` computed at the end of round ``r - 1``, ``dac_tau_schedule(r - 1)``; the draw of
+    scoring round 0 is uniform (no scores yet) at any temperature.
 
     Args:
         num_neighbours: n, neighbours sampled per round (the paper: 3 to 5).
         tau: the temperature (the paper: 30).
         tau_rate: ``None`` for DAC; a rate (e.g. 0.2) for DAC-var, whose temperature grows as
             :func:`~fedlearn_edu.aggregators.dac_tau_schedule`.
+        warmup: round 1 trains every selected client alone before any scoring (the authors').
 
     The scores ``s`` (``Tensor[N, N]``) and who has met whom are server-held state here (in
     a real deployment row i lives on client i); :attr:`similarity` exposes them.
@@ -202,15 +218,18 @@ class DAC(_Decentralised):
     name = "dac"
     _state_names = ("_similarity", "_contacted")
 
-    def __init__(self, num_neighbours: int = 3, tau: float = 30.0, tau_rate: float | None = None):
+    def __init__(self, num_neighbours: int = 3, tau: float = 30.0, tau_rate: float | None = None, warmup: bool = True):
         super().__init__()
         self.num_neighbours = _check_num_neighbours(num_neighbours)
         if not (tau >= 0 and tau < float("inf")):
             raise ValueError(f"tau must be a finite number >= 0, got {tau}.")
         if tau_rate is not None and not (tau_rate > 0 and tau_rate < float("inf")):
             raise ValueError(f"tau_rate must be a finite number > 0 or None, got {tau_rate}.")
+        if not isinstance(warmup, bool):
+            raise TypeError(f"warmup must be True or False, got {warmup!r}.")
         self.tau = float(tau)
         self.tau_rate = None if tau_rate is None else float(tau_rate)
+        self.warmup = warmup
         self._similarity: Tensor | None = None
         self._contacted: Tensor | None = None
 
@@ -227,19 +246,29 @@ class DAC(_Decentralised):
         self._contacted = torch.zeros(n, n, dtype=torch.bool)
         return super().init_state(params, model, num_clients, seed)
 
+    def scoring_round(self, round_index: int) -> int:
+        """``r``: the scoring round (from 0, the authors' ``round``) of driver round t (from 1);
+        -1 for the warm-up round."""
+        return int(round_index) - 1 - int(self.warmup)
+
     def temperature(self, round_index: int) -> float:
-        """tau in round t (constant for DAC, growing for DAC-var)."""
-        return self.tau if self.tau_rate is None else dac_tau_schedule(round_index, self.tau, self.tau_rate)
+        """tau of the neighbour draw in driver round t: ``tau`` for DAC; for DAC-var
+        ``dac_tau_schedule(r - 1)``, ``r`` the scoring round (see the class docstring)."""
+        if self.tau_rate is None:
+            return self.tau
+        return dac_tau_schedule(max(self.scoring_round(round_index) - 1, 0), self.tau, self.tau_rate)
 
     def mixing(self, work: ClientWork, models: Params) -> tuple[Tensor, dict]:
         n = self._num_clients
+        ids = work.client_ids
+        if self.scoring_round(work.round) < 0:  # the warm-up: every client keeps its own model
+            return torch.eye(n, dtype=torch.float64), {"neighbours": torch.zeros(len(ids), 0, dtype=torch.long)}
         nb = _dac_neighbours(
             self._similarity,
             self.temperature(work.round),
             self.num_neighbours,
             seed=derive_seed(work.seed, work.round, DAC_SEED_TAG),
         )
-        ids = work.client_ids
         losses = torch.ones(n, self.num_neighbours, dtype=torch.float64)  # rows of unselected clients: unused
         for j, i in enumerate(ids.tolist()):
             received = {k: v[nb[i].to(v.device)] for k, v in models.items()}

@@ -31,10 +31,11 @@ from ..aggregators import (
     feddyn_client_update,
     feddyn_server_update,
     fednova_aggregate,
-    fednova_norms,
+    fednova_tau_eff,
     scaffold_control_update,
     scaffold_server_update,
 )
+from ..aggregators.fednova import PROX_TAU_EFF
 from ..engine import LocalTraining
 from ..params import Params
 from .base import ClientOutput, ClientUpdates, ClientWork, Strategy
@@ -227,14 +228,26 @@ class FedNova(FedAvg):
     closed forms with the clients' momentum or FedProx term, read from the round's
     settings). Every client taking the same number of steps gives FedAvg.
 
+    With a proximal term (``LocalTraining.prox_mu > 0``, e.g. FedNova on FedProx's clients)
+    ``tau_eff`` follows the authors' code (``distoptim/FedNova.py``): ``sum_i p_i tau_i``, the
+    step counts, unless ``prox_tau_eff="norms"`` (``sum_i p_i ||a_i||_1``, a shorter step;
+    :func:`~fedlearn_edu.aggregators.fednova_tau_eff`). Without one the two agree.
+
     Args:
         server_lr: eta_s.
         optimizer: the server optimizer (default ``ServerSGD(server_lr)``).
+        prox_tau_eff: ``"steps"`` (default, the authors' code) or ``"norms"``.
 
     Diagnostics: ``weights`` (``p_i``), ``tau`` (``Tensor[m]``) and ``tau_eff``.
     """
 
     name = "fednova"
+
+    def __init__(self, server_lr: float = 1.0, optimizer: ServerOptimizer | None = None, prox_tau_eff: str = "steps"):
+        super().__init__(server_lr, optimizer)
+        if prox_tau_eff not in PROX_TAU_EFF:
+            raise ValueError(f"prox_tau_eff must be one of {PROX_TAU_EFF}, got {prox_tau_eff!r}.")
+        self.prox_tau_eff = prox_tau_eff
 
     def client_update(self, work: ClientWork, params: Params, state: dict) -> ClientOutput:
         local = work.train(params)
@@ -245,8 +258,7 @@ class FedNova(FedAvg):
         tau = _local_steps(updates, "FedNova")
         cfg = updates.config or LocalTraining()
         proximal = cfg.lr * cfg.prox_mu
-        step = fednova_aggregate(updates.deltas, tau, updates.num_samples, cfg.momentum, proximal)
-        p = updates.size_weights.double().cpu()
-        tau_eff = float((p * fednova_norms(tau.cpu(), cfg.momentum, proximal)).sum())
+        step = fednova_aggregate(updates.deltas, tau, updates.num_samples, cfg.momentum, proximal, self.prox_tau_eff)
+        tau_eff = float(fednova_tau_eff(tau.cpu(), updates.num_samples, cfg.momentum, proximal, self.prox_tau_eff))
         diag = {"weights": updates.size_weights, "tau": tau.cpu(), "tau_eff": tau_eff}
         return {k: -v for k, v in step.items()}, diag

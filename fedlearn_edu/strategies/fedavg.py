@@ -8,6 +8,8 @@ Reddi et al., 2021).
 
 from __future__ import annotations
 
+import torch
+
 from ..aggregators import fedavg
 from ..engine import LocalTraining
 from ..params import Params
@@ -79,23 +81,53 @@ class FedProx(FedAvg):
         return config.replace(prox_mu=self.mu)
 
 
+CLIENT_WEIGHTING = ("size", "uniform")
+
+
 class _FedOptStrategy(FedAvg):
-    """FedAvg's direction under one of the adaptive server optimizers of Reddi et al. (2021)."""
+    """FedAvg's direction under one of the adaptive server optimizers of Reddi et al. (2021).
+
+    ``weighting`` says how the clients' updates are averaged into the pseudo-gradient:
+    ``"size"`` (default) ``g = -sum_i p_i Delta_i`` with ``p_i = n_i / sum_j n_j``, as FedAvg
+    (and Flower's FedAdam/FedYogi/FedAdagrad); ``"uniform"``: ``g = -(1/|S|) sum_{i in S} Delta_i``,
+    Reddi et al.'s Algorithm 2 as written. They agree when the clients hold equal amounts of data.
+    """
 
     _optimizer: type
 
-    def __init__(self, server_lr: float = 0.01, beta1: float = 0.9, beta2: float = 0.99, tau: float = 1e-3):
+    def __init__(
+        self,
+        server_lr: float = 0.01,
+        beta1: float = 0.9,
+        beta2: float = 0.99,
+        tau: float = 1e-3,
+        weighting: str = "size",
+    ):
         super().__init__(optimizer=self._optimizer(server_lr, beta1, beta2, tau))
+        if weighting not in CLIENT_WEIGHTING:
+            raise ValueError(f"weighting must be one of {CLIENT_WEIGHTING}, got {weighting!r}.")
+        self.weighting = weighting
+
+    def direction(self, params: Params, updates: ClientUpdates) -> tuple[Params, dict]:
+        if self.weighting == "size":
+            return super().direction(params, updates)
+        w = torch.full_like(updates.size_weights, 1.0 / updates.num_clients)
+        step = fedavg(updates.deltas, w)
+        return {k: -v for k, v in step.items()}, {"weights": w}
 
 
 class FedAdam(_FedOptStrategy):
     """FedAdam (Reddi et al., 2021): ``g = -sum_i p_i Delta_i``, ``m <- b1 m + (1-b1) g``,
     ``v <- b2 v + (1-b2) g^2``, ``theta <- theta - eta_s m / (sqrt(v) + tau)`` (``m_0 = 0``, ``v_0 = tau^2``).
 
+    The client mean is weighted by data size (``p_i = n_i / sum_j n_j``) by default; Reddi et
+    al.'s Algorithm 2 takes the plain mean ``(1/|S|) sum_{i in S} Delta_i``: ``weighting="uniform"``.
+
     Args:
         server_lr: eta_s (0.01).
         beta1, beta2: moment decay rates (0.9, 0.99).
         tau: adaptivity (1e-3).
+        weighting: ``"size"`` (default) or ``"uniform"`` (Algorithm 2's ``1/|S|``).
 
     Example:
         >>> FedAdam(server_lr=0.03).server_lr
@@ -107,14 +139,20 @@ class FedAdam(_FedOptStrategy):
 
 
 class FedYogi(_FedOptStrategy):
-    """FedYogi (Reddi et al., 2021): as :class:`FedAdam` with ``v <- v - (1-b2) g^2 sign(v - g^2)``."""
+    """FedYogi (Reddi et al., 2021): as :class:`FedAdam` with ``v <- v - (1-b2) g^2 sign(v - g^2)``.
+
+    ``weighting``: ``"size"`` (default) or ``"uniform"`` (Algorithm 2's ``1/|S|``), as :class:`FedAdam`.
+    """
 
     name = "fedyogi"
     _optimizer = ServerYogi
 
 
 class FedAdagrad(_FedOptStrategy):
-    """FedAdagrad (Reddi et al., 2021): as :class:`FedAdam` with ``v <- v + g^2``."""
+    """FedAdagrad (Reddi et al., 2021): as :class:`FedAdam` with ``v <- v + g^2``.
+
+    ``weighting``: ``"size"`` (default) or ``"uniform"`` (Algorithm 2's ``1/|S|``), as :class:`FedAdam`.
+    """
 
     name = "fedadagrad"
     _optimizer = ServerAdagrad

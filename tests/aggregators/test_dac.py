@@ -1,5 +1,6 @@
 """DAC: the softmax sampling probabilities and the score update with its two-hop rule, against a
-per-client NumPy transcription of the authors' train_DAC (synchronous)."""
+per-client NumPy transcription of the authors' train_DAC (github.com/edvinli/DAC, utils.py), run
+synchronously."""
 
 import math
 
@@ -12,31 +13,65 @@ from hypothesis import strategies as st
 from fedlearn_edu.aggregators import dac_probabilities, dac_tau_schedule, dac_update_similarities, sample_neighbours
 
 
-def _reference_update(S, C, nb, L):
-    """Client by client, as in the authors' loop, but reading every score from the start of the round."""
-    N = S.shape[0]
-    new, newC = S.copy(), C.copy()
-    for i in range(N):
-        sim = [1.0 / L[i, k] for k in range(nb.shape[1])]
-        for k, j in enumerate(nb[i]):
-            new[i, j] = sim[k]
-            newC[i, j] = True
-        candidates = set()
-        for j in nb[i]:
-            candidates |= {x for x in range(N) if S[j, x] > 0}
-        candidates -= {x for x in range(N) if newC[i, x]} | {i}
-        for x in sorted(candidates):
-            best, best_sim = None, -math.inf
-            for k, j in enumerate(nb[i]):
-                if S[j, x] > 0 and sim[k] > best_sim:
-                    best, best_sim = j, sim[k]
-            new[i, x] = S[best, x]
-    return new, newC
+def _authors_client_step(priors, n_sampled, i, neighbour_sampled, losses, tau):
+    """Client i's body of ``train_DAC`` in ``utils.py`` of github.com/edvinli/DAC (lines "for j in
+    neighbour_sampled" to "priors_norm = softmax_scale(...)"), transcribed in NumPy: ``priors`` is
+    the N x N matrix of the clients' ``priors`` rows, ``n_sampled`` their ``n_sampled`` counts,
+    ``losses[k]`` the loss of neighbour k's model on i's training data. Returns i's new
+    ``priors`` row, ``n_sampled`` row and ``priors_norm`` row."""
+    N = priors.shape[0]
+    prior_i, sampled_i = priors[i].copy(), n_sampled[i].copy()
+    for j in neighbour_sampled:
+        sampled_i[j] += 1
+    n = len(neighbour_sampled)
+    ik_similarity = [1 / losses[k] for k in range(n)]
+    neighbour_idx = list(neighbour_sampled)
+    for k in range(n):
+        prior_i[neighbour_idx[k]] = ik_similarity[k]
+    neighbour_list = np.arange(N)
+    new_neighbours = []
+    for k in neighbour_idx:
+        new_neighbours += list(set(neighbour_list[priors[k] > 0]) - set(neighbour_list[sampled_i > 0]) - {i})
+    for j in np.unique(new_neighbours):
+        score_kj_array = np.zeros(n)
+        ki_scores = []
+        for k in range(n):
+            score_kj = priors[neighbour_idx[k]][j]
+            score_kj_array[k] = score_kj
+            if score_kj > 0:
+                ki_scores.append((prior_i[neighbour_idx[k]], k))
+        ki_scores.sort(key=lambda x: x[0])  # stable: of equal scores the last drawn ends last
+        ki_max = ki_scores[-1][1]
+        prior_i[j] = score_kj_array[ki_max]
+    not_i = np.arange(N) != i
+    norm = np.zeros(N)
+    norm[not_i] = np.exp(prior_i[not_i] * tau) / sum(np.exp(prior_i[not_i] * tau))  # softmax_scale
+    return prior_i, sampled_i, norm
+
+
+def _reference_update(S, C, nb, L, tau=2.0):
+    """A synchronous round of the authors' client step: every client reads the others' scores as
+    they were at the start of the round (the package's one difference from their loop)."""
+    new, newC, P = S.copy(), C.copy(), np.zeros_like(S)
+    for i in range(S.shape[0]):
+        new[i], sampled, P[i] = _authors_client_step(S, C.astype(float), i, nb[i], L[i], tau)
+        newC[i] = sampled > 0
+    return new, newC, P
 
 
 @settings(max_examples=40, deadline=None)
-@given(N=st.integers(3, 9), n=st.integers(1, 2), seed=st.integers(0, 10_000), rounds=st.integers(1, 4))
-def test_update_matches_the_per_client_reference(N, n, seed, rounds):
+@given(
+    N=st.integers(3, 9),
+    n=st.integers(1, 3),
+    seed=st.integers(0, 10_000),
+    rounds=st.integers(1, 4),
+    ties=st.booleans(),
+)
+def test_update_matches_a_transcription_of_the_authors_code(N, n, seed, rounds, ties):
+    """Scores, who has met whom and the next round's probabilities; ``ties``: losses from a
+    set of three values, so that equally similar neighbours know the same client (the
+    authors' stable sort then takes the last one drawn)."""
+    n = min(n, N - 1)
     rng = np.random.default_rng(seed)
     S = np.zeros((N, N))
     C = np.zeros((N, N), dtype=bool)
@@ -44,12 +79,30 @@ def test_update_matches_the_per_client_reference(N, n, seed, rounds):
     for _ in range(rounds):
         P = dac_probabilities(torch.tensor(S), tau=2.0)
         nb = sample_neighbours(P, n, seed=g).numpy()
-        L = rng.uniform(0.1, 3.0, size=(N, n))
+        L = rng.choice([0.5, 1.0, 2.0], size=(N, n)) if ties else rng.uniform(0.1, 3.0, size=(N, n))
         got_S, got_C = dac_update_similarities(torch.tensor(S), torch.tensor(C), torch.tensor(nb), torch.tensor(L))
-        ref_S, ref_C = _reference_update(S, C, nb, L)
+        ref_S, ref_C, ref_P = _reference_update(S, C, nb, L)
         np.testing.assert_allclose(got_S.numpy(), ref_S, rtol=1e-15)
         assert (got_C.numpy() == ref_C).all()
+        np.testing.assert_allclose(dac_probabilities(got_S, tau=2.0).numpy(), ref_P, rtol=1e-12, atol=1e-300)
         S, C = ref_S, ref_C
+
+
+def test_ties_take_the_last_equally_similar_neighbour_as_the_authors_stable_sort():
+    S = torch.zeros(4, 4, dtype=torch.float64)
+    S[1, 3], S[2, 3] = 5.0, 7.0  # clients 1 and 2 both know client 3 ...
+    C = torch.zeros(4, 4, dtype=torch.bool)
+    nb = torch.tensor([[1, 2], [0, 2], [0, 1], [0, 1]])
+    L = torch.ones(4, 2, dtype=torch.float64)  # ... and are equally similar to client 0
+    last, _ = dac_update_similarities(S, C, nb, L)
+    first, _ = dac_update_similarities(S, C, nb, L, ties="first")
+    authors, _, _ = _authors_client_step(S.numpy(), C.numpy().astype(float), 0, [1, 2], [1.0, 1.0], 1.0)
+    assert float(last[0, 3]) == authors[3] == 7.0  # client 2, drawn last
+    assert float(first[0, 3]) == 5.0
+    swapped, _ = dac_update_similarities(S, C, torch.tensor([[2, 1], [0, 2], [0, 1], [0, 1]]), L)
+    assert float(swapped[0, 3]) == 5.0  # the order of the draw decides
+    with pytest.raises(ValueError, match="ties"):
+        dac_update_similarities(S, C, nb, L, ties="random")
 
 
 def test_probabilities_match_numpy_softmax_and_start_uniform():

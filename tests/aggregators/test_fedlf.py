@@ -69,7 +69,10 @@ def test_min_norm_point_simple_cases():
 
 
 def _fedlf_numpy(layers, losses):
-    """The authors' procedure (get_FedLF_d_layers + rescaling), transcribed in NumPy, QP by SciPy."""
+    """The authors' procedure, transcribed in NumPy from ``gfedplat/algorithm/FedLF/FedLF.py``
+    (github.com/zibinpan/FedLF): ``get_FedLF_d_layers`` over the index ranges ``layers`` (their
+    ``Module.Loc_list``: one per parameter tensor) and ``train_a_round``'s rescaling to the
+    mean update's length; the QP (cvxopt there) by SciPy."""
     m = layers[0].shape[0]
     d_layers = []
     L = np.asarray(losses, dtype=float) if losses is not None else None

@@ -6,7 +6,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedlearn_edu.aggregators import fedavg, fednova_aggregate, fednova_norms
+from fedlearn_edu.aggregators import fedavg, fednova_aggregate, fednova_norms, fednova_tau_eff
 
 
 def _cumulative_update(tau, lr, momentum=0.0, mu=0.0):
@@ -97,3 +97,88 @@ def test_inputs_not_modified_and_bad_input_rejected():
         fednova_norms(3, momentum=0.5, proximal=0.1)
     with pytest.raises(TypeError, match="momentum"):
         fednova_norms(3, momentum="0.9")
+
+
+# ------------------------------------------------------- the authors' code, transcribed
+def _authors_fednova_round(x, grads_fns, taus, ratios, lr, mu=0.0, momentum=0.0):
+    """One round of FedNova as the authors' ``distoptim/FedNova.py`` (github.com/JYWa/FedNova) runs it,
+    transcribed to plain torch without ``torch.distributed``: ``FedNova.step`` on each client (its
+    ``cum_grad``, ``local_normalizing_vec`` and ``local_steps``), then ``FedNova.average`` with
+    ``gmf = 0`` (the all-reduce is a sum over the clients). Returns the new server model."""
+    cum, vecs, steps = [], [], []
+    for grad_fn, tau in zip(grads_fns, taus):
+        p, old_init = x.clone(), x.clone()
+        buf, cum_grad = None, None
+        local_counter, local_normalizing_vec, local_steps = 0.0, 0.0, 0
+        for _ in range(tau):
+            d_p = grad_fn(p).clone()
+            if momentum != 0:
+                buf = d_p.clone() if buf is None else buf * momentum + d_p
+                d_p = buf
+            if mu != 0:
+                d_p = d_p + mu * (p - old_init)
+            cum_grad = lr * d_p if cum_grad is None else cum_grad + lr * d_p
+            p = p - lr * d_p
+            if momentum != 0:
+                local_counter = local_counter * momentum + 1
+                local_normalizing_vec += local_counter
+            etamu = lr * mu
+            if etamu != 0:
+                local_normalizing_vec *= 1 - etamu
+                local_normalizing_vec += 1
+            if momentum == 0 and etamu == 0:
+                local_normalizing_vec += 1
+            local_steps += 1
+        cum.append(cum_grad)
+        vecs.append(local_normalizing_vec)
+        steps.append(local_steps)
+    if mu != 0:
+        tau_eff = sum(s * r for s, r in zip(steps, ratios))
+    else:
+        tau_eff = sum(v * r for v, r in zip(vecs, ratios))
+    total = sum(cum_grad * (r * tau_eff / v) for cum_grad, r, v in zip(cum, ratios, vecs))
+    return x - total, [x - c for c in cum]  # average(): old_init -= sum of the scaled cum_grads
+
+
+def _quadratic_clients(m, d, seed):
+    g = torch.Generator().manual_seed(seed)
+    A = [torch.diag(torch.rand(d, generator=g, dtype=torch.float64) + 0.5) for _ in range(m)]
+    b = [torch.randn(d, generator=g, dtype=torch.float64) for _ in range(m)]
+    return [lambda p, A=A_i, b=b_i: A @ (p - b) for A_i, b_i in zip(A, b)]
+
+
+@pytest.mark.parametrize(
+    "mu, momentum", [(0.0, 0.0), (0.0, 0.9), (0.5, 0.0), (2.0, 0.0)], ids=["sgd", "momentum", "prox", "prox2"]
+)
+def test_default_matches_a_transcription_of_the_authors_code(mu, momentum):
+    """The default (``prox_tau_eff="steps"``) is the authors' server step in every case, proximal term included."""
+    lr, taus = 0.05, [3, 7, 12]
+    ratios = [0.2, 0.3, 0.5]
+    x = torch.randn(4, generator=torch.Generator().manual_seed(9), dtype=torch.float64)
+    want, client_models = _authors_fednova_round(x, _quadratic_clients(3, 4, 1), taus, ratios, lr, mu, momentum)
+    deltas = torch.stack([xi - x for xi in client_models])
+    step = fednova_aggregate(deltas, torch.tensor(taus), torch.tensor(ratios, dtype=torch.float64), momentum, lr * mu)
+    torch.testing.assert_close(x + step, want, rtol=1e-12, atol=1e-14)
+
+
+def test_norms_variant_is_shorter_than_the_authors_step_with_a_proximal_term():
+    """``prox_tau_eff="norms"`` rescales by sum p_i ||a_i||_1: the authors' direction times
+    sum p ||a||_1 / sum p tau (< 1 with a proximal term), and the same step without one."""
+    lr, mu, taus, ratios = 0.05, 1.0, [3, 7, 12], [0.2, 0.3, 0.5]
+    x = torch.zeros(4, dtype=torch.float64)
+    want, client_models = _authors_fednova_round(x, _quadratic_clients(3, 4, 2), taus, ratios, lr, mu)
+    deltas = torch.stack([xi - x for xi in client_models])
+    t, w = torch.tensor(taus), torch.tensor(ratios, dtype=torch.float64)
+    norms = fednova_aggregate(deltas, t, w, proximal=lr * mu, prox_tau_eff="norms")
+    a = (1 - (1 - lr * mu) ** np.array(taus, dtype=float)) / (lr * mu)
+    ratio = float(np.dot(ratios, a) / np.dot(ratios, taus))
+    assert ratio < 0.9
+    torch.testing.assert_close(norms, ratio * (want - x), rtol=1e-12, atol=1e-14)
+    assert float(fednova_tau_eff(t, w, proximal=lr * mu)) == pytest.approx(np.dot(ratios, taus))
+    assert float(fednova_tau_eff(t, w, proximal=lr * mu, prox_tau_eff="norms")) == pytest.approx(np.dot(ratios, a))
+    for kind in ("steps", "norms"):  # without a proximal term the two agree
+        torch.testing.assert_close(
+            fednova_aggregate(deltas, t, w, momentum=0.5, prox_tau_eff=kind), fednova_aggregate(deltas, t, w, 0.5)
+        )
+    with pytest.raises(ValueError, match="prox_tau_eff"):
+        fednova_aggregate(deltas, t, w, prox_tau_eff="paper")

@@ -17,6 +17,7 @@ from fedlearn_edu import (
     FedNova,
     FedVG,
     Gossip,
+    LocalOnly,
     make_model,
     make_strategy,
     shifted_federation,
@@ -29,6 +30,7 @@ from fedlearn_edu.params import get_params
 from fedlearn_edu.strategies import STRATEGIES, ClientUpdates, ClientWork
 from fedlearn_edu.strategies.personalized import repeat_params
 from tests.aggregators.test_afl import _bisection_projection  # the independent simplex projection
+from tests.aggregators.test_fedlf import _fedlf_numpy  # the authors' FedLF, transcribed
 
 KW = dict(rounds=3, clients_per_round=4, lr=0.1, batch_size=8, progress=False, seed=1)
 NAMES = ("scaffold", "feddyn", "fednova", "afl", "fedlf", "gossip", "dac")
@@ -167,6 +169,25 @@ def test_fednova_direction_matches_numpy_with_unequal_steps():
         FedNova().direction(params, ClientUpdates(1, torch.arange(3), deltas, n, torch.zeros(3), None))
 
 
+def test_fednova_with_a_proximal_term_rescales_by_the_step_counts_as_the_authors_code():
+    """FedNova on FedProx's clients: tau_eff = sum p_i tau_i by default (JYWa/FedNova's
+    ``FedNova.average``), sum p_i ||a_i||_1 with ``prox_tau_eff="norms"``."""
+    g = torch.Generator().manual_seed(0)
+    deltas = {"w": torch.randn(3, 4, generator=g, dtype=torch.float64)}
+    tau, n = torch.tensor([2, 5, 9]), torch.tensor([10, 30, 60])
+    cfg = LocalTraining(lr=0.1, prox_mu=0.5)
+    upd = ClientUpdates(1, torch.arange(3), deltas, n, torch.zeros(3), None, {"num_steps": tau}, cfg)
+    params = {"w": torch.zeros(4, dtype=torch.float64)}
+    p, t = n.numpy() / n.numpy().sum(), tau.numpy().astype(float)
+    a = (1 - 0.95**t) / 0.05
+    for strategy, tau_eff in ((FedNova(), p @ t), (FedNova(prox_tau_eff="norms"), p @ a)):
+        g_dir, diag = strategy.direction(params, upd)
+        assert diag["tau_eff"] == pytest.approx(tau_eff)
+        np.testing.assert_allclose(-g_dir["w"].numpy(), tau_eff * (p / a) @ deltas["w"].numpy(), rtol=1e-12)
+    with pytest.raises(ValueError, match="prox_tau_eff"):
+        FedNova(prox_tau_eff="paper")
+
+
 # ------------------------------------------------------------ FedVG on top
 def _fake_updates(num, dim=5, seed=0, extra=None):
     g = torch.Generator().manual_seed(seed)
@@ -242,11 +263,109 @@ def test_afl_lambdas_ascend_on_the_clients_losses(fed):
     assert float(s.lambdas.sum()) == pytest.approx(1.0)
 
 
+def _gfedplat_result_module(iterates):
+    """gfedplat's averaged AFL model (``gfedplat/algorithm/AFL/AFL.py`` in github.com/zibinpan/FedLF),
+    transcribed: ``result_module = (current_comm_round * result_module + module) / (current_comm_round + 1)``
+    after each round's step, ``current_comm_round`` counting from 0; ``result_module`` starts as theta_0."""
+    result = None
+    for r, x in enumerate(iterates):
+        result = x if result is None else {k: (r * result[k] + x[k]) / (r + 1) for k in x}
+    return result
+
+
+def test_afl_averaged_iterate_is_the_authors_running_mean():
+    g = torch.Generator().manual_seed(0)
+    n, m = 6, 3
+    theta = {"w": torch.randn(4, generator=g, dtype=torch.float64), "b": torch.zeros(2, dtype=torch.float64)}
+    s = AFL(lambda_lr=0.3, iterate="average")
+    s.init(theta)
+    s.init_state(theta, None, n, 0)
+    assert s.eval_models(None, theta, {}, [None] * n)["average"][0] is theta  # before round 1: theta_0
+    params, iterates = theta, []
+    for t in range(1, 6):
+        ids = torch.randperm(n, generator=g)[:m].sort().values
+        deltas = {k: torch.randn(m, *v.shape, generator=g, dtype=torch.float64) for k, v in theta.items()}
+        signals = {"global_loss": torch.rand(m, generator=g, dtype=torch.float64) + 0.1}
+        params, _ = s.aggregate(
+            params, ClientUpdates(t, ids, deltas, torch.full((m,), 5), torch.zeros(m), None, signals)
+        )
+        iterates.append({k: v.clone() for k, v in params.items()})
+    want = _gfedplat_result_module(iterates)
+    models = s.eval_models(None, params, {}, [None] * n)
+    assert list(models) == ["average", "last"] and models["last"][0] is params
+    for k in theta:
+        torch.testing.assert_close(s.averaged_params[k], want[k], rtol=1e-13, atol=1e-15)
+        torch.testing.assert_close(models["average"][0][k], torch.stack([x[k] for x in iterates]).mean(0))
+    assert AFL().averaged_params is None and AFL().evaluates == "global"
+    with pytest.raises(ValueError, match="iterate"):
+        AFL(iterate="mean")
+
+
+def test_afl_history_evaluates_the_averaged_iterate_and_resumes_bit_identically(fed, tmp_path):
+    from fedlearn_edu import evaluate_clients
+
+    kw = {**KW, "rounds": 3, "eval_every": 1}
+    last = [simulate(fed, _model(fed), AFL(0.5), **{**kw, "rounds": r}).final_params for r in (1, 2, 3)]
+    h = simulate(fed, _model(fed), AFL(0.5, iterate="average"), **kw)
+    ref = simulate(fed, _model(fed), AFL(0.5), **kw)
+    assert h.evaluated == "average" and ref.evaluated == "global"
+    for k in last[-1]:  # training is unchanged: the clients receive theta_t
+        assert torch.equal(h.final_params[k], ref.final_params[k])
+    np.testing.assert_array_equal(h.other_accuracy["last"], ref.client_accuracy)
+    np.testing.assert_array_equal(h.client_accuracy[0], ref.client_accuracy[0])  # theta_0
+    avg = {k: sum(p[k] for p in last) / 3 for k in last[-1]}
+    acc, _ = evaluate_clients(_model(fed), avg, fed)
+    np.testing.assert_allclose(h.client_accuracy[-1], acc, atol=1e-6)
+    ck = tmp_path / "afl.pt"
+    simulate(fed, _model(fed), AFL(0.5, iterate="average"), **{**kw, "rounds": 2}, checkpoint=ck)
+    resumed = simulate(fed, _model(fed), AFL(0.5, iterate="average"), **kw, checkpoint=ck, resume=True)
+    np.testing.assert_array_equal(resumed.client_accuracy, h.client_accuracy)
+
+
 # ---------------------------------------------------------------------- FedLF
 def test_fedlf_never_conflicts_with_a_client(fed):
     h = simulate(fed, _model(fed), FedLF(), **{**KW, "rounds": 4, "local_epochs": 2})
     assert h.conflicts.tolist() == [0, 0, 0, 0]
     assert all("losses" in d for d in h.diagnostics)
+
+
+def _fedlf_updates(fed, seed=0):
+    model = make_model("mlp", fed.input_shape, fed.num_classes, hidden=(32, 16), seed=seed)
+    theta = get_params(model)
+    g = torch.Generator().manual_seed(seed)
+    m = 5
+    deltas = {k: 0.05 * torch.randn(m, *v.shape, generator=g, dtype=torch.float64) for k, v in theta.items()}
+    losses = 0.5 + torch.rand(m, generator=g, dtype=torch.float64) * 2
+    signals = {"global_loss": losses}
+    upd = ClientUpdates(1, torch.arange(m), deltas, torch.full((m,), 10), torch.zeros(m), model, signals)
+    return model, theta, upd
+
+
+def test_fedlf_solves_one_problem_per_parameter_tensor_as_the_authors_code(fed):
+    """Default ``groups="tensor"``: the authors' ``Module.Loc_list`` (one index range per
+    ``model.parameters()`` tensor), their procedure transcribed in ``_fedlf_numpy``;
+    ``groups="module"`` (weight and bias of a Linear together) gives another direction."""
+    model, theta, upd = _fedlf_updates(fed)
+    m = upd.num_clients
+    names = [n for n, _ in model.named_parameters()]
+    flat = {n: -upd.deltas[n].reshape(m, -1).numpy() for n in names}
+    authors = _fedlf_numpy([flat[n] for n in names], upd.signals["global_loss"].numpy())
+    d, _ = FedLF().direction(theta, upd)
+    got = np.concatenate([d[n].reshape(-1).numpy() for n in names])
+    np.testing.assert_allclose(got, authors, atol=2e-5 * np.abs(authors).max())
+    modules = sorted({n.rsplit(".", 1)[0] for n in names}, key=lambda mod: names.index(mod + ".weight"))
+    per_module = _fedlf_numpy(
+        [np.hstack([flat[n] for n in names if n.rsplit(".", 1)[0] == mod]) for mod in modules],
+        upd.signals["global_loss"].numpy(),
+    )
+    d_mod, _ = FedLF(groups="module").direction(theta, upd)
+    order = [n for mod in modules for n in names if n.rsplit(".", 1)[0] == mod]
+    got_mod = np.concatenate([d_mod[n].reshape(-1).numpy() for n in order])
+    np.testing.assert_allclose(got_mod, per_module, atol=2e-5 * np.abs(per_module).max())
+    reordered = np.concatenate([d[n].reshape(-1).numpy() for n in order])
+    assert np.linalg.norm(reordered - got_mod) > 0.01 * np.linalg.norm(got_mod)  # the two groupings differ
+    with pytest.raises(ValueError, match="groups"):
+        FedLF(groups="layer")
 
 
 # -------------------------------------------------------------- decentralised
@@ -298,11 +417,11 @@ def test_dac_scores_are_inverse_losses_and_it_finds_its_cluster():
     fed = shifted_federation("digits", "label", 2, 4, samples_per_client=40, seed=0)
     model = _model(fed)
     theta = get_params(model)
-    s = DAC(num_neighbours=2, tau=30.0)
     run = dict(rounds=1, clients_per_round=len(fed), lr=0.1, batch_size=8, progress=False, seed=0, local_epochs=2)
+    s = DAC(num_neighbours=2, tau=30.0, warmup=False)
     h = simulate(fed, model, s, **run)
     nb = h.diagnostics[0]["neighbours"]
-    with torch.no_grad():  # round 1: every received model is theta_0
+    with torch.no_grad():  # without the warm-up, round 1 scores theta_0 everywhere: equal scores
         for i in range(len(fed)):
             c = fed[i]
             want = 1 / float(F.cross_entropy(torch.func.functional_call(model, theta, (c.train_x,)), c.train_y))
@@ -314,6 +433,52 @@ def test_dac_scores_are_inverse_losses_and_it_finds_its_cluster():
     late = torch.stack([d["neighbours"] for d in h2.diagnostics[-4:]])  # Tensor[4, N, 2]
     same = (cluster[late] == cluster.view(1, -1, 1)).double().mean()
     assert float(same) > 0.9  # random sampling would give 3/7
+
+
+def test_dac_warms_up_every_client_before_the_first_scoring_as_the_authors_code():
+    """train_DAC (github.com/edvinli/DAC, utils.py) trains every client once, then scores: round 1
+    trains alone (the models of LocalOnly's first round), round 2 scores the trained models."""
+    fed = shifted_federation("digits", "label", 2, 3, samples_per_client=30, seed=0)
+    model = _model(fed)
+    run = dict(clients_per_round=len(fed), lr=0.1, batch_size=8, progress=False, seed=0, local_epochs=2)
+    one = DAC(num_neighbours=2)
+    h1 = simulate(fed, model, one, rounds=1, **run)
+    assert h1.diagnostics[0]["neighbours"].shape == (len(fed), 0)
+    assert torch.count_nonzero(one.similarity) == 0  # no scores yet
+    alone = simulate(fed, model, LocalOnly(), rounds=1, **run)
+    np.testing.assert_array_equal(h1.client_accuracy, alone.client_accuracy)
+    two = DAC(num_neighbours=2)
+    h2 = simulate(fed, model, two, rounds=2, **run)
+    nb = h2.diagnostics[1]["neighbours"]
+    warmed = h1.final_params  # Tensor[N, ...]: the models after the warm-up
+    with torch.no_grad():
+        for i in range(len(fed)):
+            c = fed[i]
+            for j in nb[i].tolist():
+                out = torch.func.functional_call(model, {k: v[j] for k, v in warmed.items()}, (c.train_x,))
+                assert float(two.similarity[i, j]) == pytest.approx(
+                    1 / float(F.cross_entropy(out, c.train_y)), rel=1e-5
+                )
+    scores = two.similarity[two.similarity > 0]
+    assert float(scores.max() - scores.min()) > 0.05  # trained models: the scores differ, unlike theta_0's
+
+
+def test_dac_var_temperature_is_indexed_as_the_authors_code():
+    """The authors compute tau_new = tau_function(round, tau, 0.2) (utils.py: 2a / (1 + exp(-b x)) - a + 1)
+    at the end of scoring round ``round`` (from 0) and draw with it in the next: the draw of scoring
+    round r uses tau_function(r - 1). Driver round t is scoring round t - 2 (warm-up) or t - 1."""
+
+    def tau_function(x, a, b):
+        return 2 * a / (1 + np.exp(-b * x)) - a + 1
+
+    var, no_warmup = DAC(tau=30.0, tau_rate=0.2), DAC(tau=30.0, tau_rate=0.2, warmup=False)
+    for t in range(3, 40):
+        assert var.temperature(t) == pytest.approx(tau_function(t - 3, 30.0, 0.2), rel=1e-14)
+        assert no_warmup.temperature(t) == pytest.approx(tau_function(t - 2, 30.0, 0.2), rel=1e-14)
+    assert var.scoring_round(1) == -1 and var.scoring_round(2) == 0 and no_warmup.scoring_round(1) == 0
+    assert DAC(tau=30.0).temperature(7) == 30.0
+    with pytest.raises(TypeError, match="warmup"):
+        DAC(warmup=1)
 
 
 # ------------------------------------------------------------------- bad input
@@ -353,6 +518,7 @@ def test_compare_methods_runs_gossip_and_dac_on_request():
                           rounds=2, batch_size=8, lr=0.1, seed=0)  # fmt: skip
     assert list(out) == ["fedavg", "gossip", "dac"]
     assert out["gossip"].evaluated == out["dac"].evaluated == "personal"
-    assert out["dac"].diagnostics[0]["neighbours"].shape == (len(fed), 2)
+    assert out["dac"].diagnostics[0]["neighbours"].shape == (len(fed), 0)  # round 1: the warm-up
+    assert out["dac"].diagnostics[1]["neighbours"].shape == (len(fed), 2)
     with pytest.raises(ValueError, match="Unknown method"):
         compare_methods(fed, ("gosip",), rounds=1)

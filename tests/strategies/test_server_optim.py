@@ -35,10 +35,11 @@ def _rounds(seed=0, rounds=4):
     return [{"w": g.normal(size=(3, 2, 3)), "b": g.normal(size=(3, 2)) * 1e-3} for _ in range(rounds)], [5, 1, 2]
 
 
-def _fedopt_by_hand(kind, x0, rounds, n, eta, b1, b2, tau):
-    """Reddi et al. (2021), Algorithm 2, in NumPy: Delta_t = sum p_i Delta_i, m_t = b1 m + (1-b1) Delta_t,
+def _fedopt_by_hand(kind, x0, rounds, n, eta, b1, b2, tau, uniform=False):
+    """Reddi et al. (2021), Algorithm 2, in NumPy: Delta_t = sum p_i Delta_i (``uniform``: the
+    Algorithm's own (1/|S|) sum_{i in S} Delta_i), m_t = b1 m + (1-b1) Delta_t,
     v_t per ``kind`` (v_{-1} = tau^2), x_{t+1} = x_t + eta m_t / (sqrt(v_t) + tau)."""
-    p = np.asarray(n, dtype=float) / np.sum(n)
+    p = np.full(len(n), 1 / len(n)) if uniform else np.asarray(n, dtype=float) / np.sum(n)
     x = {k: v.copy() for k, v in x0.items()}
     m = {k: np.zeros_like(v) for k, v in x0.items()}
     v = {k: np.full_like(val, tau**2) for k, val in x0.items()}
@@ -79,6 +80,28 @@ def test_fedopt_strategies_follow_reddi_et_al(cls, kind):
     first, _ = s.aggregate({k: torch.from_numpy(v) for k, v in x0.items()}, _updates(_as_t(rounds[0]), n))
     for k in first:
         np.testing.assert_allclose(first[k].numpy(), want[0][k], rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("cls, kind", [(FedAdam, "adam"), (FedYogi, "yogi"), (FedAdagrad, "adagrad")])
+def test_fedopt_uniform_weighting_is_algorithm_2s_plain_mean(cls, kind):
+    """``weighting="uniform"``: Delta_t = (1/|S|) sum Delta_i, as Reddi et al.'s Algorithm 2;
+    the default weighs by data size, and the two differ when the sizes do (here 5, 1, 2)."""
+    rounds, n = _rounds(seed=2)
+    x0 = {"w": np.zeros((2, 3)), "b": np.zeros(2)}
+    want = _fedopt_by_hand(kind, x0, rounds, n, 0.05, 0.8, 0.95, 1e-2, uniform=True)
+    sized = _fedopt_by_hand(kind, x0, rounds, n, 0.05, 0.8, 0.95, 1e-2)
+    s = cls(server_lr=0.05, beta1=0.8, beta2=0.95, tau=1e-2, weighting="uniform")
+    assert cls().weighting == "size"
+    params = _as_t(x0)
+    s.init(params)
+    for t, deltas in enumerate(rounds):
+        params, diag = s.aggregate(params, _updates(_as_t(deltas), n, round_=t + 1))
+        for k in params:
+            np.testing.assert_allclose(params[k].numpy(), want[t][k], rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(diag["weights"].numpy(), np.full(3, 1 / 3))
+    assert not np.allclose(want[-1]["w"], sized[-1]["w"])
+    with pytest.raises(ValueError, match="weighting"):
+        cls(weighting="equal")
 
 
 def _as_t(d):
