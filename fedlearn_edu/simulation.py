@@ -65,9 +65,10 @@ class History:
         seconds: wall-clock time of the run.
         final_params: the last global parameters (on the CPU); IFCA: the stacked cluster models.
         evaluated: which model ``client_accuracy`` is of: ``"global"``, ``"personal"`` (each
-            client's own model) or ``"cluster"`` (each client's cluster model).
+            client's own model), ``"cluster"`` (each client's cluster model) or ``"average"``
+            (AFL with ``iterate="average"``: the averaged iterate of Mohri et al.).
         other_accuracy: ``{model: ndarray[E, N]}`` accuracies of the other models the
-            strategy evaluates (Ditto: ``{"global": ...}``).
+            strategy evaluates (Ditto: ``{"global": ...}``; AFL's averaged iterate: ``{"last": ...}``).
         model_index: ``ndarray[E, N]`` for stacked models: the model client i used at each
             evaluation (IFCA: its cluster); ``None`` for one global model.
         dropped: per round, ``{client id: reason}`` of the clients dropped by
