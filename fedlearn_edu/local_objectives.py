@@ -8,7 +8,7 @@ a scalar, built from plain tensor operations only, so that ``torch.func.grad`` a
 
 * SCAFFOLD (Karimireddy et al., 2020): the corrected gradient ``g_i(y) - c_i + c`` is the
   gradient of ``L_i(y) + <c - c_i, y>``: :func:`scaffold_correction`.
-* FedDyn (Acar et al., 2021): ``L_k(theta) - <g_k, theta> + (alpha/2) ||theta - theta^{t-1}||^2``:
+* FedDyn (Acar et al., 2021): ``L_k(theta) - <phi_k, theta> + (alpha/2) ||theta - theta^{t-1}||^2``:
   :func:`feddyn_regulariser`.
 """
 
@@ -84,11 +84,11 @@ def scaffold_correction(
 def feddyn_regulariser(
     params: Mapping[str, Tensor], linear: Mapping[str, Tensor], anchor: Mapping[str, Tensor], alpha: float
 ) -> Tensor:
-    """FedDyn's local term ``-<g_k, theta> + (alpha/2) ||theta - theta^{t-1}||^2``.
+    """FedDyn's local term ``-<phi_k, theta> + (alpha/2) ||theta - theta^{t-1}||^2``.
 
     Args:
         params: the client's current parameters ``theta``.
-        linear: its linear term ``g_k`` (see :func:`fedlearn_edu.aggregators.feddyn_client_update`).
+        linear: its linear term ``phi_k`` (see :func:`fedlearn_edu.aggregators.feddyn_client_update`).
         anchor: the server model ``theta^{t-1}`` the round started from.
         alpha: FedDyn's regularisation strength.
 

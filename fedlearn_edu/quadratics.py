@@ -173,7 +173,7 @@ def local_gd(
     """Every client's update after ``K_i`` gradient steps on its (modified) local objective from ``x``.
 
     The step is ``y <- y - lr * (A_i (y - b_i) + linear_i + prox * (y - x))``: ``linear_i = c - c_i``
-    is SCAFFOLD's correction, ``linear_i = -g_i`` with ``prox = alpha`` FedDyn's local problem.
+    is SCAFFOLD's correction, ``linear_i = -phi_i`` with ``prox = alpha`` FedDyn's local problem.
 
     Args:
         A, b: the problem, ``Tensor[N, d, d]`` and ``Tensor[N, d]``.
@@ -242,7 +242,7 @@ def simulate_quadratics(
     x = torch.zeros(d, dtype=A.dtype) if x0 is None else torch.as_tensor(x0, dtype=A.dtype).clone()
     if x.shape != (d,):
         raise ValueError(f"x0 must be Tensor[d] with d = {d}; got {tuple(x.shape)}.")
-    c_i, c = torch.zeros(n, d, dtype=A.dtype), torch.zeros(d, dtype=A.dtype)  # SCAFFOLD's controls, FedDyn's g_i, h
+    c_i, c = torch.zeros(n, d, dtype=A.dtype), torch.zeros(d, dtype=A.dtype)  # SCAFFOLD's controls, FedDyn's phi_i, h
     path = [x.clone()]
     for _ in range(rounds):
         if method == "fedavg":

@@ -1,15 +1,19 @@
 """FedDyn's dynamic regulariser (Acar et al., ICLR 2021, Algorithm 1): pure functions.
 
-Client k keeps the linear term ``g_k`` (its gradient ``grad L_k(theta_k^{t-1})`` at its last
-local solution, zero at the start); the server keeps ``h`` (zero at the start). In round t a
-selected client (approximately) minimises
+Client k keeps the linear term ``phi_k`` (zero at the start; the paper writes it
+``grad L_k(theta_k^{t-1})``, which it equals when the previous local problem was solved exactly);
+the server keeps ``h`` (zero at the start). In round t a selected client (approximately) minimises
 
-    ``L_k(theta) - <g_k, theta> + (alpha/2) ||theta - theta^{t-1}||^2``
+    ``L_k(theta) - <phi_k, theta> + (alpha/2) ||theta - theta^{t-1}||^2``
 
 (:func:`fedlearn_edu.local_objectives.feddyn_regulariser`), starting from ``theta^{t-1}``, and
 then updates its linear term from the first-order condition of that problem,
 
-    ``g_k <- g_k - alpha (theta_k^t - theta^{t-1})``.
+    ``phi_k <- phi_k - alpha (theta_k^t - theta^{t-1})``.
+
+With an exact minimiser the new ``phi_k`` is ``grad L_k(theta_k^t)``; after K local SGD steps it
+is ``grad L_k(theta_k^t) - r_k``, ``r_k`` the local objective's gradient where the steps stopped.
+(``phi_k`` is not a pseudo-gradient ``g_i = -Delta_i``; the book's notation keeps them apart.)
 
 The server sets ``h <- h - alpha (1/N) sum_{k in P_t} (theta_k^t - theta^{t-1})`` and
 ``theta^t = (1/|P_t|) sum_{k in P_t} theta_k^t - h / alpha``.
@@ -31,15 +35,15 @@ __all__ = ["feddyn_client_update", "feddyn_server_update"]
 
 
 def feddyn_client_update(linear_terms: Updates, deltas: Updates, alpha: float) -> Updates:
-    """FedDyn's client state: ``g_k+ = g_k - alpha * Delta_k`` with ``Delta_k = theta_k^t - theta^{t-1}``.
+    """FedDyn's client state: ``phi_k+ = phi_k - alpha * Delta_k`` with ``Delta_k = theta_k^t - theta^{t-1}``.
 
     Args:
-        linear_terms: ``g_k`` of the selected clients, ``Tensor[m, d]`` or dict of ``Tensor[m, ...]``.
+        linear_terms: ``phi_k`` of the selected clients, ``Tensor[m, d]`` or dict of ``Tensor[m, ...]``.
         deltas: ``Delta_k``, structured like ``linear_terms``.
         alpha: the regularisation strength (> 0).
 
     Returns:
-        ``g_k+``, structured like ``linear_terms`` (new tensors).
+        ``phi_k+``, structured like ``linear_terms`` (new tensors).
 
     Example:
         >>> feddyn_client_update(torch.tensor([[1.0, 0.0]]), torch.tensor([[0.5, -0.5]]), alpha=0.1)

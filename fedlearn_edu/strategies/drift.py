@@ -8,9 +8,9 @@ SCAFFOLD    client state ``control`` (c_i, ``{name: Tensor[N, ...]}``), server s
             clients minimise ``CE + <c - c_i, w>`` (the engines' ``linear`` term) and
             return ``c_i+`` (option II) and ``Delta c_i``; the server moves along the
             mean ``Delta y_i`` and sets ``c <- c + (1/N) sum_S Delta c_i``.
-FedDyn      client state ``gradient`` (g_k), server state h; clients minimise
-            ``CE - <g_k, w> + (alpha/2)||w - theta_t||^2`` (``linear = -g_k``,
-            ``prox_mu = alpha``) and return ``g_k - alpha Delta_k``; the server steps to
+FedDyn      client state ``gradient`` (phi_k), server state h; clients minimise
+            ``CE - <phi_k, w> + (alpha/2)||w - theta_t||^2`` (``linear = -phi_k``,
+            ``prox_mu = alpha``) and return ``phi_k - alpha Delta_k``; the server steps to
             ``mean_S theta_k - h+/alpha``.
 FedNova     clients report their number of local steps ``tau_i``; the server takes the
             normalised average ``tau_eff sum_i p_i Delta_i / ||a_i||_1``.
@@ -155,17 +155,18 @@ class SCAFFOLD(Strategy):
 class FedDyn(Strategy):
     """FedDyn (Acar et al., ICLR 2021): dynamic regularisation of the clients' objective.
 
-    Client k minimises ``L_k(theta) - <g_k, theta> + (alpha/2) ||theta - theta^{t-1}||^2`` from
-    ``theta^{t-1}`` and sets ``g_k <- g_k - alpha (theta_k^t - theta^{t-1})``
+    Client k minimises ``L_k(theta) - <phi_k, theta> + (alpha/2) ||theta - theta^{t-1}||^2`` from
+    ``theta^{t-1}`` and sets ``phi_k <- phi_k - alpha (theta_k^t - theta^{t-1})``
     (:func:`~fedlearn_edu.aggregators.feddyn_client_update`); the server sets
     ``h <- h - (alpha/N) sum_S Delta_k`` and ``theta^t = mean_S theta_k - h/alpha``
-    (:func:`~fedlearn_edu.aggregators.feddyn_server_update`). ``g_k`` and ``h`` start at zero.
+    (:func:`~fedlearn_edu.aggregators.feddyn_server_update`). ``phi_k`` and ``h`` start at zero.
 
     Args:
         alpha: the regularisation strength (> 0; the paper uses 1e-2 .. 1e-1).
         server_lr: eta_s; 1 is FedDyn (kept as a knob only for composition experiments).
 
-    Client state: ``gradient`` (``{name: Tensor[N, ...]}``, the g_k).
+    Client state: ``gradient`` (``{name: Tensor[N, ...]}``, the linear terms phi_k; the paper's
+    ``grad L_k(theta_k^{t-1})``, equal to it only when the local problem is solved exactly).
 
     Example:
         >>> FedDyn(alpha=0.1).configure_local(LocalTraining()).prox_mu
@@ -198,11 +199,11 @@ class FedDyn(Strategy):
         return config.replace(prox_mu=self.alpha)
 
     def client_update(self, work: ClientWork, params: Params, state: dict) -> ClientOutput:
-        g_k = state["gradient"]
-        local = work.train(params, linear={k: -v for k, v in g_k.items()})
+        phi_k = state["gradient"]
+        local = work.train(params, linear={k: -v for k, v in phi_k.items()})
         deltas = {k: local.params[k] - params[k].unsqueeze(0) for k in params}
-        new_g = feddyn_client_update(g_k, deltas, self.alpha)
-        return ClientOutput(deltas, local.train_loss, {}, {"gradient": new_g})
+        new_phi = feddyn_client_update(phi_k, deltas, self.alpha)
+        return ClientOutput(deltas, local.train_loss, {}, {"gradient": new_phi})
 
     def direction(self, params: Params, updates: ClientUpdates, weights: Tensor | None = None) -> tuple[Params, dict]:
         """Server step: ``g = -(mean_S Delta_k - h+/alpha)``; updates h.
