@@ -244,7 +244,7 @@ def test_afl_lambdas_ascend_on_the_clients_losses(fed):
 
 # ---------------------------------------------------------------------- FedLF
 def test_fedlf_never_conflicts_with_a_client(fed):
-    h = simulate(fed, _model(fed), FedLF(), **{**KW, "rounds": 4, "local_epochs": 2})
+    h = simulate(fed, _model(fed), FedLF(), diagnostics=("conflicts",), **{**KW, "rounds": 4, "local_epochs": 2})
     assert h.conflicts.tolist() == [0, 0, 0, 0]
     assert all("losses" in d for d in h.diagnostics)
 
