@@ -448,22 +448,23 @@ class VmapEngine:
             params = {k: start[k].detach() for k in anchor}  # train() passes a private copy (start[k][rows])
         buf = {k: torch.zeros_like(v) for k, v in params.items()} if config.momentum else None
         total = torch.zeros(m, device=device, dtype=x_all.dtype)
+        names = list(params)
         for s, k in enumerate(running):
-            # Views of the running prefix, updated in place (the same arithmetic as sgd_step).
-            live = {name: p[:k] for name, p in params.items()}
+            # Views of the running prefix, updated in place (the same arithmetic as sgd_step),
+            # every tensor in one foreach call per operation.
+            live = {name: params[name][:k] for name in names}
             idx = index[:k, s]
             lin = None if linear is None else {name: v[:k] for name, v in linear.items()}
             grads, ce = stacked_grads(model, live, x_all[idx], y_all[idx], mask[:k, s], anchor, config.prox_mu, lin)
             if config.weight_decay:
                 grads = {name: g + config.weight_decay * live[name] for name, g in grads.items()}
+            step = [grads[name] for name in names]
             if buf is not None:
-                for name, g in grads.items():
-                    b = buf[name][:k]
-                    b.mul_(config.momentum).add_(g)
-                    grads[name] = b
-            for name, p in live.items():
-                p.add_(grads[name], alpha=-config.lr)
-            total[:k] += ce.detach()
+                step = [buf[name][:k] for name in names]
+                torch._foreach_mul_(step, config.momentum)
+                torch._foreach_add_(step, [grads[name] for name in names])
+            torch._foreach_add_([live[name] for name in names], step, alpha=-config.lr)
+            total[:k] += ce
         return LocalResult(params, total / steps.to(device, total.dtype), steps)
 
     def loss_gradients(

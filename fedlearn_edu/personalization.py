@@ -240,6 +240,6 @@ def simulate_ditto(
         :class:`PersonalizedHistory`: ``client_accuracy`` of the personal models,
         ``global_client_accuracy`` of the global model, ``final_params`` the global model,
         ``personal_params`` the personal ones; ``diagnostics`` as in ``simulate``
-        (the global strategy's own plus ``conflicts``).
+        (the global strategy's own, plus ``conflicts`` with ``diagnostics=("conflicts",)``).
     """
     return PersonalizedHistory.of(simulate(federation, model, Ditto(lam, global_strategy, personal_epochs), **kwargs))

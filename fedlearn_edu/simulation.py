@@ -22,6 +22,7 @@ import math
 import os
 import time
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -31,6 +32,7 @@ from torch import Tensor, nn
 from torch.func import functional_call
 
 from .aggregators import count_conflicts
+from .aggregators._checks import all_finite, known_finite
 from .checks import check_float, check_int, check_model_data, check_seed, check_trainable
 from .data.federation import Federation
 from .engine import LocalTraining, make_engine
@@ -39,9 +41,13 @@ from .params import Params, get_params
 from .strategies.base import ClientUpdates, ClientWork, Strategy
 from .utils import derive_seed, resolve_device
 
-__all__ = ["simulate", "History", "evaluate_clients", "ON_NONFINITE"]
+__all__ = ["simulate", "History", "evaluate_clients", "ON_NONFINITE", "DIAGNOSTICS"]
 
 ON_NONFINITE = ("raise", "skip")
+# Per-round diagnostics computed on request (simulate's ``diagnostics``, a strategy's own):
+# "conflicts" -- how many selected clients' updates have a negative inner product with the
+# applied update, whole model and per layer group (an extra pass over all the updates).
+DIAGNOSTICS = ("conflicts",)
 CHECKPOINT_VERSION = 1
 
 
@@ -59,9 +65,10 @@ class History:
         train_loss: ``list[float]`` per round, mean local training loss of the selected clients.
         selected: ``list[ndarray[m]]`` per round, the selected client ids.
         diagnostics: ``list[dict]`` per round, what the strategy reported (e.g. ``weights``)
-            plus ``conflicts`` (clients whose update has a negative inner product with the
-            applied update) and ``conflicts_per_layer``.
-        config: the simulation's settings.
+            plus, when recorded, ``conflicts`` (clients whose update has a negative inner
+            product with the applied update) and ``conflicts_per_layer``.
+        config: the simulation's settings; ``config["diagnostics"]`` names the optional
+            diagnostics recorded (see ``simulate``'s ``diagnostics``).
         seconds: wall-clock time of the run.
         final_params: the last global parameters (on the CPU); IFCA: the stacked cluster models.
         evaluated: which model ``client_accuracy`` is of: ``"global"``, ``"personal"`` (each
@@ -116,7 +123,15 @@ class History:
 
     @property
     def conflicts(self) -> np.ndarray:
-        """``ndarray[T]``: per round, how many selected clients conflict with the applied update."""
+        """``ndarray[T]``: per round, how many selected clients conflict with the applied update.
+
+        Recorded only on request: ``simulate(..., diagnostics=("conflicts",))``.
+        """
+        if "conflicts" not in self.config.get("diagnostics", DIAGNOSTICS):
+            raise ValueError(
+                "This run did not record conflict counts: pass diagnostics=('conflicts',) to simulate "
+                "(they cost an extra pass over every update, so they are computed only on request)."
+            )
         return np.array([d["conflicts"] for d in self.diagnostics])
 
     def summary(self) -> str:
@@ -321,8 +336,10 @@ def check_run_arguments(
             )
 
 
-def server_step(strategy: Strategy, params: Params, updates: ClientUpdates, name: str) -> tuple[Params, dict]:
-    """One aggregation: ``strategy.aggregate`` plus the conflict counts of the applied update.
+def server_step(
+    strategy: Strategy, params: Params, updates: ClientUpdates, name: str, conflicts: bool = True
+) -> tuple[Params, dict]:
+    """One aggregation: ``strategy.aggregate`` plus (``conflicts``) the conflict counts of the applied update.
 
     Returns the new (detached) global parameters and the round's diagnostics.
 
@@ -332,7 +349,9 @@ def server_step(strategy: Strategy, params: Params, updates: ClientUpdates, name
     """
     new_params, diag = strategy.aggregate(params, updates)
     new_params = {k: v.detach() for k, v in new_params.items()}
-    bad = [k for k, v in new_params.items() if not bool(torch.isfinite(v).all())]
+    bad = []
+    if not all_finite(new_params.values()):
+        bad = [k for k, v in new_params.items() if not bool(torch.isfinite(v).all())]
     if bad:
         raise FloatingPointError(
             f"Round {updates.round}: every client update was finite, but the server step of {name} made the "
@@ -340,7 +359,7 @@ def server_step(strategy: Strategy, params: Params, updates: ClientUpdates, name
             f"(now {strategy.server_lr:g}) or use a bounded server optimizer."
         )
     diag = {k: (v.detach().cpu() if isinstance(v, Tensor) else v) for k, v in diag.items()}
-    if strategy.single_model:
+    if conflicts and strategy.single_model:
         diag.update(count_conflicts(updates.deltas, {k: new_params[k] - params[k] for k in params}))
     return new_params, diag
 
@@ -375,6 +394,7 @@ def simulate(
     checkpoint: str | os.PathLike | None = None,
     checkpoint_every: int = 1,
     resume: bool = False,
+    diagnostics: Sequence[str] = (),
 ) -> History:
     """Run federated training with any strategy and record per-client accuracy.
 
@@ -412,6 +432,11 @@ def simulate(
         resume: continue from ``checkpoint`` when the file exists (start afresh when it does
             not). The result is bit-identical to the uninterrupted run. A checkpoint written by
             another configuration is refused, naming the first setting that differs.
+        diagnostics: optional per-round diagnostics to record in ``History.diagnostics``, from
+            ``DIAGNOSTICS``: ``("conflicts",)`` counts, every round, the selected clients whose
+            update conflicts with the applied one (``History.conflicts``). Added to those the
+            strategy asks for itself (``Strategy.diagnostics``); ``History.config["diagnostics"]``
+            says which were recorded.
 
     Returns:
         :class:`History`.
@@ -435,6 +460,7 @@ def simulate(
         raise ValueError(f"checkpoint_every must be a positive integer, got {checkpoint_every}.")
     if resume and checkpoint is None:
         raise ValueError("resume=True needs checkpoint=PATH (the file to continue from).")
+    wanted = _diagnostics(diagnostics, strategy)
     base_config = LocalTraining(local_epochs, batch_size, lr, momentum, weight_decay)
     dev = resolve_device(device)
     net = copy.deepcopy(model).to(dev)  # the caller's model is neither moved nor modified
@@ -463,6 +489,7 @@ def simulate(
         device=str(dev),
         engine=engine_name,
         strategy=repr(strategy),
+        diagnostics=wanted,
     )
     settings = None if checkpoint is None else _run_settings(config, federation, net)
     history = History(strategy=name, config=config, evaluated=strategy.evaluates)
@@ -536,7 +563,10 @@ def simulate(
             history.train_loss.append(float("nan"))
             history.diagnostics.append({})
         else:
-            params, diag = server_step(strategy, params, updates, name)
+            # the updates were just checked (finite, or the bad rows dropped): the aggregators
+            # do not scan them again
+            with known_finite(_leaves(updates.deltas)):
+                params, diag = server_step(strategy, params, updates, name, conflicts="conflicts" in wanted)
             _write_rows(client_state, dev_ids, out.state)
             history.train_loss.append(float(recorded.mean()))
             history.diagnostics.append(diag)
@@ -562,6 +592,20 @@ def simulate(
     history.final_params = {k: v.cpu() for k, v in params.items()}
     history.final_state = _to(client_state, "cpu")
     return history
+
+
+def _diagnostics(requested, strategy: Strategy) -> tuple[str, ...]:
+    """The optional diagnostics a run records: the user's ``requested`` plus the strategy's own."""
+    if isinstance(requested, str):
+        requested = (requested,)
+    try:
+        names = set(requested) | set(getattr(strategy, "diagnostics", ()))
+    except TypeError:
+        raise TypeError(f"diagnostics must be a sequence of names from {DIAGNOSTICS}, got {requested!r}.") from None
+    unknown = sorted(str(n) for n in names if n not in DIAGNOSTICS)
+    if unknown:
+        raise ValueError(f"Unknown diagnostics {unknown}; choose from {DIAGNOSTICS}.")
+    return tuple(n for n in DIAGNOSTICS if n in names)
 
 
 def _append_row(rows: np.ndarray | None, row: np.ndarray) -> np.ndarray:
@@ -599,11 +643,17 @@ def _write_rows(tree: dict, index: Tensor, rows: dict) -> None:
 
 
 def _finite_rows(m: int, *trees: dict) -> Tensor:
-    """``Tensor[m]`` (bool): client j's rows of every tensor in ``trees`` are finite."""
+    """``Tensor[m]`` (bool): client j's rows of every tensor in ``trees`` are finite.
+
+    One fused pass over all the tensors (:func:`~fedlearn_edu.aggregators._checks.all_finite`);
+    the rows are looked at one by one only when it fails.
+    """
     finite = torch.ones(m, dtype=torch.bool)
-    for tree in trees:
-        for v in _leaves(tree):
-            finite &= torch.isfinite(v.reshape(m, -1)).all(1).cpu()
+    leaves = [v for tree in trees for v in _leaves(tree)]
+    if all_finite(leaves):
+        return finite
+    for v in leaves:
+        finite &= torch.isfinite(v.reshape(m, -1)).all(1).cpu()
     return finite
 
 

@@ -476,3 +476,55 @@ def test_chunk_cache_is_keyed_by_the_model_object_not_its_id():
 def test_allocator_setting_is_documented_with_its_opt_out():
     doc = simulate.__doc__
     assert "tune_cpu_allocator" in doc and "tune_allocator=False" in doc and "never reverted" in doc
+
+
+# ------------------------------------------------------------- the fused finiteness checks
+def test_all_finite_is_exact_when_true_and_only_a_hint_when_false():
+    from fedlearn_edu.aggregators._checks import all_finite
+
+    ok = [torch.randn(3, 4), torch.randn(3), torch.zeros(0, 5)]
+    assert all_finite(ok) and all_finite([])
+    for bad in (float("nan"), float("inf"), -float("inf")):
+        t = torch.randn(3, 4)
+        t[1, 2] = bad
+        assert not all_finite([*ok, t])
+    both = torch.tensor([[float("inf"), -float("inf")]])  # the sum is NaN, still caught
+    assert not all_finite([both])
+    # finite values whose sum overflows: the fused test says "look closer" ...
+    huge = torch.full((2, 3), 3e38)
+    assert not all_finite([huge])
+    # ... and the row-by-row test behind it accepts them, as it always did
+    assert fedavg({"w": huge}, torch.tensor([1.0, 1.0]))["w"].shape == (3,)
+
+
+def test_check_updates_names_the_client_after_the_fused_test_fails():
+    deltas = {"a": torch.randn(4, 3), "b": torch.randn(4, 2, 2)}
+    deltas["b"][2, 1, 0] = float("nan")
+    with pytest.raises(ValueError, match=r"deltas\['b'\]: the update of client 2 \(row 2\)"):
+        fedavg(deltas, torch.ones(4))
+
+
+def test_known_finite_skips_only_unchanged_tensors():
+    from fedlearn_edu.aggregators._checks import check_updates, known_finite
+
+    deltas = {"a": torch.randn(4, 3), "b": torch.randn(4, 2)}
+    with known_finite(deltas.values()):
+        assert check_updates(deltas) == 4
+        deltas["a"][1, 0] = float("inf")  # changed in place after the check: scanned again
+        with pytest.raises(ValueError, match="client 1"):
+            check_updates(deltas)
+        other = {"a": deltas["a"].clone(), "b": deltas["b"]}  # another tensor: scanned
+        with pytest.raises(ValueError, match="client 1"):
+            check_updates(other)
+    with pytest.raises(ValueError, match="client 1"):  # outside the block: scanned
+        check_updates(deltas)
+
+
+def test_simulate_skips_only_the_client_the_fused_check_sends_to_the_detail():
+    """A NaN client among finite ones: the driver's fused pass fails, the per-row detail drops
+    exactly that client, and the others are aggregated."""
+    fed = poison(tiny_federation(sizes=(23, 27, 50, 20)), 1, math.nan)
+    h = simulate(fed, tiny_model(fed), FedAvg(), rounds=2, clients_per_round=4, batch_size=7, on_nonfinite="skip",
+                 engine="vmap", progress=False)  # fmt: skip
+    assert [list(d) for d in h.dropped] == [[1], [1]]
+    assert all(bool(torch.isfinite(v).all()) for v in h.final_params.values())

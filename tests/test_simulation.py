@@ -90,7 +90,7 @@ def test_simulate_history_and_determinism(fed):
     model = make_model("mlp", fed.input_shape, fed.num_classes, seed=0)
     before = [p.clone() for p in model.parameters()]
     kw = dict(rounds=6, clients_per_round=5, eval_every=2, seed=3, progress=False, engine="loop")
-    h1 = simulate(fed, model, FedAvg(), **kw)
+    h1 = simulate(fed, model, FedAvg(), diagnostics=("conflicts",), **kw)
     h2 = simulate(fed, model, FedAvg(), **kw)
     h3 = simulate(fed, model, FedAvg(), **{**kw, "seed": 4})
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters())), "model must not be modified"
@@ -109,6 +109,14 @@ def test_simulate_history_and_determinism(fed):
     assert "worst10" in h1.summary()
     assert h1.conflicts.shape == (6,)
     assert set(h1.diagnostics[0]["conflicts_per_layer"]) == {"hidden.0", "hidden.1", "out"}
+    assert h1.config["diagnostics"] == ("conflicts",) and h2.config["diagnostics"] == ()
+    # not asked for, not computed: the same run without them, and a clear error when read
+    assert all("conflicts" not in d for d in h2.diagnostics)
+    np.testing.assert_array_equal(h1.client_accuracy, h2.client_accuracy)
+    with pytest.raises(ValueError, match="diagnostics=\\('conflicts',\\)"):
+        _ = h2.conflicts
+    with pytest.raises(ValueError, match="Unknown diagnostics"):
+        simulate(fed, model, FedAvg(), diagnostics=("conflict",), **kw)
 
 
 @pytest.mark.parametrize("strategy", [FedAvg(), FedAvgM(server_lr=0.5), FedProx(mu=0.1)])
@@ -132,7 +140,7 @@ def test_vmap_and_loop_simulations_agree(fed, strategy):
 
 def test_non_iid_creates_conflicts_and_spread():
     """With label-skewed clients some updates point against the aggregate; IID ones rarely do."""
-    kw = dict(rounds=12, clients_per_round=10, local_epochs=2, progress=False, seed=0)
+    kw = dict(rounds=12, clients_per_round=10, local_epochs=2, progress=False, seed=0, diagnostics=("conflicts",))
     skew = federated_dataset("digits", partition="shards", num_clients=20, shards_per_client=1, seed=0)
     iid = federated_dataset("digits", partition="iid", num_clients=20, seed=0)
     model = make_model("mlp", skew.input_shape, skew.num_classes, seed=0)

@@ -2,12 +2,67 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 import torch
 from torch import Tensor
 
 Updates = Tensor | Mapping[str, Tensor]
+
+# id(tensor) -> (tensor, its version counter when checked): tensors a caller has just found
+# finite, which check_updates need not scan again (see known_finite).
+_KNOWN_FINITE: ContextVar[dict | None] = ContextVar("fedlearn_edu_known_finite", default=None)
+
+
+def all_finite(tensors: Iterable[Tensor]) -> bool:
+    """``True`` when a fused test proves every element of every tensor finite.
+
+    One sum per tensor and one device-to-host transfer for all of them. A sum is NaN or
+    Inf whenever one of its terms is, so ``True`` is exact; ``False`` means "look element
+    by element": some value is NaN/Inf, or a sum of finite values overflowed. About 30x
+    cheaper on the CPU than ``torch.isfinite(t).all()``, which writes a mask first.
+    """
+    sums = [t.sum() for t in tensors if t.numel()]
+    if not sums:
+        return True
+    if len({s.device for s in sums}) > 1:
+        return all(bool(torch.isfinite(s)) for s in sums)
+    return bool(torch.isfinite(torch.stack([s.to(torch.promote_types(s.dtype, torch.float32)) for s in sums])).all())
+
+
+@contextmanager
+def known_finite(tensors: Iterable[Tensor]) -> Iterator[None]:
+    """Inside the block, :func:`check_updates` does not scan ``tensors`` for NaN/Inf again.
+
+    For a caller that has just checked them (the round driver checks every update once,
+    with the client's id in its message); a tensor modified in place since (its version
+    counter moved) is scanned as usual, and so is any other tensor.
+    """
+    table = dict(_KNOWN_FINITE.get() or {})
+    for t in tensors:
+        table[id(t)] = (t, t._version)
+    token = _KNOWN_FINITE.set(table)
+    try:
+        yield
+    finally:
+        _KNOWN_FINITE.reset(token)
+
+
+def _is_known_finite(t: Tensor) -> bool:
+    table = _KNOWN_FINITE.get()
+    entry = None if table is None else table.get(id(t))
+    return entry is not None and entry[0] is t and entry[1] == t._version
+
+
+def _raise_first_nonfinite(checked: list[tuple[str, Tensor]]) -> None:
+    """The element-by-element test: raise naming the first client (row) with NaN/Inf, if any."""
+    for label, t in checked:
+        bad = ~torch.isfinite(t.reshape(t.shape[0], -1)).all(dim=1)
+        if bool(bad.any()):
+            i = int(bad.nonzero()[0])
+            raise ValueError(f"{label}: the update of client {i} (row {i}) contains NaN or Inf.")
 
 
 def check_updates(updates: Updates, what: str = "deltas", finite: bool = True) -> int:
@@ -15,7 +70,9 @@ def check_updates(updates: Updates, what: str = "deltas", finite: bool = True) -
 
     Returns m. Raises ``ValueError`` naming the first client with NaN/Inf. With
     ``finite=False`` only the structure is checked (for callers that detect NaN/Inf
-    more cheaply themselves and call this again to name the client).
+    more cheaply themselves and call this again to name the client). The values are
+    tested by one fused pass (:func:`all_finite`) and row by row only when it fails;
+    tensors of a :func:`known_finite` block are not tested again.
     """
     if not isinstance(updates, (Tensor, Mapping)):
         raise TypeError(
@@ -23,28 +80,39 @@ def check_updates(updates: Updates, what: str = "deltas", finite: bool = True) -
         )
     items = {"": updates}.items() if isinstance(updates, Tensor) else updates.items()
     m = None
-    for name, t in items:
-        if not isinstance(t, Tensor):
-            raise TypeError(f"{what}{'[' + name + ']' if name else ''} must be a torch.Tensor, got {type(t).__name__}.")
-        label = f"{what}[{name!r}]" if name else what
-        if not t.is_floating_point():
-            raise TypeError(f"{label} must hold floating-point values, got {t.dtype}; convert with .float().")
-        if isinstance(updates, Tensor) and t.dim() != 2:
-            raise ValueError(f"{label} must be Tensor[m, d] (one row per client); got shape {tuple(t.shape)}.")
-        if t.dim() < 1:
-            raise ValueError(f"{label} needs a leading client axis; got a scalar.")
-        if m is None:
-            m = t.shape[0]
-        elif t.shape[0] != m:
-            raise ValueError(f"{label} has {t.shape[0]} clients on its leading axis, others have {m}.")
-        if m == 0 or not finite:
-            continue
-        bad = ~torch.isfinite(t.reshape(t.shape[0], -1)).all(dim=1)
-        if bool(bad.any()):
-            i = int(bad.nonzero()[0])
-            raise ValueError(f"{label}: the update of client {i} (row {i}) contains NaN or Inf.")
+    checked: list[tuple[str, Tensor]] = []  # structure checked, values still to test
+    try:
+        for name, t in items:
+            m = _check_structure(updates, what, name, t, m)
+            if m and finite:
+                checked.append((f"{what}[{name!r}]" if name else what, t))
+    except (TypeError, ValueError):
+        # the tensors before the malformed one are tested first, as one pass in order would
+        if finite and not all_finite(t for _, t in checked):
+            _raise_first_nonfinite(checked)
+        raise
     if not m:
         raise ValueError(f"{what} holds no clients (m = 0): select at least one client.")
+    if not all_finite(t for _, t in checked if not _is_known_finite(t)):
+        _raise_first_nonfinite(checked)
+    return m
+
+
+def _check_structure(updates: Updates, what: str, name: str, t, m: int | None) -> int:
+    """One entry of :func:`check_updates`: a floating tensor with the common client axis; returns m."""
+    if not isinstance(t, Tensor):
+        raise TypeError(f"{what}{'[' + name + ']' if name else ''} must be a torch.Tensor, got {type(t).__name__}.")
+    label = f"{what}[{name!r}]" if name else what
+    if not t.is_floating_point():
+        raise TypeError(f"{label} must hold floating-point values, got {t.dtype}; convert with .float().")
+    if isinstance(updates, Tensor) and t.dim() != 2:
+        raise ValueError(f"{label} must be Tensor[m, d] (one row per client); got shape {tuple(t.shape)}.")
+    if t.dim() < 1:
+        raise ValueError(f"{label} needs a leading client axis; got a scalar.")
+    if m is None:
+        m = t.shape[0]
+    elif t.shape[0] != m:
+        raise ValueError(f"{label} has {t.shape[0]} clients on its leading axis, others have {m}.")
     return m
 
 
@@ -79,6 +147,8 @@ def as_tensor_arg(value, what: str) -> Tensor:
 def check_finite(value: Updates, what: str) -> None:
     """Raise ``ValueError`` when a tensor (or any tensor of a dict) holds NaN or Inf."""
     items = {"": value}.items() if isinstance(value, Tensor) else value.items()
+    if all(isinstance(t, Tensor) for _, t in items) and all_finite(t for _, t in items):
+        return
     for name, t in items:
         if not isinstance(t, Tensor):
             raise TypeError(f"{what}{'[' + repr(name) + ']' if name else ''} must be a torch.Tensor.")

@@ -74,6 +74,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
+from ..aggregators._checks import all_finite
 from ..engine import LocalResult, LocalTraining
 from ..params import Params
 from ..utils import derive_seed
@@ -232,11 +233,14 @@ class Strategy:
             its update); ``False`` for IFCA's clusters and local-only training.
         evaluates: which model ``History.client_accuracy`` is of: ``"global"``,
             ``"personal"`` or ``"cluster"``.
+        diagnostics: optional per-round diagnostics the strategy needs recorded whatever the
+            user asks (names from ``fedlearn_edu.simulation.DIAGNOSTICS``); none by default.
     """
 
     name = "strategy"
     single_model = True
     evaluates = "global"
+    diagnostics: tuple[str, ...] = ()
     _state_names: tuple[str, ...] = ()
 
     def __init__(self, server_lr: float = 1.0, optimizer: ServerOptimizer | None = None):
@@ -314,7 +318,7 @@ class Strategy:
             FloatingPointError: the direction is NaN/Inf although the updates are finite.
         """
         g, diag = self.direction(params, updates)
-        bad = [k for k, v in g.items() if not bool(torch.isfinite(v).all())]
+        bad = [] if all_finite(g.values()) else [k for k, v in g.items() if not bool(torch.isfinite(v).all())]
         if bad:
             hint = self.nonfinite_hint()
             raise FloatingPointError(

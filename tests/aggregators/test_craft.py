@@ -457,7 +457,9 @@ def test_simulated_craft_has_no_conflicts_and_baselines_run():
     fed = federated_dataset("digits", num_clients=12, alpha=0.3, seed=1)
     model = make_model("mlp", fed.input_shape, fed.num_classes, hidden=(32,))
     for strategy in (CRAFT(server_lr=0.3), CRAFT(server_lr=0.3, layerwise=False), ConFIG(server_lr=0.1)):
-        h = simulate(fed, model, strategy, rounds=3, clients_per_round=5, progress=False, eval_every=3)
+        h = simulate(
+            fed, model, strategy, rounds=3, clients_per_round=5, progress=False, eval_every=3, diagnostics="conflicts"
+        )
         assert (h.conflicts == 0).all()
         if isinstance(strategy, CRAFT) and strategy.layerwise:
             assert all(v == 0 for d in h.diagnostics for v in d["conflicts_per_layer"].values())

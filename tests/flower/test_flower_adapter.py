@@ -86,6 +86,7 @@ def simulate_every_client(fed, model, strategy, rounds=3):
         engine="loop",
         device="cpu",
         progress=False,
+        diagnostics=("conflicts",),  # the Flower strategy reports them every round
         **HYPER,
     )
 

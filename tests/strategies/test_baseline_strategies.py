@@ -324,7 +324,7 @@ def test_afl_history_evaluates_the_averaged_iterate_and_resumes_bit_identically(
 
 # ---------------------------------------------------------------------- FedLF
 def test_fedlf_never_conflicts_with_a_client(fed):
-    h = simulate(fed, _model(fed), FedLF(), **{**KW, "rounds": 4, "local_epochs": 2})
+    h = simulate(fed, _model(fed), FedLF(), diagnostics=("conflicts",), **{**KW, "rounds": 4, "local_epochs": 2})
     assert h.conflicts.tolist() == [0, 0, 0, 0]
     assert all("losses" in d for d in h.diagnostics)
 
