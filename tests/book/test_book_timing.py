@@ -31,9 +31,7 @@ MUTATORS = {"append", "extend", "insert", "add", "update", "setdefault"}
 
 # Chapters that still glue or assert a timing, with the reason; each entry must still be true
 # (the test fails when the chapter no longer does it, so the entry is removed with the fix).
-KNOWN: dict[str, str] = {
-    "ch01_fedavg": "glues ch01-speedup, the loop/vmap wall-time ratio (issue 26, section 2; chapter 1's fix)",
-}
+KNOWN: dict[str, str] = {}
 
 
 def _code_cells(path: Path) -> list[str]:
