@@ -24,3 +24,12 @@ def best_of(fn, repeats: int, device: torch.device | str = "cpu") -> float:
     """Seconds of the fastest of ``repeats`` calls of ``fn()`` (see :func:`elapsed`), after one warm-up call."""
     fn()
     return min(elapsed(fn, device) for _ in range(repeats))
+
+
+def status_mib(field: str) -> float:
+    """A memory figure of this process from ``/proc/self/status`` (``"VmRSS"``, ``"VmHWM"``), in MiB (Linux)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError(f"{field} not in /proc/self/status")

@@ -29,17 +29,9 @@ import os
 import subprocess
 import sys
 
-from _timing import best_of
+from _timing import best_of, status_mib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def _status_mib(field: str) -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) / 1024
-    raise RuntimeError(f"{field} not in /proc/self/status")
 
 
 def _reset_peak_rss() -> None:
@@ -102,11 +94,11 @@ def worker(
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
     else:
-        base = _status_mib("VmRSS")
+        base = status_mib("VmRSS")
         _reset_peak_rss()
     out = engine.train(model, params, data, config, seeds)  # the result to compare
     seconds = best_of(lambda: engine.train(model, params, data, config, seeds), repeats, device)
-    peak = torch.cuda.max_memory_allocated() / 2**20 if device.type == "cuda" else _status_mib("VmHWM") - base
+    peak = torch.cuda.max_memory_allocated() / 2**20 if device.type == "cuda" else status_mib("VmHWM") - base
     checksum = {k: v.double().sum().item() for k, v in out.params.items()}
     return {
         "seconds": seconds,

@@ -43,6 +43,8 @@ import subprocess
 import sys
 import tempfile
 
+from _timing import status_mib
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 LR, BATCH, EPOCHS, SEED = 0.05, 10, 1, 0
 
@@ -137,14 +139,6 @@ def padding_share(sizes, epochs: int = EPOCHS, batch_size: int = BATCH) -> float
     return 1 - epochs * int(torch.as_tensor(sizes).sum()) / computed
 
 
-def _status_mib(field: str) -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) / 1024
-    raise RuntimeError(f"{field} not in /proc/self/status")
-
-
 def worker(data: str, n: int, runtime: str, rounds: int, device_name: str, threads: int, out_file: str) -> dict:
     import time
 
@@ -163,12 +157,12 @@ def worker(data: str, n: int, runtime: str, rounds: int, device_name: str, threa
 
         if runtime == "ray":
             import ray  # noqa: F401  (ImportError: skipped by the caller)
-        base = _status_mib("VmRSS")
+        base = status_mib("VmRSS")
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")
         run = flower.run_local if runtime == "local" else (lambda f, m, r: flower.run_ray(f, m, r, threads))
         seconds, final = run(fed, model, rounds)
-        peak = _status_mib("VmHWM") - base
+        peak = status_mib("VmHWM") - base
     else:
         timed = run_plain(fed, model, rounds, device) if runtime == "plain" else None
         if timed is None:
@@ -177,7 +171,7 @@ def worker(data: str, n: int, runtime: str, rounds: int, device_name: str, threa
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats()
         else:
-            base = _status_mib("VmRSS")
+            base = status_mib("VmRSS")
             with open("/proc/self/clear_refs", "w") as f:  # "5" resets the peak resident set
                 f.write("5")
         t0 = time.perf_counter()
@@ -186,7 +180,7 @@ def worker(data: str, n: int, runtime: str, rounds: int, device_name: str, threa
         total = time.perf_counter() - t0
         # simulate ran its first round again inside the timed run (rounds + 1): per round
         seconds = total / (rounds + (runtime != "plain"))
-        peak = torch.cuda.max_memory_allocated() / 2**20 if device.type == "cuda" else _status_mib("VmHWM") - base
+        peak = torch.cuda.max_memory_allocated() / 2**20 if device.type == "cuda" else status_mib("VmHWM") - base
     torch.save({k: v.detach().cpu() for k, v in final.items()}, out_file)
     return {"seconds": seconds, "peak_mib": peak, "flops": round_flops(fed, model), "device": str(device)}
 
