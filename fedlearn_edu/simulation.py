@@ -32,7 +32,7 @@ from torch import Tensor, nn
 from torch.func import functional_call
 
 from .aggregators import count_conflicts
-from .aggregators._checks import all_finite, known_finite
+from .aggregators._checks import all_finite, known_finite, nonfinite_keys
 from .checks import check_float, check_int, check_model_data, check_seed, check_trainable
 from .data.federation import Federation
 from .engine import LocalTraining, make_engine
@@ -349,9 +349,7 @@ def server_step(
     """
     new_params, diag = strategy.aggregate(params, updates)
     new_params = {k: v.detach() for k, v in new_params.items()}
-    bad = []
-    if not all_finite(new_params.values()):
-        bad = [k for k, v in new_params.items() if not bool(torch.isfinite(v).all())]
+    bad = nonfinite_keys(new_params)
     if bad:
         raise FloatingPointError(
             f"Round {updates.round}: every client update was finite, but the server step of {name} made the "

@@ -32,6 +32,13 @@ def all_finite(tensors: Iterable[Tensor]) -> bool:
     return bool(torch.isfinite(torch.stack([s.to(torch.promote_types(s.dtype, torch.float32)) for s in sums])).all())
 
 
+def nonfinite_keys(tree: Mapping[str, Tensor]) -> list[str]:
+    """The keys of ``tree`` whose tensors hold NaN or Inf (``[]`` when the fused :func:`all_finite` passes)."""
+    if all_finite(tree.values()):
+        return []
+    return [k for k, v in tree.items() if not bool(torch.isfinite(v).all())]
+
+
 @contextmanager
 def known_finite(tensors: Iterable[Tensor]) -> Iterator[None]:
     """Inside the block, :func:`check_updates` does not scan ``tensors`` for NaN/Inf again.

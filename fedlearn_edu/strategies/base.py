@@ -74,7 +74,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
-from ..aggregators._checks import all_finite
+from ..aggregators._checks import nonfinite_keys
 from ..engine import LocalResult, LocalTraining
 from ..params import Params
 from ..utils import derive_seed
@@ -318,7 +318,7 @@ class Strategy:
             FloatingPointError: the direction is NaN/Inf although the updates are finite.
         """
         g, diag = self.direction(params, updates)
-        bad = [] if all_finite(g.values()) else [k for k, v in g.items() if not bool(torch.isfinite(v).all())]
+        bad = nonfinite_keys(g)
         if bad:
             hint = self.nonfinite_hint()
             raise FloatingPointError(
