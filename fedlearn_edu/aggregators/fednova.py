@@ -92,14 +92,18 @@ def fednova_tau_eff(local_steps, weights, momentum: float = 0.0, proximal: float
         >>> float(fednova_tau_eff(torch.tensor([2, 4]), torch.ones(2), proximal=0.5, prox_tau_eff="norms"))
         1.6875
     """
-    if prox_tau_eff not in PROX_TAU_EFF:
-        raise ValueError(f"prox_tau_eff must be one of {PROX_TAU_EFF}, got {prox_tau_eff!r}.")
     t = torch.as_tensor(local_steps)
     norms = fednova_norms(t, momentum=momentum, proximal=proximal)
     w = check_weights(weights, norms.shape[0]).to(torch.float64).cpu()
-    p = w / w.sum()
+    return _tau_eff(t, w / w.sum(), norms, proximal, prox_tau_eff)
+
+
+def _tau_eff(local_steps: Tensor, p: Tensor, norms: Tensor, proximal: float, prox_tau_eff: str) -> Tensor:
+    """:func:`fednova_tau_eff` from the already checked weights ``p`` and norms ``||a_i||_1``."""
+    if prox_tau_eff not in PROX_TAU_EFF:
+        raise ValueError(f"prox_tau_eff must be one of {PROX_TAU_EFF}, got {prox_tau_eff!r}.")
     if proximal > 0 and prox_tau_eff == "steps":
-        return (p * t.to(torch.float64).cpu().reshape(norms.shape)).sum()
+        return (p * local_steps.to(torch.float64).cpu().reshape(norms.shape)).sum()
     return (p * norms).sum()
 
 
@@ -135,5 +139,5 @@ def fednova_aggregate(
     norms = fednova_norms(steps, momentum=momentum, proximal=proximal)
     w = check_weights(weights, m).to(torch.float64).cpu()
     p = w / w.sum()
-    tau_eff = fednova_tau_eff(steps, w, momentum, proximal, prox_tau_eff)
+    tau_eff = _tau_eff(torch.as_tensor(steps), p, norms, proximal, prox_tau_eff)
     return _combine(tau_eff * p / norms, deltas)
