@@ -167,12 +167,17 @@ def _read_idx_set(stamps: tuple) -> tuple[np.ndarray, ...]:
     return arrays
 
 
+def _may_download(download: bool, notes: list) -> bool:
+    """``download``, unless ``FEDLEARN_OFFLINE`` turns downloads off (then said in ``notes``)."""
+    if download and not downloads_allowed():
+        notes.append(f"  (no download: {OFFLINE_VAR} is set, downloads are off)")
+        return False
+    return download
+
+
 def _load_idx_dataset(name: str, root, download: bool):
     folder, notes = locate_idx(name, root)
-    if folder is None and download and not downloads_allowed():
-        notes.append(f"  (no download: {OFFLINE_VAR} is set, downloads are off)")
-        download = False
-    if folder is None and download:
+    if folder is None and _may_download(download, notes):
         from torchvision import datasets as tvd
 
         cls = tvd.MNIST if name == "mnist" else tvd.FashionMNIST
@@ -226,10 +231,7 @@ def _load_idx_dataset(name: str, root, download: bool):
 def _load_cifar(name: str, root, download: bool):
     folder_name, train_files, test_files, label_key = CIFAR_LAYOUT[name]
     folder, notes = locate_cifar(name, root)
-    if folder is None and download and not downloads_allowed():
-        notes.append(f"  (no download: {OFFLINE_VAR} is set, downloads are off)")
-        download = False
-    if folder is None and download:
+    if folder is None and _may_download(download, notes):
         from torchvision import datasets as tvd
 
         cls = tvd.CIFAR10 if name == "cifar10" else tvd.CIFAR100
