@@ -9,6 +9,7 @@ Reddi et al., 2021).
 from __future__ import annotations
 
 import torch
+from torch import Tensor
 
 from ..aggregators import fedavg
 from ..engine import LocalTraining
@@ -32,9 +33,14 @@ class FedAvg(Strategy):
 
     name = "fedavg"
 
+    def client_weights(self, updates: ClientUpdates) -> Tensor:
+        """``Tensor[m]``: the weights of the clients' mean, by data size (``updates.size_weights``)."""
+        return updates.size_weights
+
     def direction(self, params: Params, updates: ClientUpdates) -> tuple[Params, dict]:
-        step = fedavg(updates.deltas, updates.size_weights)
-        return {k: -v for k, v in step.items()}, {"weights": updates.size_weights}
+        w = self.client_weights(updates)
+        step = fedavg(updates.deltas, w)
+        return {k: -v for k, v in step.items()}, {"weights": w}
 
 
 class FedAvgM(FedAvg):
@@ -108,12 +114,10 @@ class _FedOptStrategy(FedAvg):
             raise ValueError(f"weighting must be one of {CLIENT_WEIGHTING}, got {weighting!r}.")
         self.weighting = weighting
 
-    def direction(self, params: Params, updates: ClientUpdates) -> tuple[Params, dict]:
+    def client_weights(self, updates: ClientUpdates) -> Tensor:
         if self.weighting == "size":
-            return super().direction(params, updates)
-        w = torch.full_like(updates.size_weights, 1.0 / updates.num_clients)
-        step = fedavg(updates.deltas, w)
-        return {k: -v for k, v in step.items()}, {"weights": w}
+            return super().client_weights(updates)
+        return torch.full_like(updates.size_weights, 1.0 / updates.num_clients)
 
 
 class FedAdam(_FedOptStrategy):
