@@ -39,6 +39,8 @@ __all__ = [
     "check_beta_moments",
     "check_pca_fingerprint",
     "check_craft_direction",
+    "check_scaffold_control_update",
+    "check_fednova",
     "collapsed_output",
 ]
 
@@ -672,6 +674,3 @@ def check_fednova(your_function: Callable, seed: int = 0) -> bool:
         ),
     ]
     return run_cases("check_fednova", your_function, cases, rtol=1e-6, atol=1e-9, mistakes=mistakes)
-
-
-__all__ += ["check_scaffold_control_update", "check_fednova"]

@@ -26,7 +26,6 @@ __all__ = [
     "unstack_params",
     "num_stacked",
     "flatten_params",
-    "unflatten_params",
     "tree_map",
     "layer_groups",
 ]
@@ -79,26 +78,6 @@ def flatten_params(params: Mapping[str, Tensor], stacked: bool = False) -> Tenso
         m = num_stacked(params)
         return torch.cat([v.reshape(m, -1) for v in params.values()], dim=1)
     return torch.cat([v.reshape(-1) for v in params.values()])
-
-
-def unflatten_params(vector: Tensor, like: Mapping[str, Tensor], stacked: bool = False) -> Params:
-    """Inverse of :func:`flatten_params`: cut ``vector`` into tensors shaped as ``like``.
-
-    ``like`` is an un-stacked dict (shapes per model). With ``stacked``, ``vector`` is
-    ``Tensor[m, d]`` and each output gains the leading client axis.
-    """
-    needed = sum(v.numel() for v in like.values())
-    if vector.shape[-1] != needed:
-        raise ValueError(f"Vector has {vector.shape[-1]} entries but the parameters need {needed}.")
-    out, offset = {}, 0
-    for k, v in like.items():
-        n = v.numel()
-        if stacked:
-            out[k] = vector[:, offset : offset + n].reshape(vector.shape[0], *v.shape)
-        else:
-            out[k] = vector[offset : offset + n].reshape(v.shape)
-        offset += n
-    return out
 
 
 def layer_groups(names: Sequence[str] | Mapping[str, Tensor]) -> dict[str, list[str]]:

@@ -6,7 +6,8 @@ the server keeps ``h`` (zero at the start). In round t a selected client (approx
 
     ``L_k(theta) - <phi_k, theta> + (alpha/2) ||theta - theta^{t-1}||^2``
 
-(:func:`fedlearn_edu.local_objectives.feddyn_regulariser`), starting from ``theta^{t-1}``, and
+(``proximal_term(theta, theta^{t-1}, alpha) + linear_term(theta, -phi_k)`` of
+:mod:`fedlearn_edu.local_objectives`), starting from ``theta^{t-1}``, and
 then updates its linear term from the first-order condition of that problem,
 
     ``phi_k <- phi_k - alpha (theta_k^t - theta^{t-1})``.

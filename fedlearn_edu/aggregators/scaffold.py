@@ -3,7 +3,7 @@
 Server model ``x``, server control ``c``, client controls ``c_i`` (all zero at the start).
 A selected client starts from ``y_i = x`` and takes ``K_i`` local steps of size ``eta_l``
 along the corrected gradient ``g_i(y_i) - c_i + c`` (the local-objective term is
-:func:`fedlearn_edu.local_objectives.scaffold_correction`). Then, with option II,
+``linear_term(y, c - c_i)`` of :mod:`fedlearn_edu.local_objectives`). Then, with option II,
 
     ``c_i+ = c_i - c + (x - y_i) / (K_i eta_l)``,
     ``Delta y_i = y_i - x``,  ``Delta c_i = c_i+ - c_i``,

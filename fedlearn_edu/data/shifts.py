@@ -42,6 +42,7 @@ __all__ = [
     "concept_permutations",
     "shifted_federation",
     "cluster_ids",
+    "appearance_shift",
 ]
 
 SHIFTS = ("label", "covariate", "concept")
@@ -459,6 +460,3 @@ def appearance_shift(
             )
         )
     return Federation(clients, federation.num_classes, f"{federation.name}, appearance shift")
-
-
-__all__ += ["appearance_shift"]
