@@ -35,7 +35,7 @@ from .aggregators import (
     scaffold_control_update,
     scaffold_server_update,
 )
-from .aggregators._tree import check_positive
+from .checks import check_int, check_positive, check_range
 
 __all__ = [
     "make_quadratics",
@@ -72,11 +72,8 @@ def make_quadratics(
         >>> A.shape, b.shape, bool((torch.linalg.eigvalsh(A) >= 1 - 1e-12).all())
         (torch.Size([3, 2, 2]), torch.Size([3, 2]), True)
     """
-    for name, v in (("num_clients", num_clients), ("dim", dim)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"{name} must be an int >= 1, got {v!r}.")
-    if not condition >= 1:
-        raise ValueError(f"condition must be >= 1, got {condition}.")
+    num_clients, dim = check_int(num_clients, "num_clients", 1), check_int(dim, "dim", 1)
+    condition = check_range(condition, "condition", 1)
     spread = check_positive(spread, "spread", allow_zero=True)
     g = torch.Generator().manual_seed(int(seed))
     dt = torch.float64
@@ -234,8 +231,7 @@ def simulate_quadratics(
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}.")
     n, d = _check_problem(A, b)
-    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 0:
-        raise ValueError(f"rounds must be an int >= 0, got {rounds!r}.")
+    rounds = check_int(rounds, "rounds", 0)
     lr = check_positive(lr, "lr")
     K = _steps(local_steps, n)
     p = _probabilities(weights, n, A.dtype)

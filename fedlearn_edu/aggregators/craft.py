@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import Tensor
 
-from ._checks import Updates, as_tensor_arg, check_rcond, check_updates, check_weights
+from ..checks import Updates, as_tensor_arg, check_rcond, check_reference, check_updates, check_weights
 
 __all__ = ["craft_direction", "pinv_solve", "gram_pinv_apply", "group_matrices", "split_groups"]
 
@@ -225,32 +225,6 @@ def split_groups(
     return {k: out[k] for k in like}
 
 
-def _check_reference(reference, pseudo_grads, what: str = "reference"):
-    """Reference: None, or the structure of ``pseudo_grads`` without the client axis, finite."""
-    if reference is None:
-        return None
-    if isinstance(pseudo_grads, Tensor):
-        if not isinstance(reference, Tensor):
-            raise TypeError(f"{what} must be a Tensor[d] (or None) for Tensor[m, d] pseudo_grads.")
-        if reference.shape != pseudo_grads.shape[1:]:
-            raise ValueError(
-                f"{what} must have shape {tuple(pseudo_grads.shape[1:])} (d); got {tuple(reference.shape)}."
-            )
-        if not bool(torch.isfinite(reference).all()):
-            raise ValueError(f"{what} contains NaN or Inf.")
-        return reference
-    if not isinstance(reference, Mapping) or set(reference) != set(pseudo_grads):
-        raise ValueError(
-            f"{what} must be a dict with the same keys as pseudo_grads ({sorted(pseudo_grads)[:6]}...), or None."
-        )
-    for k, v in reference.items():
-        if tuple(v.shape) != tuple(pseudo_grads[k].shape[1:]):
-            raise ValueError(f"{what}[{k!r}] must have shape {tuple(pseudo_grads[k].shape[1:])}; got {tuple(v.shape)}.")
-        if not bool(torch.isfinite(v).all()):
-            raise ValueError(f"{what}[{k!r}] contains NaN or Inf.")
-    return reference
-
-
 def craft_direction(
     pseudo_grads: Updates,
     rho,
@@ -320,7 +294,7 @@ def craft_direction(
     """
     m = check_updates(pseudo_grads, "pseudo_grads", finite=False)  # NaN/Inf: checked per group below
     w = check_weights(rho, m, "rho")
-    reference = _check_reference(reference, pseudo_grads)
+    reference = check_reference(reference, pseudo_grads)
     if isinstance(pseudo_grads, Tensor):
         if groups is not None:
             raise ValueError("groups only applies to a dict of per-parameter tensors; got a Tensor[m, d].")

@@ -33,7 +33,7 @@ import math
 import torch
 from torch import Tensor
 
-from ._tree import check_positive
+from ..checks import check_int, check_positive
 
 __all__ = ["dac_probabilities", "dac_update_similarities", "dac_tau_schedule"]
 
@@ -153,8 +153,7 @@ def dac_tau_schedule(round_index: int, tau: float, rate: float = 0.2) -> float:
         >>> dac_tau_schedule(0, 30.0), round(dac_tau_schedule(100, 30.0), 4)
         (1.0, 31.0)
     """
-    if isinstance(round_index, bool) or not isinstance(round_index, int) or round_index < 0:
-        raise ValueError(f"round_index must be an int >= 0, got {round_index!r}.")
+    round_index = check_int(round_index, "round_index", 0)
     t = check_positive(tau, "tau", allow_zero=True)
     r = check_positive(rate, "rate")
     return 2 * t / (1 + math.exp(-r * round_index)) - t + 1

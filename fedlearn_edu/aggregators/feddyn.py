@@ -27,9 +27,8 @@ from __future__ import annotations
 
 import torch
 
-from ._checks import Updates, check_updates
-from ._tree import check_num_clients, check_positive, check_stacked_like, map_updates
-from .craft import _check_reference
+from ..checks import Updates, check_num_clients, check_positive, check_reference, check_stacked_like, check_updates
+from ._tree import map_updates
 from .fedavg import fedavg
 
 __all__ = ["feddyn_client_update", "feddyn_server_update"]
@@ -84,7 +83,7 @@ def feddyn_server_update(
     m = check_updates(deltas, "deltas")
     if server_state is None:
         raise TypeError("server_state must be given (zeros at the start of training).")
-    _check_reference(server_state, deltas, "server_state")
+    check_reference(server_state, deltas, "server_state")
     a = check_positive(alpha, "alpha")
     n = check_num_clients(num_clients, m)
     new_state = map_updates(lambda h, d: h - (a / n) * d.sum(0), server_state, deltas)

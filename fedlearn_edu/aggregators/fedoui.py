@@ -22,8 +22,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..checks import as_vector, check_float
-from ._checks import Updates, check_updates, check_weights
+from ..checks import Updates, as_vector, check_float, check_range, check_updates, check_weights
 
 __all__ = [
     "fit_beta",
@@ -131,9 +130,7 @@ def fit_beta(oui_values, clip: float = FIT_CLIP) -> tuple[float, float, str]:
         (6.1, 15.94, 'moments')
     """
     x = _as_unit_values(oui_values)
-    clip = check_float(clip, "clip")
-    if not 0 <= clip < 0.5:
-        raise ValueError(f"clip must be in [0, 0.5), got {clip}.")
+    clip = check_range(clip, "clip", 0, 0.5, high_open=True)
     x = np.clip(x, clip, 1.0 - clip)
     if x.size < 2:
         return math.nan, math.nan, "empirical"

@@ -23,8 +23,7 @@ from collections.abc import Mapping
 import torch
 from torch import Tensor
 
-from ..checks import check_float
-from ._checks import as_tensor_arg, check_updates, check_weights
+from ..checks import as_tensor_arg, check_float, check_updates, check_weights
 
 __all__ = ["fedvg_weights", "fedvg_layerwise_weights", "fedvg_mixed_weights", "fedvg_aggregate"]
 

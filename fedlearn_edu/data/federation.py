@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..checks import as_labels, check_float, check_int, check_seed
+from ..checks import as_labels, check_int, check_range, check_seed
 
 __all__ = ["ClientData", "Federation", "make_federation"]
 
@@ -210,9 +210,7 @@ def make_federation(
     if not bool(torch.isfinite(x).all()):
         bad = int((~torch.isfinite(x.reshape(x.shape[0], -1))).any(1).sum())
         raise ValueError(f"x holds NaN or Inf in {bad} sample(s); clean the inputs first.")
-    test_fraction = check_float(test_fraction, "test_fraction")
-    if not 0.0 <= test_fraction < 1.0:
-        raise ValueError(f"test_fraction must be in [0, 1), got {test_fraction}.")
+    test_fraction = check_range(test_fraction, "test_fraction", 0, 1, high_open=True)
     seed = check_seed(seed)
     if len(partition) == 0:
         raise ValueError("The partition is empty: it must hold one index array per client.")

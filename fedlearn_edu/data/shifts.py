@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..checks import check_int
+from ..checks import check_int, check_range
 from .federation import ClientData, Federation
 
 __all__ = [
@@ -253,8 +253,7 @@ def shifted_federation(
     kinds = parse_shift(shift)
     k = check_int(num_clusters, "num_clusters", 1)
     per = check_int(clients_per_cluster, "clients_per_cluster", 1)
-    if not 0.0 <= float(test_fraction) < 1.0:
-        raise ValueError(f"test_fraction must be in [0, 1), got {test_fraction}.")
+    check_range(test_fraction, "test_fraction", 0, 1, high_open=True)
     x, y, c, dname = _load_pool(data, num_classes, root, download, merge)
     if y.numel() and (int(y.min()) < 0 or int(y.max()) >= c):
         raise ValueError(f"labels must lie in [0, {c - 1}].")

@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..checks import check_float, check_int
+from ..checks import check_float, check_int, check_range
 from .federation import ClientData, Federation
 
 __all__ = ["synthetic_federated", "SYNTHETIC_DIM", "SYNTHETIC_CLASSES"]
@@ -78,9 +78,7 @@ def synthetic_federated(
     alpha = check_float(alpha, "alpha", nonnegative=True)
     beta = check_float(beta, "beta", nonnegative=True)
     k = check_int(num_clients, "num_clients", 1)
-    test_fraction = check_float(test_fraction, "test_fraction", nonnegative=True)
-    if test_fraction >= 1:
-        raise ValueError(f"test_fraction must be in [0, 1), got {test_fraction}.")
+    test_fraction = check_range(test_fraction, "test_fraction", 0, 1, high_open=True)
     if max_samples is not None:
         max_samples = check_int(max_samples, "max_samples", 1)
 

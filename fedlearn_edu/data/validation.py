@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..checks import check_float, check_int
+from ..checks import check_int, check_range
 from .datasets import random_subset
 from .federation import ClientData, Federation
 
@@ -57,9 +57,7 @@ def server_validation_split(
         >>> int(clients.num_train_samples.sum() + y_val.shape[0]) == int(fed.num_train_samples.sum())
         True
     """
-    fraction = check_float(fraction, "fraction", nonnegative=True)
-    if fraction >= 1:
-        raise ValueError(f"fraction must be in [0, 1) (clients must keep training data), got {fraction}.")
+    fraction = check_range(fraction, "fraction", 0, 1, high_open=True, why="(clients must keep training data)")
     rng = np.random.default_rng(seed)
     clients, xs, ys = [], [], []
     for c in federation.clients:

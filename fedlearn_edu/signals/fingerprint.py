@@ -36,6 +36,8 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from ..checks import check_positive
+
 __all__ = [
     "pca_fingerprint",
     "client_fingerprints",
@@ -199,8 +201,7 @@ def pca_fingerprint(
     l = int(num_eigenvalues)
     if l != num_eigenvalues or l < 1:
         raise ValueError(f"num_eigenvalues must be a positive integer, got {num_eigenvalues}.")
-    if not (math.isfinite(float(label_scale)) and float(label_scale) >= 0):
-        raise ValueError(f"label_scale must be a finite number >= 0, got {label_scale}.")
+    check_positive(label_scale, "label_scale", allow_zero=True)
     if normalize not in NORMALIZATIONS:
         raise ValueError(f"normalize must be one of {NORMALIZATIONS}, got {normalize!r}.")
     if labels.is_floating_point():
