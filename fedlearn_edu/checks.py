@@ -31,6 +31,7 @@ __all__ = [
     "Updates",
     "all_finite",
     "nonfinite_keys",
+    "first_nonfinite_row",
     "known_finite",
     "check_updates",
     "check_weights",
@@ -380,12 +381,24 @@ def _is_known_finite(t: Tensor) -> bool:
     return entry is not None and entry[0] is t and entry[1] == t._version
 
 
+def first_nonfinite_row(t: Tensor) -> int | None:
+    """The first row (client) of ``t`` that holds NaN or Inf.
+
+    Args:
+        t: ``Tensor[m, ...]``, one row per client.
+
+    Returns:
+        The row's index, or ``None`` when every element is finite.
+    """
+    bad = ~torch.isfinite(t.reshape(t.shape[0], -1)).all(dim=1)
+    return int(bad.nonzero()[0]) if bool(bad.any()) else None
+
+
 def _raise_first_nonfinite(checked: list[tuple[str, Tensor]]) -> None:
     """The element-by-element test: raise naming the first client (row) with NaN/Inf, if any."""
     for label, t in checked:
-        bad = ~torch.isfinite(t.reshape(t.shape[0], -1)).all(dim=1)
-        if bool(bad.any()):
-            i = int(bad.nonzero()[0])
+        i = first_nonfinite_row(t)
+        if i is not None:
             raise ValueError(f"{label}: the update of client {i} (row {i}) contains NaN or Inf.")
 
 

@@ -42,7 +42,7 @@ from .data.shifts import cluster_ids
 from .models import count_parameters, make_model
 from .personalization import simulate_ditto, simulate_ifca, simulate_local
 from .signals.fingerprint import client_fingerprints
-from .simulation import simulate
+from .simulation import History, simulate
 from .strategies.decentralized import DAC, Gossip
 from .strategies.fedavg import FedAvg
 from .utils import derive_seed
@@ -404,32 +404,38 @@ def compare_methods(
     seed = train.get("seed", 0)
     mk = dict(model_kwargs or {})
     shape, c = federation.input_shape, federation.num_classes
+
+    def backbone() -> nn.Module:
+        return make_model(model, shape, c, seed=seed, **mk)
+
+    def conditional(fed: Federation, cond_dim: int, scale: float) -> History:
+        net = make_conditional_model(model, shape, c, cond_dim, seed=seed, cond_scale=scale, **mk)
+        return simulate(fed, net, FedAvg(), **train)
+
+    def fingerprinted() -> History:
+        fed = fingerprint_federation(federation, num_eigenvalues, reference=reference, **(fingerprint_kwargs or {}))
+        scale = cond_scale if cond_scale is not None else (20.0 if reference is not None else 2.5)
+        return conditional(fed, num_eigenvalues, scale)
+
+    def oracle() -> History:
+        fed = oracle_federation(federation)
+        return conditional(fed, fed[0].info["condition_dim"], oracle_scale)
+
+    def true_clusters() -> int:
+        return num_clusters if num_clusters is not None else len(set(cluster_ids(federation).tolist()))
+
+    runs = {  # method -> its run, started only when asked for
+        "fedavg": lambda: simulate(federation, backbone(), FedAvg(), **train),
+        "local": lambda: simulate_local(federation, backbone(), **train),
+        "ifca": lambda: simulate_ifca(federation, backbone(), true_clusters(), **train),
+        "ditto": lambda: simulate_ditto(federation, backbone(), ditto_lam, ditto_strategy, **train),
+        "gossip": lambda: simulate(federation, backbone(), Gossip(num_neighbours=num_neighbours), **train),
+        "dac": lambda: simulate(federation, backbone(), DAC(num_neighbours), **train),
+        "oracle": oracle,
+        "conditional": fingerprinted,
+    }
     out = {}
     for method in methods:
-        if method == "fedavg":
-            out[method] = simulate(federation, make_model(model, shape, c, seed=seed, **mk), FedAvg(), **train)
-        elif method == "local":
-            out[method] = simulate_local(federation, make_model(model, shape, c, seed=seed, **mk), **train)
-        elif method == "ifca":
-            k = num_clusters if num_clusters is not None else len(set(cluster_ids(federation).tolist()))
-            out[method] = simulate_ifca(federation, make_model(model, shape, c, seed=seed, **mk), k, **train)
-        elif method == "ditto":
-            out[method] = simulate_ditto(
-                federation, make_model(model, shape, c, seed=seed, **mk), ditto_lam, ditto_strategy, **train
-            )
-        elif method in DECENTRALISED_METHODS:
-            strategy = Gossip(num_neighbours=num_neighbours) if method == "gossip" else DAC(num_neighbours)
-            out[method] = simulate(federation, make_model(model, shape, c, seed=seed, **mk), strategy, **train)
-        elif method == "oracle":
-            fed = oracle_federation(federation)
-            net = make_conditional_model(
-                model, shape, c, fed[0].info["condition_dim"], seed=seed, cond_scale=oracle_scale, **mk
-            )
-            out[method] = simulate(fed, net, FedAvg(), **train)
-        else:
-            fed = fingerprint_federation(federation, num_eigenvalues, reference=reference, **(fingerprint_kwargs or {}))
-            scale = cond_scale if cond_scale is not None else (20.0 if reference is not None else 2.5)
-            net = make_conditional_model(model, shape, c, num_eigenvalues, seed=seed, cond_scale=scale, **mk)
-            out[method] = simulate(fed, net, FedAvg(), **train)
+        out[method] = runs[method]()
         out[method].strategy = method
     return out

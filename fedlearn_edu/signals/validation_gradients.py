@@ -42,6 +42,7 @@ from typing import Union
 import torch
 from torch import Tensor, nn
 
+from ..checks import first_nonfinite_row
 from ..engine import VmapEngine, make_engine
 from ..params import Params, num_stacked
 
@@ -98,9 +99,8 @@ def _check_params(params: Mapping[str, Tensor]) -> int:
     if m == 0:
         raise ValueError("params holds no clients (m = 0).")
     for name, t in params.items():
-        bad = ~torch.isfinite(t.reshape(m, -1)).all(dim=1)
-        if bool(bad.any()):
-            i = int(bad.nonzero()[0])
+        i = first_nonfinite_row(t)
+        if i is not None:
             raise ValueError(
                 f"params[{name!r}]: the parameters of client {i} contain NaN or Inf; "
                 "its validation gradient is undefined."
@@ -226,9 +226,8 @@ def validation_gradient_norms(
     )
     m = num_stacked(grads)
     norms = torch.stack([torch.linalg.vector_norm(g.reshape(m, -1), ord=p, dim=1) for g in grads.values()], dim=1)
-    bad = ~torch.isfinite(norms).all(dim=1)
-    if bool(bad.any()):
-        i = int(bad.nonzero()[0])
+    i = first_nonfinite_row(norms)
+    if i is not None:
         raise ValueError(
             f"The validation gradient of client {i} is NaN or Inf (its model overflows on the "
             "validation set); lower the client learning rate."
