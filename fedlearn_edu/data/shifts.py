@@ -190,6 +190,111 @@ def _load_pool(data, num_classes, root, download, merge=True) -> tuple[Tensor, T
     return x, y, c, "custom data"
 
 
+def _cluster_shifts(kinds, x, c, k, classes_per_cluster, class_subsets, angles, permutations, seed):
+    """What distinguishes the clusters: each one's class subset, rotation angle and label permutation."""
+    if "label" in kinds:
+        subsets = (
+            [sorted(int(v) for v in s) for s in class_subsets]
+            if class_subsets is not None
+            else label_shift_classes(c, k, classes_per_cluster, seed=seed)
+        )
+        if len(subsets) != k or any(len(s) == 0 or min(s) < 0 or max(s) >= c for s in subsets):
+            raise ValueError(f"class_subsets must hold {k} non-empty lists of classes in [0, {c - 1}].")
+    else:
+        subsets = [list(range(c))] * k
+    if "covariate" in kinds:
+        if x.dim() != 4:
+            raise ValueError(f"Covariate shift rotates images: x must be [n, C, H, W], got {tuple(x.shape)}.")
+        rot = [float(a) for a in angles] if angles is not None else [360.0 * j / k for j in range(k)]
+        if len(rot) != k:
+            raise ValueError(f"angles must give one angle per cluster ({k}), got {len(rot)}.")
+    else:
+        rot = [0.0] * k
+    if "concept" in kinds:
+        perms = (
+            [list(map(int, p)) for p in permutations]
+            if permutations is not None
+            else concept_permutations(c, k, seed=seed + 1)
+        )
+        if len(perms) != k or any(sorted(p) != list(range(c)) for p in perms):
+            raise ValueError(f"permutations must hold {k} permutations of 0..{c - 1}.")
+    else:
+        perms = [list(range(c))] * k
+    return subsets, rot, perms
+
+
+def _class_quotas(y, c, subsets, cluster_of, samples_per_client, n_test_fixed, rng):
+    """Per-class quotas: ``(class_pool, quotas)``, each class's shuffled sample ids and ``quotas[i, cls]``."""
+    n_clients = len(cluster_of)
+    class_pool = [rng.permutation(np.flatnonzero(y.numpy() == cls)) for cls in range(c)]
+    demand = np.zeros(c, dtype=np.int64)  # clients that need each class
+    for j in cluster_of:
+        demand[subsets[j]] += 1
+    if samples_per_client is None:
+        # the largest balanced size every client can get
+        q = min(len(class_pool[cls]) // demand[cls] for cls in range(c) if demand[cls] > 0)
+        sizes = np.array([q * len(subsets[j]) for j in cluster_of])
+        if n_test_fixed is not None:
+            if int(sizes.min()) - n_test_fixed < 1:
+                raise ValueError(f"Not enough data for {n_test_fixed} test samples per client.")
+            sizes = sizes - n_test_fixed
+    else:
+        sizes = np.full(
+            n_clients, check_int(samples_per_client, "samples_per_client", 2 if n_test_fixed is None else 1)
+        )
+    if n_test_fixed is not None:
+        sizes = sizes + n_test_fixed
+    quotas = np.zeros((n_clients, c), dtype=np.int64)
+    for i, j in enumerate(cluster_of):
+        s = subsets[j]
+        base, extra = divmod(int(sizes[i]), len(s))
+        quotas[i, s] = base
+        quotas[i, [s[v] for v in rng.permutation(len(s))[:extra]]] += 1
+    need = quotas.sum(0)
+    short = [(cls, int(need[cls]), len(class_pool[cls])) for cls in range(c) if need[cls] > len(class_pool[cls])]
+    if short:
+        cls, want, have = short[0]
+        raise ValueError(
+            f"Not enough data: class {cls} is needed {want} times but has {have} samples. "
+            "Lower samples_per_client or use fewer clients."
+        )
+    return class_pool, quotas
+
+
+def _deal(x, y, class_pool, quotas, cluster_of, shifts, kinds, test_fraction, n_test_fixed, rng) -> list[ClientData]:
+    """Deal the samples, transform them per cluster (``shifts = (subsets, rot, perms)``), split train/test."""
+    subsets, rot, perms = shifts
+    c = quotas.shape[1]
+    taken = np.zeros(c, dtype=np.int64)
+    clients = []
+    for i, j in enumerate(cluster_of):
+        idx = []
+        for cls in range(c):
+            q = int(quotas[i, cls])
+            if q:
+                idx.append(class_pool[cls][taken[cls] : taken[cls] + q])
+                taken[cls] += q
+        idx = rng.permutation(np.concatenate(idx))
+        xi, yi = x[torch.as_tensor(idx)], y[torch.as_tensor(idx)]
+        if rot[j] % 360:
+            xi = rotate_images(xi, rot[j])
+        yi = permute_labels(yi, perms[j])
+        n = idx.size
+        if n_test_fixed is not None:
+            n_test = n_test_fixed
+        else:
+            n_test = int(min(max(round(test_fraction * n), 1), n - 1)) if test_fraction > 0 and n >= 2 else 0
+        info = {
+            "cluster": int(j),
+            "classes": [perms[j][v] for v in subsets[j]],
+            "angle": rot[j],
+            "permutation": list(perms[j]),
+            "shift": "+".join(kinds) or "none",
+        }
+        clients.append(ClientData(xi[n_test:], yi[n_test:], xi[:n_test], yi[:n_test], info))
+    return clients
+
+
 def shifted_federation(
     data: str | tuple[Tensor, Tensor] = "digits",
     shift: str | Sequence[str] = "label",
@@ -258,102 +363,15 @@ def shifted_federation(
     if y.numel() and (int(y.min()) < 0 or int(y.max()) >= c):
         raise ValueError(f"labels must lie in [0, {c - 1}].")
     rng = np.random.default_rng(seed)
-
-    # -- what distinguishes the clusters -------------------------------------------------
-    if "label" in kinds:
-        subsets = (
-            [sorted(int(v) for v in s) for s in class_subsets]
-            if class_subsets is not None
-            else label_shift_classes(c, k, classes_per_cluster, seed=seed)
-        )
-        if len(subsets) != k or any(len(s) == 0 or min(s) < 0 or max(s) >= c for s in subsets):
-            raise ValueError(f"class_subsets must hold {k} non-empty lists of classes in [0, {c - 1}].")
-    else:
-        subsets = [list(range(c))] * k
-    if "covariate" in kinds:
-        if x.dim() != 4:
-            raise ValueError(f"Covariate shift rotates images: x must be [n, C, H, W], got {tuple(x.shape)}.")
-        rot = [float(a) for a in angles] if angles is not None else [360.0 * j / k for j in range(k)]
-        if len(rot) != k:
-            raise ValueError(f"angles must give one angle per cluster ({k}), got {len(rot)}.")
-    else:
-        rot = [0.0] * k
-    if "concept" in kinds:
-        perms = (
-            [list(map(int, p)) for p in permutations]
-            if permutations is not None
-            else concept_permutations(c, k, seed=seed + 1)
-        )
-        if len(perms) != k or any(sorted(p) != list(range(c)) for p in perms):
-            raise ValueError(f"permutations must hold {k} permutations of 0..{c - 1}.")
-    else:
-        perms = [list(range(c))] * k
-
-    # -- per-class quotas ----------------------------------------------------------------
-    n_clients = k * per
+    subsets, rot, perms = _cluster_shifts(
+        kinds, x, c, k, classes_per_cluster, class_subsets, angles, permutations, seed
+    )
     cluster_of = np.repeat(np.arange(k), per)
-    class_pool = [rng.permutation(np.flatnonzero(y.numpy() == cls)) for cls in range(c)]
-    demand = np.zeros(c, dtype=np.int64)  # clients that need each class
-    for j in cluster_of:
-        demand[subsets[j]] += 1
     n_test_fixed = None if test_samples is None else check_int(test_samples, "test_samples", 1)
-    if samples_per_client is None:
-        # the largest balanced size every client can get
-        q = min(len(class_pool[cls]) // demand[cls] for cls in range(c) if demand[cls] > 0)
-        sizes = np.array([q * len(subsets[j]) for j in cluster_of])
-        if n_test_fixed is not None:
-            if int(sizes.min()) - n_test_fixed < 1:
-                raise ValueError(f"Not enough data for {n_test_fixed} test samples per client.")
-            sizes = sizes - n_test_fixed
-    else:
-        sizes = np.full(
-            n_clients, check_int(samples_per_client, "samples_per_client", 2 if n_test_fixed is None else 1)
-        )
-    if n_test_fixed is not None:
-        sizes = sizes + n_test_fixed
-    quotas = np.zeros((n_clients, c), dtype=np.int64)
-    for i, j in enumerate(cluster_of):
-        s = subsets[j]
-        base, extra = divmod(int(sizes[i]), len(s))
-        quotas[i, s] = base
-        quotas[i, [s[v] for v in rng.permutation(len(s))[:extra]]] += 1
-    need = quotas.sum(0)
-    short = [(cls, int(need[cls]), len(class_pool[cls])) for cls in range(c) if need[cls] > len(class_pool[cls])]
-    if short:
-        cls, want, have = short[0]
-        raise ValueError(
-            f"Not enough data: class {cls} is needed {want} times but has {have} samples. "
-            "Lower samples_per_client or use fewer clients."
-        )
-
-    # -- deal the samples, transform per cluster, split train/test -----------------------
-    taken = np.zeros(c, dtype=np.int64)
-    clients = []
-    for i, j in enumerate(cluster_of):
-        idx = []
-        for cls in range(c):
-            q = int(quotas[i, cls])
-            if q:
-                idx.append(class_pool[cls][taken[cls] : taken[cls] + q])
-                taken[cls] += q
-        idx = rng.permutation(np.concatenate(idx))
-        xi, yi = x[torch.as_tensor(idx)], y[torch.as_tensor(idx)]
-        if rot[j] % 360:
-            xi = rotate_images(xi, rot[j])
-        yi = permute_labels(yi, perms[j])
-        n = idx.size
-        if n_test_fixed is not None:
-            n_test = n_test_fixed
-        else:
-            n_test = int(min(max(round(test_fraction * n), 1), n - 1)) if test_fraction > 0 and n >= 2 else 0
-        info = {
-            "cluster": int(j),
-            "classes": [perms[j][v] for v in subsets[j]],
-            "angle": rot[j],
-            "permutation": list(perms[j]),
-            "shift": "+".join(kinds) or "none",
-        }
-        clients.append(ClientData(xi[n_test:], yi[n_test:], xi[:n_test], yi[:n_test], info))
+    class_pool, quotas = _class_quotas(y, c, subsets, cluster_of, samples_per_client, n_test_fixed, rng)
+    clients = _deal(
+        x, y, class_pool, quotas, cluster_of, (subsets, rot, perms), kinds, test_fraction, n_test_fixed, rng
+    )
     name = f"{dname}, {'+'.join(kinds) or 'no'} shift, {k} clusters x {per} clients"
     return Federation(clients, c, name)
 
