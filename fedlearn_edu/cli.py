@@ -71,6 +71,21 @@ _FRACTION = _number(float, 0, 1, low_open=True, high_open=True)
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The parser of ``python -m fedlearn_edu``: one sub-command, ``run``.
+
+    ``run`` takes the data (``--dataset``, ``--data-root``, ``--download``, ``--partition``,
+    ``--clients``, ``--alpha``, ``--min-size``), the method (``--strategy``, ``--model``,
+    ``--server-lr``, ``--mu``, ``--val-fraction``), the schedule (``--rounds``,
+    ``--clients-per-round``, ``--local-epochs``, ``--batch-size``, ``--lr``, ``--eval-every``)
+    and how it runs (``--engine``, ``--device``, ``--seed``, ``--plot``, ``--no-progress``).
+    Numbers are checked as they are parsed (an integer >= 1, a finite number > 0, a fraction
+    in (0, 1)); choices come from the registries (:data:`~fedlearn_edu.strategies.STRATEGIES`,
+    ``MODELS``, ``PARTITIONS``).
+
+    Returns:
+        An ``argparse.ArgumentParser`` whose ``parse_args`` gives a ``Namespace`` with
+        ``command == "run"`` and one attribute per flag (``args.clients_per_round``, ...).
+    """
     from .data import PARTITIONS
     from .models import MODELS
     from .strategies import STRATEGIES
@@ -126,7 +141,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    """Run the command line; input errors exit with status 2 and a one-line message, as argparse's own."""
+    """Run the command line; input errors exit with status 2 and a one-line message, as argparse's own.
+
+    Args:
+        argv: the arguments after the program name (default: ``sys.argv[1:]``).
+
+    Returns:
+        ``0`` after a run; bad input exits through ``SystemExit(2)`` instead.
+    """
     args = build_parser().parse_args(argv)
     if args.plot:
         folder = Path(args.plot).expanduser().absolute().parent

@@ -287,6 +287,20 @@ class ConditionalModel(nn.Module):
         _set(self.backbone, self.cond_layer, new)
 
     def forward(self, x: Tensor, cond: Tensor | None = None, features: bool = False) -> Tensor:
+        """Logits of the backbone with the condition joined at ``cond_layer``.
+
+        Args:
+            x: ``Tensor[batch, D + c]`` inputs with the condition packed at the end
+                (:func:`pack_condition`), or ``Tensor[batch, *input_shape]`` with ``cond``.
+            cond: ``Tensor[batch, c]`` conditions (default: unpacked from ``x``).
+            features: return the head's pre-activations (the penultimate layer) instead.
+
+        Returns:
+            ``Tensor[batch, num_classes]`` logits (or the features).
+
+        Raises:
+            ValueError: ``cond`` does not have ``cond_dim`` entries per sample.
+        """
         if cond is None:
             x, cond = split_condition(x, self.input_shape, self.cond_dim)
         elif cond.shape[-1] != self.cond_dim:
@@ -297,6 +311,7 @@ class ConditionalModel(nn.Module):
         return self.backbone.head(torch.cat([z, self.cond_scale * cond.to(z.dtype)], dim=1), features)
 
     def extra_repr(self) -> str:
+        """The condition's settings, shown in ``repr(model)``."""
         return f"cond_dim={self.cond_dim}, cond_layer={self.cond_layer!r}, cond_scale={self.cond_scale}"
 
 

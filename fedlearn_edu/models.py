@@ -78,6 +78,7 @@ class MLP(nn.Module):
         return z if features else self.out(F.relu(z))
 
     def forward(self, x: Tensor, features: bool = False) -> Tensor:
+        """``head(features(x))``: ``Tensor[batch, num_classes]`` logits (``features=True``: the head's features)."""
         return self.head(self.features(x), features)
 
 
@@ -109,6 +110,7 @@ class CNN(nn.Module):
         return z if features else self.out(F.relu(z))
 
     def forward(self, x: Tensor, features: bool = False) -> Tensor:
+        """``head(features(x))``: ``Tensor[batch, num_classes]`` logits (``features=True``: the head's features)."""
         return self.head(self.features(x), features)
 
 
@@ -139,6 +141,7 @@ class SmallCNN(nn.Module):
         return z if features else self.out(F.relu(z))
 
     def forward(self, x: Tensor, features: bool = False) -> Tensor:
+        """``head(features(x))``: ``Tensor[batch, num_classes]`` logits (``features=True``: the head's features)."""
         return self.head(self.features(x), features)
 
 
@@ -193,6 +196,7 @@ class ResNet20(nn.Module):
         return z if features else self.out(z)
 
     def forward(self, x: Tensor, features: bool = False) -> Tensor:
+        """``head(features(x))``: ``Tensor[batch, num_classes]`` logits (``features=True``: the head's features)."""
         return self.head(self.features(x), features)
 
 

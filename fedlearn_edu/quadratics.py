@@ -173,7 +173,8 @@ def local_gd(
     is SCAFFOLD's correction, ``linear_i = -phi_i`` with ``prox = alpha`` FedDyn's local problem.
 
     Args:
-        A, b: the problem, ``Tensor[N, d, d]`` and ``Tensor[N, d]``.
+        A: the clients' curvatures, ``Tensor[N, d, d]``.
+        b: the clients' optima b_i, ``Tensor[N, d]``.
         x: the server model, ``Tensor[d]``.
         local_steps: ``K_i``, an int or integer ``Tensor[N]``.
         lr: the local step size.
@@ -210,7 +211,8 @@ def simulate_quadratics(
 
     Args:
         method: ``"fedavg"``, ``"fednova"``, ``"scaffold"`` or ``"feddyn"``.
-        A, b: the problem (:func:`make_quadratics`).
+        A: the clients' curvatures ``Tensor[N, d, d]`` (:func:`make_quadratics`).
+        b: the clients' optima b_i, ``Tensor[N, d]``.
         rounds: number of rounds.
         local_steps: ``K_i``, an int or integer ``Tensor[N]``.
         lr: the clients' step size (the server step is 1).

@@ -211,9 +211,18 @@ def group_matrices(
 def split_groups(
     vectors: Mapping[str, Tensor], groups: Mapping[str, Sequence[str]], like: Mapping[str, Tensor]
 ) -> dict[str, Tensor]:
-    """Inverse of :func:`group_matrices` for one model: cut ``{group: Tensor[d_q]}`` back into
-    ``{name: Tensor[...]}`` shaped like ``like[name]`` without its leading client axis, in
-    ``like``'s key order."""
+    """Inverse of :func:`group_matrices` for one model.
+
+    Args:
+        vectors: ``{group: Tensor[d_q]}``, one vector per layer group.
+        groups: ``{group: [parameter names]}``, as given to :func:`group_matrices`.
+        like: stacked ``{name: Tensor[m, ...]}`` whose shapes (without the client axis) and key
+            order the output takes.
+
+    Returns:
+        ``{name: Tensor[...]}`` shaped like ``like[name]`` without its leading client axis, in
+        ``like``'s key order.
+    """
     out = {}
     for group, names in groups.items():
         offset = 0

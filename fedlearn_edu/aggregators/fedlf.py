@@ -1,5 +1,7 @@
-"""FedLF's layer-wise fair direction (Pan et al., "FedLF: Layer-wise fair federated learning",
-AAAI 2024) and the exact minimum-norm point of a convex hull it rests on (MGDA's QP).
+"""FedLF's layer-wise fair direction and the exact minimum-norm point of a convex hull it rests on.
+
+Pan et al., "FedLF: Layer-wise fair federated learning", AAAI 2024; the hull's minimum-norm
+point is MGDA's QP.
 
 Per layer (or layer group) q, with the clients' pseudo-gradients ``g_{i,q}`` (``g_i = -Delta_i``):
 

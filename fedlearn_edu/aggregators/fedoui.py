@@ -238,7 +238,8 @@ def fedoui_weights(
         oui_values: ``Tensor[m]`` OUI values in ``[0, 1]``.
         num_samples: ``Tensor[m]`` training-set sizes ``n_k`` (> 0).
         eps: floor added to the score (1e-3).
-        size_power, score_power: the exponents a and b.
+        size_power: the exponent a of the sample counts.
+        score_power: the exponent b of the scores.
         clip: clipping margin of the Beta fit.
 
     Returns:

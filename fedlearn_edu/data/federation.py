@@ -67,13 +67,16 @@ class ClientData:
 
     @property
     def num_train(self) -> int:
+        """Number of local training samples."""
         return int(self.train_y.shape[0])
 
     @property
     def num_test(self) -> int:
+        """Number of local test samples."""
         return int(self.test_y.shape[0])
 
     def to(self, device) -> ClientData:
+        """A copy with the four tensors on ``device`` (and a copy of ``info``)."""
         return ClientData(
             self.train_x.to(device),
             self.train_y.to(device),
@@ -129,6 +132,7 @@ class Federation:
 
     @property
     def num_clients(self) -> int:
+        """N, the number of clients."""
         return len(self.clients)
 
     @property
@@ -188,6 +192,7 @@ def make_federation(
             most ``n_i - 1`` when ``0 < test_fraction`` and ``n_i >= 2``.
         num_classes: size of the label space (default: ``y.max() + 1``).
         seed: seed of the per-client shuffle that picks the test samples.
+        name: a short description of the federation, used in plots and tables.
 
     Returns:
         A :class:`Federation` with ``len(partition)`` clients.

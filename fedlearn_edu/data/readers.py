@@ -105,6 +105,7 @@ class SafeUnpickler(pickle.Unpickler):
     }
 
     def find_class(self, module: str, name: str):
+        """The allowed global ``module.name``; anything else is refused (nothing is executed from data)."""
         make = self._ALLOWED.get((module, name))
         if make is None:
             raise pickle.UnpicklingError(f"refusing to load {module}.{name}: CIFAR batches hold only arrays and lists")

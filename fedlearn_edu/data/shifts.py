@@ -149,8 +149,20 @@ def _num_derangements(n: int) -> int:
 
 
 def concept_permutations(num_classes: int, num_clusters: int, seed: int = 0) -> list[list[int]]:
-    """One label permutation per cluster: the identity for cluster 0, seeded random
-    derangements (no class keeps its label) for the others."""
+    """One label permutation per cluster: the identity for cluster 0, derangements for the others.
+
+    Args:
+        num_classes: size of the label space, >= 2.
+        num_clusters: K.
+        seed: seeds the derangements (no class keeps its label).
+
+    Returns:
+        ``K`` lists, each a permutation of ``0..num_classes-1``; cluster ``j`` relabels class
+        ``v`` as ``perms[j][v]``.
+
+    Raises:
+        ValueError: fewer than ``K - 1`` distinct derangements of ``num_classes`` exist.
+    """
     c = check_int(num_classes, "num_classes", 2)
     k = check_int(num_clusters, "num_clusters", 1)
     derangements = _num_derangements(c)
@@ -327,8 +339,9 @@ def shifted_federation(
             ``i // clients_per_cluster``.
         samples_per_client: samples each client holds before its local train/test split
             (the sparsity knob). ``None``: as many as the data allow, the same for every client.
-        classes_per_cluster, class_subsets: label shift -- see :func:`label_shift_classes`,
-            or give the subsets explicitly.
+        classes_per_cluster: label shift -- classes each cluster holds (see
+            :func:`label_shift_classes`).
+        class_subsets: label shift -- the clusters' class lists, given explicitly instead.
         angles: covariate shift -- rotation (degrees) of each cluster; default ``360 k / K``
             (0, 90, 180, 270 for four clusters).
         permutations: concept shift -- label permutation of each cluster; default
@@ -344,7 +357,8 @@ def shifted_federation(
             ``False`` only the train split is dealt, and the test split
             (``load_dataset(name)[1]``) stays free as public data, e.g. for a reference
             fingerprint.
-        root, download: passed to :func:`~fedlearn_edu.data.load_dataset`.
+        root: passed to :func:`~fedlearn_edu.data.load_dataset`.
+        download: passed to :func:`~fedlearn_edu.data.load_dataset`.
 
     Returns:
         A :class:`Federation`; ``federation[i].info`` holds ``cluster``, ``classes``, ``angle``,
@@ -412,7 +426,9 @@ def appearance_shift(
     Args:
         federation: clients with ``info["cluster"]`` (e.g. from :func:`shifted_federation`)
             and image inputs ``[n, C, H, W]``. It is not modified.
-        contrast, blur, noise: one value per cluster, or ``None`` to leave that aspect alone.
+        contrast: one contrast factor ``c_k > 0`` per cluster, or ``None`` to leave it alone.
+        blur: one blur standard deviation (pixels, >= 0) per cluster, or ``None``.
+        noise: one noise standard deviation (>= 0) per cluster, or ``None``.
         seed: seeds the noise.
 
     Returns:

@@ -1,5 +1,6 @@
-r"""FedProx's Synthetic(alpha, beta) federated data (Li et al., 2020, "Federated
-Optimization in Heterogeneous Networks").
+r"""FedProx's Synthetic(alpha, beta) federated data.
+
+From Li et al., 2020, "Federated Optimization in Heterogeneous Networks".
 
 Each client k has its own softmax-regression "true model" and its own input
 distribution:

@@ -82,6 +82,7 @@ class RandomProjection:
         self.matrix /= math.sqrt(self.out_features)
 
     def __call__(self, x: Tensor) -> Tensor:
+        """Project ``Tensor[n, ...]`` inputs (flattened) to ``Tensor[n, out_features]`` float64 features."""
         flat = x.reshape(x.shape[0], -1)
         if flat.shape[1] != self.in_features:
             raise ValueError(f"RandomProjection expects inputs with {self.in_features} entries, got {flat.shape[1]}.")
@@ -290,7 +291,9 @@ def reference_fingerprint(
     reference the same small-sample bias as the clients' spectra.
 
     Args:
-        features, labels, num_classes: the public data (as in :func:`pca_fingerprint`).
+        features: the public inputs' features ``Tensor[n, p]`` (as in :func:`pca_fingerprint`).
+        labels: their labels ``Tensor[n]``.
+        num_classes: size of the label space.
         sample_size: samples per draw (use the clients' typical training-set size).
         num_draws: subsets averaged.
         seed: seed of the subsets.

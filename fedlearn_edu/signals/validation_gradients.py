@@ -194,7 +194,10 @@ def validation_gradient_norms(
             that receives deltas rebuilds them first: ``theta_k = theta_t + Delta_k``.
         val_data: ``(x, y)`` or a ``TensorDataset``: the server's validation set.
         norm_order: p of the vector norm (1 by default, as in the authors' code; 2, ``inf``...).
-        batch_size, engine, memory_budget, sample_chunk: see :func:`validation_gradients`.
+        batch_size: see :func:`validation_gradients`.
+        engine: see :func:`validation_gradients`.
+        memory_budget: see :func:`validation_gradients`.
+        sample_chunk: see :func:`validation_gradients`.
 
     Returns:
         ``Tensor[m, L]``, L = number of parameter tensors, columns in the order of ``params``.
