@@ -341,6 +341,12 @@ def all_finite(tensors: Iterable[Tensor]) -> bool:
     Inf whenever one of its terms is, so ``True`` is exact; ``False`` means "look element
     by element": some value is NaN/Inf, or a sum of finite values overflowed. About 30x
     cheaper on the CPU than ``torch.isfinite(t).all()``, which writes a mask first.
+
+    Args:
+        tensors: the tensors to test (any devices and dtypes).
+
+    Returns:
+        ``True`` when proved finite; ``False`` when some tensor must be tested element by element.
     """
     sums = [t.sum() for t in tensors if t.numel()]
     if not sums:
@@ -351,7 +357,14 @@ def all_finite(tensors: Iterable[Tensor]) -> bool:
 
 
 def nonfinite_keys(tree: Mapping[str, Tensor]) -> list[str]:
-    """The keys of ``tree`` whose tensors hold NaN or Inf (``[]`` when the fused :func:`all_finite` passes)."""
+    """The keys of ``tree`` whose tensors hold NaN or Inf (``[]`` when the fused :func:`all_finite` passes).
+
+    Args:
+        tree: ``{name: Tensor}``.
+
+    Returns:
+        The names of the tensors holding NaN or Inf, in ``tree``'s order.
+    """
     if all_finite(tree.values()):
         return []
     return [k for k, v in tree.items() if not bool(torch.isfinite(v).all())]
@@ -364,6 +377,12 @@ def known_finite(tensors: Iterable[Tensor]) -> Iterator[None]:
     For a caller that has just checked them (the round driver checks every update once,
     with the client's id in its message); a tensor modified in place since (its version
     counter moved) is scanned as usual, and so is any other tensor.
+
+    Args:
+        tensors: tensors the caller has just found finite.
+
+    Yields:
+        Nothing; the table of known-finite tensors is reset when the block ends.
     """
     table = dict(_KNOWN_FINITE.get() or {})
     for t in tensors:
@@ -410,6 +429,18 @@ def check_updates(updates: Updates, what: str = "deltas", finite: bool = True) -
     more cheaply themselves and call this again to name the client). The values are
     tested by one fused pass (:func:`all_finite`) and row by row only when it fails;
     tensors of a :func:`known_finite` block are not tested again.
+
+    Args:
+        updates: ``Tensor[m, d]`` or ``{name: Tensor[m, ...]}``, floating point.
+        what: the argument's name, for the messages.
+        finite: also test the values for NaN/Inf.
+
+    Returns:
+        m, the number of clients.
+
+    Raises:
+        TypeError: not a tensor or dict of floating-point tensors.
+        ValueError: no client, mismatched client axes, or NaN/Inf (naming the first such client).
     """
     if not isinstance(updates, (Tensor, Mapping)):
         raise TypeError(
@@ -454,7 +485,20 @@ def _check_structure(updates: Updates, what: str, name: str, t, m: int | None) -
 
 
 def check_weights(weights, m: int, what: str = "weights") -> Tensor:
-    """Check non-negative, finite ``Tensor[m]`` weights with a positive sum; return them as float."""
+    """Check non-negative, finite ``Tensor[m]`` weights with a positive sum; return them as float.
+
+    Args:
+        weights: ``Tensor[m]`` (or a sequence of m numbers).
+        m: the number of clients.
+        what: the argument's name, for the messages.
+
+    Returns:
+        ``Tensor[m]`` floating-point weights (not normalised).
+
+    Raises:
+        TypeError: not numbers.
+        ValueError: wrong shape, NaN/Inf, negative entries, or all zero.
+    """
     w = as_tensor_arg(weights, what)
     if w.dim() != 1 or w.shape[0] != m:
         raise ValueError(f"{what} must be Tensor[m] with m = {m} (one per client); got shape {tuple(w.shape)}.")
@@ -469,7 +513,18 @@ def check_weights(weights, m: int, what: str = "weights") -> Tensor:
 
 
 def as_tensor_arg(value, what: str) -> Tensor:
-    """``torch.as_tensor(value)`` for a numeric argument, with a ``TypeError`` naming it otherwise."""
+    """``torch.as_tensor(value)`` for a numeric argument, with a ``TypeError`` naming it otherwise.
+
+    Args:
+        value: a number, sequence of numbers, ndarray or tensor.
+        what: the argument's name, for the message.
+
+    Returns:
+        The tensor (no copy when ``value`` is one).
+
+    Raises:
+        TypeError: strings, ``None``, booleans, complex numbers or anything that is not numbers.
+    """
     if isinstance(value, (str, bytes)) or value is None:
         raise TypeError(f"{what} must be a tensor of numbers, got {type(value).__name__}.")
     try:
@@ -482,7 +537,16 @@ def as_tensor_arg(value, what: str) -> Tensor:
 
 
 def check_finite(value: Updates, what: str) -> None:
-    """Raise ``ValueError`` when a tensor (or any tensor of a dict) holds NaN or Inf."""
+    """Raise ``ValueError`` when a tensor (or any tensor of a dict) holds NaN or Inf.
+
+    Args:
+        value: a tensor or ``{name: Tensor}``.
+        what: the argument's name, for the message.
+
+    Raises:
+        TypeError: a dict entry is not a tensor.
+        ValueError: NaN or Inf, naming the entry.
+    """
     items = {"": value}.items() if isinstance(value, Tensor) else value.items()
     if all(isinstance(t, Tensor) for _, t in items) and all_finite(t for _, t in items):
         return
@@ -494,14 +558,41 @@ def check_finite(value: Updates, what: str) -> None:
 
 
 def check_rcond(rcond, dtype: torch.dtype, m: int, d: int) -> float:
-    """The pseudo-inverse's relative cut-off: ``rcond`` (finite, >= 0) or the default for ``dtype``."""
+    """The pseudo-inverse's relative cut-off: ``rcond`` (finite, >= 0) or the default for ``dtype``.
+
+    Args:
+        rcond: ``None`` or a number in [0, 1].
+        dtype: the pseudo-gradients' dtype.
+        m: the number of clients (rows).
+        d: the number of coordinates (columns).
+
+    Returns:
+        ``rcond``, or ``eps(dtype) * max(m, d)`` for ``None``.
+
+    Raises:
+        TypeError: not a number.
+        ValueError: outside [0, 1].
+    """
     if rcond is None:
         return torch.finfo(dtype).eps * max(m, d)
     return check_range(rcond, "rcond", 0, 1, why="(a cut-off relative to the largest singular value)")
 
 
 def check_losses(losses, m: int, what: str = "losses") -> Tensor:
-    """``losses``: finite ``Tensor[m]``, one per client, as float64 on the CPU."""
+    """``losses``: finite ``Tensor[m]``, one per client, as float64 on the CPU.
+
+    Args:
+        losses: ``Tensor[m]`` (or m numbers).
+        m: the number of clients.
+        what: the argument's name, for the messages.
+
+    Returns:
+        float64 ``Tensor[m]`` on the CPU.
+
+    Raises:
+        TypeError: not numbers.
+        ValueError: wrong shape, or NaN/Inf.
+    """
     x = as_tensor_arg(losses, what).detach().cpu().to(torch.float64)
     if x.shape != (m,):
         raise ValueError(f"{what} must be Tensor[m] with m = {m} (one per client); got shape {tuple(x.shape)}.")
@@ -511,7 +602,20 @@ def check_losses(losses, m: int, what: str = "losses") -> Tensor:
 
 
 def check_reference(reference, pseudo_grads, what: str = "reference"):
-    """Reference: None, or the structure of ``pseudo_grads`` without the client axis, finite."""
+    """Reference: None, or the structure of ``pseudo_grads`` without the client axis, finite.
+
+    Args:
+        reference: ``None``, ``Tensor[d]`` or ``{name: Tensor[...]}``.
+        pseudo_grads: the client quantities it goes with, ``Tensor[m, d]`` or ``{name: Tensor[m, ...]}``.
+        what: the argument's name, for the messages.
+
+    Returns:
+        ``reference`` itself (``None`` stays ``None``).
+
+    Raises:
+        TypeError: a reference that is not a tensor for ``Tensor[m, d]`` pseudo_grads.
+        ValueError: other keys or shapes, or NaN/Inf.
+    """
     if reference is None:
         return None
     if isinstance(pseudo_grads, Tensor):
@@ -537,7 +641,18 @@ def check_reference(reference, pseudo_grads, what: str = "reference"):
 
 
 def check_stacked_like(x: Updates, like: Updates, what: str, like_what: str) -> None:
-    """``x`` must be finite and have exactly ``like``'s structure and shapes (client axis included)."""
+    """``x`` must be finite and have exactly ``like``'s structure and shapes (client axis included).
+
+    Args:
+        x: ``Tensor[m, d]`` or ``{name: Tensor[m, ...]}`` to check.
+        like: the quantity ``x`` must match.
+        what: ``x``'s name, for the messages.
+        like_what: ``like``'s name, for the messages.
+
+    Raises:
+        TypeError: not floating-point tensors.
+        ValueError: other keys or shapes, or NaN/Inf.
+    """
     check_updates(x, what)
     if isinstance(like, Tensor):
         if not isinstance(x, Tensor) or x.shape != like.shape:
@@ -554,7 +669,19 @@ def check_stacked_like(x: Updates, like: Updates, what: str, like_what: str) -> 
 
 
 def check_counts(values, m: int, what: str) -> Tensor:
-    """A number or ``Tensor[m]`` of finite values > 0 (local step counts), as float64 ``Tensor[m]``."""
+    """A number or ``Tensor[m]`` of finite values > 0 (local step counts), as float64 ``Tensor[m]``.
+
+    Args:
+        values: a number or ``Tensor[m]``.
+        m: the number of clients.
+        what: the argument's name, for the messages.
+
+    Returns:
+        float64 ``Tensor[m]`` on the CPU (a number is repeated m times).
+
+    Raises:
+        ValueError: wrong shape, non-finite or non-positive values.
+    """
     t = torch.as_tensor(values, dtype=torch.float64).detach().cpu()
     if t.dim() == 0:
         t = t.expand(m).clone()
@@ -566,5 +693,17 @@ def check_counts(values, m: int, what: str) -> Tensor:
 
 
 def check_num_clients(num_clients, m: int) -> int:
-    """The federation's size N: an int with N >= m (the selected clients are among the N)."""
+    """The federation's size N: an int with N >= m (the selected clients are among the N).
+
+    Args:
+        num_clients: N.
+        m: the number of selected clients.
+
+    Returns:
+        ``int(num_clients)``.
+
+    Raises:
+        TypeError: not an integer.
+        ValueError: ``num_clients < m``.
+    """
     return check_int(num_clients, "num_clients (N, all clients of the federation)", m)

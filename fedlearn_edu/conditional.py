@@ -69,6 +69,13 @@ __all__ = [
 def pack_condition(x: Tensor, condition: Tensor) -> Tensor:
     """``[flatten(x), condition]``: ``Tensor[n, ...]`` and ``Tensor[c]`` -> ``Tensor[n, D + c]``.
 
+    Args:
+        x: ``Tensor[n, ...]`` inputs.
+        condition: ``Tensor[c]``, one client's condition vector.
+
+    Returns:
+        ``Tensor[n, D + c]``, ``D`` the size of one flattened input.
+
     Example:
         >>> pack_condition(torch.zeros(3, 1, 2, 2), torch.tensor([1.0, 2.0])).shape
         torch.Size([3, 6])
@@ -81,7 +88,16 @@ def pack_condition(x: Tensor, condition: Tensor) -> Tensor:
 
 
 def split_condition(packed: Tensor, input_shape: Sequence[int], cond_dim: int) -> tuple[Tensor, Tensor]:
-    """Inverse of :func:`pack_condition`: ``Tensor[B, D + c]`` -> ``(Tensor[B, *input_shape], Tensor[B, c])``."""
+    """Inverse of :func:`pack_condition`: ``Tensor[B, D + c]`` -> ``(Tensor[B, *input_shape], Tensor[B, c])``.
+
+    Args:
+        packed: ``Tensor[B, D + c]``.
+        input_shape: the shape of one input, ``D = prod(input_shape)``.
+        cond_dim: ``c``.
+
+    Returns:
+        ``(x: Tensor[B, *input_shape], cond: Tensor[B, c])``.
+    """
     d = math.prod(input_shape)
     if packed.dim() != 2 or packed.shape[1] != d + cond_dim:
         raise ValueError(
@@ -147,7 +163,17 @@ def condition_federation(
 
 
 def client_conditions(federation: Federation) -> Tensor:
-    """Read back each client's packed condition vector (``Tensor[N, c]``) -- for plots and checks."""
+    """Read back each client's packed condition vector (``Tensor[N, c]``) -- for plots and checks.
+
+    Args:
+        federation: a federation built by :func:`condition_federation`.
+
+    Returns:
+        ``Tensor[N, c]``, row i client i's condition.
+
+    Raises:
+        ValueError: the federation carries no conditions.
+    """
     c = federation[0].info.get("condition_dim")
     if c is None:
         raise ValueError("This federation carries no conditions; build it with condition_federation.")
@@ -170,6 +196,22 @@ def fingerprint_federation(
     Arguments as in :func:`fedlearn_edu.signals.pca_fingerprint` and :func:`condition_federation`;
     with ``reference`` (a public fingerprint, see
     :func:`fedlearn_edu.signals.reference_fingerprint`) each client packs ``s_i - reference``.
+
+    Args:
+        federation: the clients (not modified).
+        num_eigenvalues: ``l``, the fingerprint's length.
+        normalize: how the spectrum is normalised (see :func:`~fedlearn_edu.signals.pca_fingerprint`).
+        feature_map: the feature map applied to the inputs first.
+        label_encoding: how the labels join the features.
+        label_scale: the weight of the label block, >= 0.
+        reference: ``Tensor[l]`` public fingerprint subtracted from every client's, or ``None``.
+        transform: applied to each row before packing (see :func:`condition_federation`).
+
+    Returns:
+        A :class:`Federation` with inputs ``Tensor[n_i, D + l]``.
+
+    Raises:
+        ValueError: ``reference`` of another length.
 
     Example:
         >>> from fedlearn_edu.data import shifted_federation
@@ -194,7 +236,14 @@ def fingerprint_federation(
 
 
 def oracle_federation(federation: Federation) -> Federation:
-    """Each client appends the one-hot code of its true cluster (``client.info["cluster"]``): the Oracle."""
+    """Each client appends the one-hot code of its true cluster (``client.info["cluster"]``): the Oracle.
+
+    Args:
+        federation: clients with ``info["cluster"]`` (not modified).
+
+    Returns:
+        A :class:`Federation` with inputs ``Tensor[n_i, D + K]``, K the number of clusters.
+    """
     ids = torch.as_tensor(cluster_ids(federation))
     return condition_federation(federation, F.one_hot(ids).float(), kind="oracle")
 
@@ -316,7 +365,14 @@ class ConditionalModel(nn.Module):
 
 
 def parameter_overhead(model: ConditionalModel) -> float:
-    """Extra parameters of a conditional model relative to its backbone: ``(P_cond - P) / P``."""
+    """Extra parameters of a conditional model relative to its backbone: ``(P_cond - P) / P``.
+
+    Args:
+        model: a :class:`ConditionalModel`.
+
+    Returns:
+        The relative overhead, e.g. ``0.02`` for 2 % more parameters.
+    """
     return (count_parameters(model) - model.backbone_parameters) / model.backbone_parameters
 
 
@@ -332,6 +388,19 @@ def make_conditional_model(
     **kwargs,
 ) -> ConditionalModel:
     """:func:`~fedlearn_edu.make_model` wrapped in a :class:`ConditionalModel` (same seed, same backbone weights).
+
+    Args:
+        name: a backbone of :func:`~fedlearn_edu.make_model` (``"mlp"``, ``"cnn"``, ``"smallcnn"``, ``"resnet20"``).
+        input_shape: the shape of one input (without the condition).
+        num_classes: number of classes.
+        cond_dim: ``c``, the condition's length.
+        seed: seeds the backbone (``None``: the global RNG).
+        cond_scale: the condition's multiplier inside the model.
+        zero_init: start the condition's weights at zero, so the model starts as its backbone.
+        **kwargs: passed to :func:`~fedlearn_edu.make_model` (e.g. ``hidden``).
+
+    Returns:
+        The :class:`ConditionalModel`.
 
     Example:
         >>> m = make_conditional_model("mlp", (1, 8, 8), 10, cond_dim=32)
@@ -406,6 +475,26 @@ def compare_methods(
                      neighbours per round, averaged by data size (Zec et al.'s "Random")
     ``dac``          (on request) :class:`~fedlearn_edu.DAC` with ``num_neighbours``
     ================ ===================================================================
+
+    Args:
+        federation: clients with ``info["cluster"]`` (e.g. from :func:`~fedlearn_edu.data.shifted_federation`).
+        methods: names from the table (default: the six above, without gossip and dac).
+        model: the backbone's name for :func:`~fedlearn_edu.make_model`.
+        model_kwargs: passed to :func:`~fedlearn_edu.make_model`.
+        num_eigenvalues: the fingerprint's length (``conditional``).
+        fingerprint_kwargs: passed to :func:`fingerprint_federation`.
+        reference: public fingerprint ``Tensor[num_eigenvalues]`` subtracted by every client.
+        cond_scale: the fingerprint's multiplier (see the table).
+        oracle_scale: the Oracle's one-hot multiplier.
+        num_clusters: IFCA's K (default: the true number of clusters).
+        ditto_lam: Ditto's lambda.
+        ditto_strategy: Ditto's global strategy (default FedAvg).
+        num_neighbours: neighbours per round for gossip and dac.
+        **train: keyword arguments of :func:`~fedlearn_edu.simulate` (``rounds``, ``seed``, ...);
+            ``clients_per_round`` defaults to every client, ``progress`` to ``False``.
+
+    Raises:
+        ValueError: an unknown method.
 
     Returns:
         ``{method: History}`` in the order of ``methods``.

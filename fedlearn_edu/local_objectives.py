@@ -52,6 +52,14 @@ def linear_term(params: Mapping[str, Tensor], vector: Mapping[str, Tensor]) -> T
 def proximal_term(params: Mapping[str, Tensor], anchor: Mapping[str, Tensor], mu: float) -> Tensor:
     """``(mu/2) ||theta - anchor||^2`` over the parameter tensors; its gradient is ``mu (theta - anchor)``.
 
+    Args:
+        params: one client's parameters ``{name: Tensor[...]}``.
+        anchor: the proximal centre, same keys and shapes.
+        mu: the coefficient.
+
+    Returns:
+        Scalar ``Tensor``.
+
     Example:
         >>> proximal_term({"w": torch.tensor([1.0, 2.0])}, {"w": torch.zeros(2)}, mu=0.5)
         tensor(1.2500)

@@ -62,7 +62,14 @@ class PersonalizedHistory(History):
 
     @classmethod
     def of(cls, history: History) -> PersonalizedHistory:
-        """The personalised view of a :func:`simulate` History."""
+        """The personalised view of a :func:`simulate` History.
+
+        Args:
+            history: a :class:`~fedlearn_edu.History` of a personalised strategy.
+
+        Returns:
+            A :class:`PersonalizedHistory` sharing ``history``'s arrays.
+        """
         out = cls(**{f.name: getattr(history, f.name) for f in fields(History)})
         out.personal_params = history.final_state.get("personal")
         out.global_client_accuracy = history.other_accuracy.get("global")
@@ -74,6 +81,14 @@ def simulate_local(federation: Federation, model: nn.Module, **kwargs) -> Person
 
     Every client starts from theta_0 and trains only on its own data whenever it is selected;
     nothing is averaged. Keyword arguments are those of :func:`~fedlearn_edu.simulate`.
+
+    Args:
+        federation: the clients.
+        model: the architecture and theta_0 (not modified).
+        **kwargs: keyword arguments of :func:`~fedlearn_edu.simulate`.
+
+    Returns:
+        :class:`PersonalizedHistory` with ``personal_params`` (``{name: Tensor[N, ...]}``).
 
     Example:
         >>> from fedlearn_edu import federated_dataset, make_model
@@ -92,6 +107,13 @@ def simulate_ifca(
 
     See :class:`~fedlearn_edu.strategies.IFCA`. Keyword arguments are those of
     :func:`~fedlearn_edu.simulate`.
+
+    Args:
+        federation: the clients.
+        model: the architecture and theta_0 (not modified).
+        num_clusters: K, the number of cluster models.
+        warmup_rounds: rounds of random balanced assignment before the clients' argmin takes over.
+        **kwargs: keyword arguments of :func:`~fedlearn_edu.simulate`.
 
     Returns:
         :class:`PersonalizedHistory` with ``assignments`` (``ndarray[E, N]``),
@@ -123,6 +145,14 @@ def simulate_ditto(
     See :class:`~fedlearn_edu.strategies.Ditto`; ``global_strategy`` (FedAvg by default) is
     any :class:`~fedlearn_edu.Strategy`: "Ditto + CRAFT" is ``global_strategy=CRAFT()``.
     Keyword arguments are those of :func:`~fedlearn_edu.simulate`.
+
+    Args:
+        federation: the clients.
+        model: the architecture and theta_0 (not modified).
+        lam: Ditto's lambda >= 0 (0: local training; large: the global model).
+        global_strategy: the strategy that trains the global model (default FedAvg).
+        personal_epochs: epochs of the personal update (default: the round's local epochs).
+        **kwargs: keyword arguments of :func:`~fedlearn_edu.simulate`.
 
     Returns:
         :class:`PersonalizedHistory`: ``client_accuracy`` of the personal models,

@@ -118,6 +118,14 @@ def _steps(local_steps, n: int) -> Tensor:
 def global_optimum(A: Tensor, b: Tensor, weights=None) -> Tensor:
     """``x* = (sum_i p_i A_i)^{-1} sum_i p_i A_i b_i``, the minimiser of ``sum_i p_i f_i``.
 
+    Args:
+        A: ``Tensor[N, d, d]`` the clients' curvatures.
+        b: ``Tensor[N, d]`` the clients' optima.
+        weights: ``Tensor[N]`` client weights ``p`` (default: equal).
+
+    Returns:
+        ``Tensor[d]``.
+
     Example:
         >>> A = torch.stack([torch.eye(2), 3 * torch.eye(2)]).double()
         >>> global_optimum(A, torch.tensor([[0.0, 0.0], [4.0, 4.0]], dtype=torch.float64))
@@ -151,6 +159,16 @@ def _fixed_point(A: Tensor, b: Tensor, local_steps, lr: float, weights, normalis
 def fedavg_fixed_point(A: Tensor, b: Tensor, local_steps, lr: float, weights=None) -> Tensor:
     """FedAvg's fixed point with ``K_i`` local GD steps: ``(sum_i p_i M_i)^{-1} sum_i p_i M_i b_i``.
 
+    Args:
+        A: ``Tensor[N, d, d]`` the clients' curvatures.
+        b: ``Tensor[N, d]`` the clients' optima.
+        local_steps: ``K_i``, an int or integer ``Tensor[N]``.
+        lr: the local step size ``eta``.
+        weights: ``Tensor[N]`` client weights ``p`` (default: equal).
+
+    Returns:
+        ``Tensor[d]``.
+
     Example:
         >>> A, b = make_quadratics(4, 2, seed=1)
         >>> bool(torch.allclose(fedavg_fixed_point(A, b, 1, 0.05), global_optimum(A, b)))  # K = 1: no drift
@@ -160,7 +178,18 @@ def fedavg_fixed_point(A: Tensor, b: Tensor, local_steps, lr: float, weights=Non
 
 
 def fednova_fixed_point(A: Tensor, b: Tensor, local_steps, lr: float, weights=None) -> Tensor:
-    """FedNova's fixed point (plain local GD): ``(sum_i p_i M_i / K_i)^{-1} sum_i p_i M_i b_i / K_i``."""
+    """FedNova's fixed point (plain local GD): ``(sum_i p_i M_i / K_i)^{-1} sum_i p_i M_i b_i / K_i``.
+
+    Args:
+        A: ``Tensor[N, d, d]`` the clients' curvatures.
+        b: ``Tensor[N, d]`` the clients' optima.
+        local_steps: ``K_i``, an int or integer ``Tensor[N]``.
+        lr: the local step size ``eta``.
+        weights: ``Tensor[N]`` client weights ``p`` (default: equal).
+
+    Returns:
+        ``Tensor[d]``.
+    """
     return _fixed_point(A, b, local_steps, lr, weights, normalise=True)
 
 

@@ -115,6 +115,13 @@ def fedfv_kept(losses, alpha: float) -> Tensor:
     The authors' rule ``order[ceil((m - 1)(1 - alpha)):]`` over clients sorted by
     increasing loss: ``ceil(alpha m)`` clients for alpha = 0.1 and every m up to 100 (at
     least one when alpha > 0), none when alpha = 0. Returns a boolean ``Tensor[m]``.
+
+    Args:
+        losses: ``Tensor[m]`` the clients' losses, finite.
+        alpha: the share of highest-loss clients kept, in [0, 1].
+
+    Raises:
+        ValueError: ``losses`` not a finite ``Tensor[m]``, or ``alpha`` outside [0, 1].
     """
     x = as_tensor_arg(losses, "losses")
     if x.dim() != 1:

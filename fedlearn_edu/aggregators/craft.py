@@ -32,7 +32,14 @@ __all__ = ["craft_direction", "pinv_solve", "gram_pinv_apply", "group_matrices",
 
 
 def work_dtype(device: torch.device) -> torch.dtype:
-    """float64 for the Gram algebra, except on Apple's MPS which has no float64."""
+    """float64 for the Gram algebra, except on Apple's MPS which has no float64.
+
+    Args:
+        device: where the pseudo-gradients live.
+
+    Returns:
+        ``torch.float64``, or ``torch.float32`` on MPS.
+    """
     return torch.float32 if device.type == "mps" else torch.float64
 
 
@@ -179,6 +186,18 @@ def group_matrices(
 
     With ``stacked=False`` (one model, e.g. a reference direction) the result is
     ``{group: Tensor[d_q]}``. Every tensor must belong to exactly one group.
+
+    Args:
+        tensors: ``{name: Tensor[m, ...]}`` (or ``{name: Tensor[...]}`` with ``stacked=False``).
+        groups: ``{group: [names]}``; every key of ``tensors`` in exactly one group.
+        stacked: whether the tensors carry a leading client axis.
+        what: the argument's name, for the messages.
+
+    Returns:
+        ``{group: Tensor[m, d_q]}`` (or ``{group: Tensor[d_q]}``), ``d_q`` the group's size.
+
+    Raises:
+        ValueError: an empty group, a name in two groups or in none, or a name not in ``tensors``.
     """
     seen: dict[str, str] = {}
     for group, names in groups.items():

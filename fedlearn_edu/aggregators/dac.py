@@ -149,6 +149,14 @@ def dac_tau_schedule(round_index: int, tau: float, rate: float = 0.2) -> float:
     (``tau_function(round, tau, 0.2)``), where ``t`` counts the scoring rounds from 0 and the
     ``tau_t`` computed at the end of round ``t`` weighs the draw of round ``t + 1``.
 
+    Args:
+        round_index: ``t``, an int >= 0.
+        tau: DAC's ``tau``, >= 0.
+        rate: the schedule's rate, > 0.
+
+    Returns:
+        ``tau_t``, a float from 1 (``t = 0``) rising towards ``tau + 1``.
+
     Example:
         >>> dac_tau_schedule(0, 30.0), round(dac_tau_schedule(100, 30.0), 4)
         (1.0, 31.0)

@@ -81,6 +81,17 @@ def fednova_tau_eff(local_steps, weights, momentum: float = 0.0, proximal: float
     ``sum_i p_i ||a_i||_1``, except with a proximal term (``proximal > 0``) and
     ``prox_tau_eff="steps"`` (the default, as the authors' code): ``sum_i p_i tau_i``.
 
+    Args:
+        local_steps: ``tau_i``, a number or ``Tensor[m]`` of positive step counts.
+        weights: ``Tensor[m]`` client weights (normalised to ``p``).
+        momentum: local SGD momentum ``rho`` in [0, 1).
+        proximal: ``eta_l * mu`` in [0, 1) (FedProx's term).
+        prox_tau_eff: ``"steps"`` (``sum_i p_i tau_i``, the authors' code) or ``"norms"``
+            (``sum_i p_i ||a_i||_1``) when ``proximal > 0``.
+
+    Returns:
+        ``tau_eff``, a float64 scalar ``Tensor``.
+
     Example:
         >>> float(fednova_tau_eff(torch.tensor([2, 4]), torch.ones(2), proximal=0.5))   # authors: (2 + 4) / 2
         3.0

@@ -83,6 +83,10 @@ def beta_moments(mean: float, var: float) -> tuple[float, float]:
     ``v = m (1 - m) / (alpha + beta + 1)``; solving, ``c = alpha + beta = m (1 - m) / v - 1``,
     ``alpha = m c``, ``beta = (1 - m) c``. Valid only when ``0 < m < 1`` and ``0 < v < m (1 - m)``.
 
+    Args:
+        mean: the sample mean ``m``.
+        var: the sample variance ``v``.
+
     Returns:
         ``(alpha, beta)``; NaN for both when the moments admit no Beta distribution.
 
@@ -157,6 +161,9 @@ def empirical_rank_scores(oui_values) -> Tensor:
 
     ``r_k`` is the rank of ``o_k`` among the m values (1 = smallest; ties get their
     average rank). The empirical CDF stands in for the fitted one.
+
+    Args:
+        oui_values: ``Tensor[m]`` (or a sequence) of OUI values in [0, 1].
 
     Returns:
         ``Tensor[m]`` in ``(0, 1]``.

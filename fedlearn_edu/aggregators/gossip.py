@@ -48,7 +48,14 @@ def _check_adjacency(adjacency) -> Tensor:
 
 
 def is_connected(adjacency) -> bool:
-    """Whether the undirected graph with this ``Tensor[N, N]`` adjacency matrix is connected."""
+    """Whether the undirected graph with this ``Tensor[N, N]`` adjacency matrix is connected.
+
+    Args:
+        adjacency: ``Tensor[N, N]`` symmetric 0/1 adjacency matrix.
+
+    Returns:
+        ``True`` when every client reaches every other one.
+    """
     A = _check_adjacency(adjacency)
     seen = torch.zeros(A.shape[0], dtype=torch.bool)
     seen[0] = True

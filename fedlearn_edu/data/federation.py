@@ -76,7 +76,14 @@ class ClientData:
         return int(self.test_y.shape[0])
 
     def to(self, device) -> ClientData:
-        """A copy with the four tensors on ``device`` (and a copy of ``info``)."""
+        """A copy with the four tensors on ``device`` (and a copy of ``info``).
+
+        Args:
+            device: a ``torch.device`` or its name.
+
+        Returns:
+            A new :class:`ClientData`.
+        """
         return ClientData(
             self.train_x.to(device),
             self.train_y.to(device),
@@ -151,7 +158,14 @@ class Federation:
         return torch.tensor([c.num_test for c in self.clients], dtype=torch.int64)
 
     def label_counts(self, split: str = "train") -> np.ndarray:
-        """``ndarray[N, num_classes]``: how many samples of each class each client holds."""
+        """``ndarray[N, num_classes]``: how many samples of each class each client holds.
+
+        Args:
+            split: ``"train"`` or ``"test"``.
+
+        Returns:
+            ``ndarray[N, num_classes]`` of int64 counts.
+        """
         if split not in ("train", "test", "all"):
             raise ValueError(f"split must be 'train', 'test' or 'all', got {split!r}.")
         counts = np.zeros((len(self), self.num_classes), dtype=np.int64)
@@ -166,7 +180,14 @@ class Federation:
         return counts
 
     def to(self, device) -> Federation:
-        """A copy with every client's tensors on ``device``."""
+        """A copy with every client's tensors on ``device``.
+
+        Args:
+            device: a ``torch.device`` or its name.
+
+        Returns:
+            A new :class:`Federation`.
+        """
         return Federation([c.to(device) for c in self.clients], self.num_classes, self.name)
 
 

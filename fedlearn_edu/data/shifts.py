@@ -55,7 +55,18 @@ _ALIASES = {
 
 
 def parse_shift(shift: str | Sequence[str]) -> tuple[str, ...]:
-    """``"label+concept"`` -> ``("label", "concept")``; ``"combined"`` -> all three; ``"none"`` -> ()."""
+    """``"label+concept"`` -> ``("label", "concept")``; ``"combined"`` -> all three; ``"none"`` -> ().
+
+    Args:
+        shift: a name, a ``+``-joined combination, an alias (``"combined"``, ``"none"``) or a
+            sequence of names.
+
+    Returns:
+        The shift kinds, in the order of :data:`SHIFTS`.
+
+    Raises:
+        ValueError: an unknown shift.
+    """
     if isinstance(shift, str):
         key = shift.strip().lower()
         if key in _ALIASES:
@@ -79,6 +90,13 @@ def rotate_images(x: Tensor, angle: float) -> Tensor:
     permutation of the pixels (an *orthogonal* map of the flattened image). Other
     angles resample bilinearly about the centre, with zeros outside the image.
 
+    Args:
+        x: ``Tensor[n, C, H, W]``.
+        angle: degrees, counter-clockwise.
+
+    Returns:
+        ``Tensor[n, C, H, W]``.
+
     Example:
         >>> x = torch.arange(4.0).reshape(1, 1, 2, 2)
         >>> rotate_images(x, 90)[0, 0]
@@ -100,7 +118,15 @@ def rotate_images(x: Tensor, angle: float) -> Tensor:
 
 
 def permute_labels(y: Tensor, permutation: Sequence[int]) -> Tensor:
-    """Relabel: class ``c`` becomes ``permutation[c]``."""
+    """Relabel: class ``c`` becomes ``permutation[c]``.
+
+    Args:
+        y: ``Tensor[n]`` integer labels.
+        permutation: ``permutation[c]`` is class ``c``'s new label.
+
+    Returns:
+        ``Tensor[n]``, the new labels.
+    """
     perm = torch.as_tensor(np.asarray(permutation), dtype=torch.long)
     if sorted(perm.tolist()) != list(range(perm.numel())):
         raise ValueError(f"permutation must be a permutation of 0..{perm.numel() - 1}; got {perm.tolist()}.")
@@ -116,6 +142,15 @@ def label_shift_classes(
     cut into ``num_clusters`` disjoint groups of near-equal size (10 classes, 4 clusters:
     sizes 3, 3, 2, 2). An integer: every cluster draws that many classes at random
     (subsets may overlap; all distinct when possible).
+
+    Args:
+        num_classes: size of the label space.
+        num_clusters: K.
+        classes_per_cluster: ``None`` for disjoint groups, or the size of each cluster's subset.
+        seed: seeds the order and the draws.
+
+    Returns:
+        K sorted lists of class ids.
     """
     c = check_int(num_classes, "num_classes", 2)
     k = check_int(num_clusters, "num_clusters", 1)
@@ -391,7 +426,17 @@ def shifted_federation(
 
 
 def cluster_ids(federation: Federation) -> np.ndarray:
-    """``ndarray[N]``: the true cluster of every client (``client.info["cluster"]``)."""
+    """``ndarray[N]``: the true cluster of every client (``client.info["cluster"]``).
+
+    Args:
+        federation: clients with ``info["cluster"]``.
+
+    Returns:
+        ``ndarray[N]`` of int64.
+
+    Raises:
+        ValueError: a client without ``info["cluster"]``.
+    """
     try:
         return np.array([int(cl.info["cluster"]) for cl in federation], dtype=np.int64)
     except KeyError:

@@ -107,6 +107,16 @@ def label_encoding_matrix(num_classes: int, encoding="onehot") -> Tensor:
     * ``"ordinal"``: one column ``y / (C - 1)`` (r = 1).
 
     A user-given ``Tensor[C, r]`` is returned as it is (float64).
+
+    Args:
+        num_classes: C.
+        encoding: ``"onehot"``, ``"graded"``, ``"ordinal"`` or a ``Tensor[C, r]``.
+
+    Returns:
+        float64 ``Tensor[C, r]``.
+
+    Raises:
+        ValueError: an unknown encoding, or a matrix without C rows.
     """
     c = int(num_classes)
     if isinstance(encoding, Tensor):
@@ -253,6 +263,17 @@ def client_fingerprints(
     deployment no party ever holds this matrix. The simulator never sends it either:
     :func:`fedlearn_edu.conditional.condition_federation` stores each row with its
     own client's data.
+
+    Args:
+        federation: the clients.
+        num_eigenvalues: ``l``.
+        normalize: the spectrum's normalisation (see :func:`pca_fingerprint`).
+        feature_map: the feature map applied to the inputs first.
+        label_encoding: how the labels join the features (see :func:`label_encoding_matrix`).
+        label_scale: the weight of the label block, >= 0.
+
+    Returns:
+        float64 ``Tensor[N, l]``, row i client i's fingerprint.
     """
     rows = [
         pca_fingerprint(

@@ -56,6 +56,13 @@ def as_validation_set(val_data, num_classes: int | None = None) -> tuple[Tensor,
 
     Accepts a pair ``(x, y)`` or a :class:`torch.utils.data.TensorDataset` of two tensors.
 
+    Args:
+        val_data: ``(x: Tensor[n, ...], y: Tensor[n])`` or a two-tensor ``TensorDataset``.
+        num_classes: size of the label space, to check the labels (``None``: not checked).
+
+    Returns:
+        ``(x, y)``: floating-point inputs and int64 labels.
+
     Raises:
         ValueError: empty set, mismatched lengths, NaN/Inf inputs, non-integer or
             out-of-range labels.
