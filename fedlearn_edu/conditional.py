@@ -37,6 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .checks import check_int
 from .data.federation import ClientData, Federation
 from .data.shifts import cluster_ids
 from .models import count_parameters, make_model
@@ -316,8 +317,7 @@ class ConditionalModel(nn.Module):
                 "ConditionalModel supports the package backbones (MLP, CNN, SmallCNN, ResNet20) and any model "
                 f"that owns its split: features(x), head(z, features), head_layer; got {type(backbone).__name__}."
             )
-        if int(cond_dim) < 1:
-            raise ValueError(f"cond_dim must be >= 1, got {cond_dim}.")
+        check_int(cond_dim, "cond_dim", 1)
         self.input_shape = tuple(int(s) for s in input_shape)
         self.cond_dim = int(cond_dim)
         self.cond_scale = float(cond_scale)

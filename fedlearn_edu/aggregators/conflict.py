@@ -14,7 +14,15 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import Tensor
 
-from ..checks import Updates, as_tensor_arg, check_float, check_losses, check_range, check_rcond, check_updates
+from ..checks import (
+    Updates,
+    as_tensor_arg,
+    check_losses,
+    check_positive,
+    check_range,
+    check_rcond,
+    check_updates,
+)
 from ._tree import combine
 from .craft import gram_pinv_apply, group_matrices, split_groups, work_dtype
 
@@ -221,8 +229,8 @@ def qfedavg_step(pseudo_grads: Updates, losses, lr: float, q: float = 1.0) -> Up
     F = check_losses(losses, m)
     if bool((F < 0).any()):
         raise ValueError(f"losses must be >= 0 (q-FedAvg raises them to the power q); got {F.tolist()}.")
-    lr = check_float(lr, "lr", positive=True)
-    q = check_float(q, "q", nonnegative=True)
+    lr = check_positive(lr, "lr")
+    q = check_positive(q, "q", allow_zero=True)
     K = _gram(pseudo_grads)
     F = F.to(device=K.device, dtype=K.dtype)
     # In logarithms, shifted by the largest term: F_k^q overflows for a large q (1000) and

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..checks import Updates, as_vector, check_float, check_range, check_updates, check_weights
+from ..checks import Updates, as_vector, check_positive, check_range, check_updates, check_weights
 
 __all__ = [
     "fit_beta",
@@ -258,9 +258,9 @@ def fedoui_weights(
         >>> [round(v, 3) for v in w.tolist()]
         [0.054, 0.689, 0.153, 0.085, 0.018]
     """
-    eps = check_float(eps, "eps", positive=True)  # it keeps every weight positive
-    size_power = check_float(size_power, "size_power", nonnegative=True)
-    score_power = check_float(score_power, "score_power", nonnegative=True)
+    eps = check_positive(eps, "eps")  # it keeps every weight positive
+    size_power = check_positive(size_power, "size_power", allow_zero=True)
+    score_power = check_positive(score_power, "score_power", allow_zero=True)
     return weights_from_scores(fedoui_scores(oui_values, clip), num_samples, eps, size_power, score_power)
 
 
@@ -309,7 +309,7 @@ def fedalign_weights(deltas: Updates, num_samples, eps: float = 1e-3) -> Tensor:
         >>> bool(w[2] < 0.01)
         True
     """
-    eps = check_float(eps, "eps", positive=True)
+    eps = check_positive(eps, "eps")
     m = check_updates(deltas, "deltas")
     n = check_weights(num_samples, m, "num_samples").cpu().to(torch.float64)
     if bool((n <= 0).any()):

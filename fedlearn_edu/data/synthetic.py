@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..checks import check_float, check_int, check_range
+from ..checks import check_int, check_positive, check_range
 from .federation import ClientData, Federation
 
 __all__ = ["synthetic_federated", "SYNTHETIC_DIM", "SYNTHETIC_CLASSES"]
@@ -76,8 +76,8 @@ def synthetic_federated(
         >>> c.num_train == int(0.9 * c.info["num_samples"])
         True
     """
-    alpha = check_float(alpha, "alpha", nonnegative=True)
-    beta = check_float(beta, "beta", nonnegative=True)
+    alpha = check_positive(alpha, "alpha", allow_zero=True)
+    beta = check_positive(beta, "beta", allow_zero=True)
     k = check_int(num_clients, "num_clients", 1)
     test_fraction = check_range(test_fraction, "test_fraction", 0, 1, high_open=True)
     if max_samples is not None:

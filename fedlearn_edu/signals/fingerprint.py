@@ -36,7 +36,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from ..checks import check_positive
+from ..checks import check_int, check_positive
 
 __all__ = [
     "pca_fingerprint",
@@ -206,12 +206,8 @@ def pca_fingerprint(
         raise ValueError(f"labels must be Tensor[n] with n = {n} (one per sample); got shape {tuple(labels.shape)}.")
     if n < 2:
         raise ValueError(f"A PCA fingerprint needs at least 2 samples (the covariance uses n - 1); got {n}.")
-    c = int(num_classes)
-    if c < 1:
-        raise ValueError(f"num_classes must be >= 1, got {num_classes}.")
-    l = int(num_eigenvalues)
-    if l != num_eigenvalues or l < 1:
-        raise ValueError(f"num_eigenvalues must be a positive integer, got {num_eigenvalues}.")
+    c = check_int(num_classes, "num_classes", 1)
+    l = check_int(num_eigenvalues, "num_eigenvalues", 1)
     check_positive(label_scale, "label_scale", allow_zero=True)
     if normalize not in NORMALIZATIONS:
         raise ValueError(f"normalize must be one of {NORMALIZATIONS}, got {normalize!r}.")
@@ -324,11 +320,8 @@ def reference_fingerprint(
         ``Tensor[num_eigenvalues]`` (float64).
     """
     n = int(labels.shape[0])
-    size = int(sample_size)
-    if not 2 <= size <= n:
-        raise ValueError(f"sample_size must be in [2, {n}] (the public data hold {n} samples); got {sample_size}.")
-    if int(num_draws) < 1:
-        raise ValueError(f"num_draws must be >= 1, got {num_draws}.")
+    size = check_int(sample_size, f"sample_size (the public data hold {n} samples)", 2, n)
+    check_int(num_draws, "num_draws", 1)
     g = torch.Generator().manual_seed(int(seed))
     draws = []
     for _ in range(int(num_draws)):

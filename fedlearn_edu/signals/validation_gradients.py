@@ -42,7 +42,7 @@ from typing import Union
 import torch
 from torch import Tensor, nn
 
-from ..checks import first_nonfinite_row
+from ..checks import check_int, first_nonfinite_row
 from ..engine import VmapEngine, make_engine
 from ..params import Params, num_stacked
 
@@ -158,8 +158,7 @@ def validation_gradients(
         >>> g["out.weight"].shape
         torch.Size([3, 10, 16])
     """
-    if int(batch_size) != batch_size or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size}.")
+    check_int(batch_size, "batch_size", 1)
     _check_params(params)
     device = next(iter(params.values())).device
     dtype = next(iter(params.values())).dtype
