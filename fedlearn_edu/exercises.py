@@ -201,7 +201,7 @@ def check_fedavg(your_function: Callable, seed: int = 0) -> bool:
     FedAvg's weighted mean ``sum_i p_i Delta_i`` with ``p = weights / weights.sum()``.
 
     Args:
-        your_function: the reader's implementation.
+        your_function: the reader's FedAvg's weighted mean, with the signature above.
         seed: seeds the random inputs of the cases.
 
     Returns:
@@ -262,7 +262,7 @@ def check_fedvg_weights(your_function: Callable, seed: int = 0) -> bool:
     without ``eps`` divides by zero there and fails.
 
     Args:
-        your_function: the reader's implementation.
+        your_function: the reader's FedVG's client weights, with the signature above.
         seed: seeds the random inputs of the cases.
 
     Returns:
@@ -312,7 +312,7 @@ def check_oui(your_function: Callable, seed: int = 0) -> bool:
     ``z >= 0`` fails.
 
     Args:
-        your_function: the reader's implementation.
+        your_function: the reader's OUI, with the signature above.
         seed: seeds the random inputs of the cases.
 
     Returns:
@@ -356,7 +356,7 @@ def check_beta_moments(your_function: Callable, seed: int = 0) -> bool:
     distribution with that mean and variance (method of moments).
 
     Args:
-        your_function: the reader's implementation.
+        your_function: the reader's method of moments, with the signature above.
         seed: seeds the random inputs of the cases.
 
     Returns:
@@ -393,7 +393,7 @@ def check_pca_fingerprint(your_function: Callable, seed: int = 0) -> bool:
     total (the trace), zero-padded to ``num_eigenvalues``.
 
     Args:
-        your_function: the reader's implementation.
+        your_function: the reader's PCA fingerprint, with the signature above.
         seed: seeds the random inputs of the cases.
 
     Returns:
@@ -478,7 +478,7 @@ def check_craft_direction(your_function: Callable, seed: int = 0) -> bool:
     zero updates (the special rules for zero updates and a single client are not checked).
 
     Args:
-        your_function: the reader's implementation.
+        your_function: the reader's CRAFT direction, with the signature above.
         seed: seeds the random inputs of the cases.
 
     Returns:
@@ -641,7 +641,7 @@ def check_scaffold_control_update(your_function: Callable, seed: int = 0) -> boo
     ``c_i+ = c_i - c + (x - y_i) / (K_i lr)``, where ``deltas[i] = y_i - x``.
 
     Args:
-        your_function: the reader's implementation.
+        your_function: the reader's SCAFFOLD control-variate update, with the signature above.
         seed: seeds the random inputs of the cases.
 
     Returns:
@@ -718,7 +718,7 @@ def check_fednova(your_function: Callable, seed: int = 0) -> bool:
     ``p = weights / weights.sum()`` and ``tau_eff = sum_i p_i tau_i``.
 
     Args:
-        your_function: the reader's implementation.
+        your_function: the reader's FedNova direction, with the signature above.
         seed: seeds the random inputs of the cases.
 
     Returns:

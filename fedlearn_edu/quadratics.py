@@ -183,8 +183,8 @@ def fednova_fixed_point(A: Tensor, b: Tensor, local_steps, lr: float, weights=No
     Args:
         A: ``Tensor[N, d, d]`` the clients' curvatures.
         b: ``Tensor[N, d]`` the clients' optima.
-        local_steps: ``K_i``, an int or integer ``Tensor[N]``.
-        lr: the local step size ``eta``.
+        local_steps: ``K_i``, an int or integer ``Tensor[N]``; FedNova divides client i's update by it.
+        lr: the local step size ``eta`` of plain local GD.
         weights: ``Tensor[N]`` client weights ``p`` (default: equal).
 
     Returns:
