@@ -9,29 +9,58 @@ from __future__ import annotations
 
 import math
 import operator
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
-__all__ = ["check_int", "check_float", "check_seed", "as_vector", "as_labels", "check_model_data", "check_trainable"]
+__all__ = [
+    "check_int",
+    "check_float",
+    "check_positive",
+    "check_range",
+    "check_seed",
+    "as_vector",
+    "as_labels",
+    "check_model_data",
+    "check_trainable",
+    "Updates",
+    "all_finite",
+    "nonfinite_keys",
+    "first_nonfinite_row",
+    "known_finite",
+    "check_updates",
+    "check_weights",
+    "as_tensor_arg",
+    "check_finite",
+    "check_rcond",
+    "check_losses",
+    "check_reference",
+    "check_stacked_like",
+    "check_counts",
+    "check_num_clients",
+]
 
 
-def check_int(value: Any, name: str, minimum: int | None = None) -> int:
+def check_int(value: Any, name: str, minimum: int | None = None, maximum: int | None = None) -> int:
     """``value`` as a Python int, refusing bools, floats (even ``2.0``), strings and NaN.
 
     Args:
         value: anything with ``__index__`` (int, NumPy integer, 0-d integer tensor).
         name: the argument's name, for the message.
         minimum: smallest allowed value (``None``: no bound).
+        maximum: largest allowed value (``None``: no bound).
 
     Returns:
         ``int(value)``.
 
     Raises:
         TypeError: ``value`` is not an integer.
-        ValueError: ``value < minimum``.
+        ValueError: ``value < minimum`` or ``value > maximum``.
     """
     if isinstance(value, bool):
         raise TypeError(f"{name} must be an integer, got a bool ({value!r}).")
@@ -40,7 +69,9 @@ def check_int(value: Any, name: str, minimum: int | None = None) -> int:
     except TypeError:
         raise TypeError(f"{name} must be an integer, got {value!r} ({type(value).__name__}).") from None
     if minimum is not None and out < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {out}.")
+        raise ValueError(f"{name} must be >= {minimum}, got {value!r}.")
+    if maximum is not None and out > maximum:
+        raise ValueError(f"{name} must be <= {maximum}, got {value!r}.")
     return int(out)
 
 
@@ -48,10 +79,10 @@ def check_float(value: Any, name: str, *, positive: bool = False, nonnegative: b
     """``value`` as a finite Python float; strings and other non-numbers are refused.
 
     Args:
-        value: a real number (int, float, NumPy scalar, 0-d tensor).
+        value: a real number (int, float, NumPy scalar, one-element tensor).
         name: the argument's name, for the message.
-        positive: require ``value > 0``.
-        nonnegative: require ``value >= 0``.
+        positive: require ``value > 0`` (the same as :func:`check_positive`).
+        nonnegative: require ``value >= 0`` (``check_positive(..., allow_zero=True)``).
 
     Returns:
         ``float(value)``.
@@ -60,6 +91,8 @@ def check_float(value: Any, name: str, *, positive: bool = False, nonnegative: b
         TypeError: not a real number (``"1"`` is a string, not a number).
         ValueError: NaN, infinite, or outside the requested range.
     """
+    if positive or nonnegative:
+        return check_positive(value, name, allow_zero=not positive)
     if isinstance(value, (str, bytes, bool)) or value is None:
         raise TypeError(f"{name} must be a real number, got {value!r} ({type(value).__name__}).")
     try:
@@ -68,10 +101,70 @@ def check_float(value: Any, name: str, *, positive: bool = False, nonnegative: b
         raise TypeError(f"{name} must be a real number, got {value!r} ({type(value).__name__}).") from None
     if not math.isfinite(out):
         raise ValueError(f"{name} must be finite, got {value!r}.")
-    if positive and out <= 0:
-        raise ValueError(f"{name} must be > 0, got {out}.")
-    if nonnegative and out < 0:
-        raise ValueError(f"{name} must be >= 0, got {out}.")
+    return out
+
+
+def check_positive(value: Any, name: str, allow_zero: bool = False) -> float:
+    """``value`` as a finite Python float ``> 0`` (``>= 0`` with ``allow_zero``).
+
+    Args:
+        value: a real number (int, float, NumPy scalar, one-element tensor).
+        name: the argument's name, for the message.
+        allow_zero: accept ``0``.
+
+    Returns:
+        ``float(value)``.
+
+    Raises:
+        TypeError: not a real number.
+        ValueError: NaN, infinite, negative, or zero without ``allow_zero``.
+    """
+    out = check_float(value, name)
+    if out < 0 or (out == 0 and not allow_zero):
+        raise ValueError(f"{name} must be {'>=' if allow_zero else '>'} 0, got {value!r}.")
+    return out
+
+
+def check_range(
+    value: Any,
+    name: str,
+    low: float | None = None,
+    high: float | None = None,
+    *,
+    low_open: bool = False,
+    high_open: bool = False,
+    why: str = "",
+) -> float:
+    """``value`` as a finite Python float in the interval from ``low`` to ``high``.
+
+    Args:
+        value: a real number (int, float, NumPy scalar, one-element tensor).
+        name: the argument's name, for the message.
+        low: the lower bound (``None``: none).
+        high: the upper bound (``None``: none).
+        low_open: exclude ``low`` itself (``(low, ...``).
+        high_open: exclude ``high`` itself (``..., high)``).
+        why: a parenthetical for the message, e.g. ``"(clients must keep training data)"``.
+
+    Returns:
+        ``float(value)``.
+
+    Raises:
+        TypeError: not a real number.
+        ValueError: NaN, infinite, or outside the interval; the message writes the interval
+            as ``[0, 1)`` and shows ``value`` with ``repr``.
+    """
+    out = check_float(value, name)
+    below = low is not None and (out <= low if low_open else out < low)
+    above = high is not None and (out >= high if high_open else out > high)
+    if below or above:
+        if high is None:
+            interval = f"{'>' if low_open else '>='} {low:g}"
+        elif low is None:
+            interval = f"{'<' if high_open else '<='} {high:g}"
+        else:
+            interval = f"in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+        raise ValueError(f"{name} must be {interval}{' ' + why if why else ''}, got {value!r}.")
     return out
 
 
@@ -231,3 +324,386 @@ def check_model_data(model: nn.Module, input_shape, num_classes: int, data_name:
         )
     if not out.is_floating_point():
         raise TypeError(f"{what} returns {out.dtype} logits on {data}; cross-entropy needs floating-point logits.")
+
+
+# ------------------------------------------------------------------ tensors of the aggregation functions
+Updates = Tensor | Mapping[str, Tensor]
+
+# id(tensor) -> (tensor, its version counter when checked): tensors a caller has just found
+# finite, which check_updates need not scan again (see known_finite).
+_KNOWN_FINITE: ContextVar[dict | None] = ContextVar("fedlearn_edu_known_finite", default=None)
+
+
+def all_finite(tensors: Iterable[Tensor]) -> bool:
+    """``True`` when a fused test proves every element of every tensor finite.
+
+    One sum per tensor and one device-to-host transfer for all of them. A sum is NaN or
+    Inf whenever one of its terms is, so ``True`` is exact; ``False`` means "look element
+    by element": some value is NaN/Inf, or a sum of finite values overflowed. About 30x
+    cheaper on the CPU than ``torch.isfinite(t).all()``, which writes a mask first.
+
+    Args:
+        tensors: the tensors to test (any devices and dtypes).
+
+    Returns:
+        ``True`` when proved finite; ``False`` when some tensor must be tested element by element.
+    """
+    sums = [t.sum() for t in tensors if t.numel()]
+    if not sums:
+        return True
+    if len({s.device for s in sums}) > 1:
+        return all(bool(torch.isfinite(s)) for s in sums)
+    return bool(torch.isfinite(torch.stack([s.to(torch.promote_types(s.dtype, torch.float32)) for s in sums])).all())
+
+
+def nonfinite_keys(tree: Mapping[str, Tensor]) -> list[str]:
+    """The keys of ``tree`` whose tensors hold NaN or Inf (``[]`` when the fused :func:`all_finite` passes).
+
+    Args:
+        tree: ``{name: Tensor}``.
+
+    Returns:
+        The names of the tensors holding NaN or Inf, in ``tree``'s order.
+    """
+    if all_finite(tree.values()):
+        return []
+    return [k for k, v in tree.items() if not bool(torch.isfinite(v).all())]
+
+
+@contextmanager
+def known_finite(tensors: Iterable[Tensor]) -> Iterator[None]:
+    """Inside the block, :func:`check_updates` does not scan ``tensors`` for NaN/Inf again.
+
+    For a caller that has just checked them (the round driver checks every update once,
+    with the client's id in its message); a tensor modified in place since (its version
+    counter moved) is scanned as usual, and so is any other tensor.
+
+    Args:
+        tensors: tensors the caller has just found finite.
+
+    Yields:
+        Nothing; the table of known-finite tensors is reset when the block ends.
+    """
+    table = dict(_KNOWN_FINITE.get() or {})
+    for t in tensors:
+        table[id(t)] = (t, t._version)
+    token = _KNOWN_FINITE.set(table)
+    try:
+        yield
+    finally:
+        _KNOWN_FINITE.reset(token)
+
+
+def _is_known_finite(t: Tensor) -> bool:
+    table = _KNOWN_FINITE.get()
+    entry = None if table is None else table.get(id(t))
+    return entry is not None and entry[0] is t and entry[1] == t._version
+
+
+def first_nonfinite_row(t: Tensor) -> int | None:
+    """The first row (client) of ``t`` that holds NaN or Inf.
+
+    Args:
+        t: ``Tensor[m, ...]``, one row per client.
+
+    Returns:
+        The row's index, or ``None`` when every element is finite.
+    """
+    bad = ~torch.isfinite(t.reshape(t.shape[0], -1)).all(dim=1)
+    return int(bad.nonzero()[0]) if bool(bad.any()) else None
+
+
+def _raise_first_nonfinite(checked: list[tuple[str, Tensor]]) -> None:
+    """The element-by-element test: raise naming the first client (row) with NaN/Inf, if any."""
+    for label, t in checked:
+        i = first_nonfinite_row(t)
+        if i is not None:
+            raise ValueError(f"{label}: the update of client {i} (row {i}) contains NaN or Inf.")
+
+
+def check_updates(updates: Updates, what: str = "deltas", finite: bool = True) -> int:
+    """Check a ``Tensor[m, d]`` or dict of ``Tensor[m, ...]``: one client axis, finite values.
+
+    Returns m. Raises ``ValueError`` naming the first client with NaN/Inf. With
+    ``finite=False`` only the structure is checked (for callers that detect NaN/Inf
+    more cheaply themselves and call this again to name the client). The values are
+    tested by one fused pass (:func:`all_finite`) and row by row only when it fails;
+    tensors of a :func:`known_finite` block are not tested again.
+
+    Args:
+        updates: ``Tensor[m, d]`` or ``{name: Tensor[m, ...]}``, floating point.
+        what: the argument's name, for the messages.
+        finite: also test the values for NaN/Inf.
+
+    Returns:
+        m, the number of clients.
+
+    Raises:
+        TypeError: not a tensor or dict of floating-point tensors.
+        ValueError: no client, mismatched client axes, or NaN/Inf (naming the first such client).
+    """
+    if not isinstance(updates, (Tensor, Mapping)):
+        raise TypeError(
+            f"{what} must be a torch.Tensor[m, d] or a dict of Tensor[m, ...], got {type(updates).__name__}."
+        )
+    items = {"": updates}.items() if isinstance(updates, Tensor) else updates.items()
+    m = None
+    checked: list[tuple[str, Tensor]] = []  # structure checked, values still to test
+    try:
+        for name, t in items:
+            m = _check_structure(updates, what, name, t, m)
+            if m and finite:
+                checked.append((f"{what}[{name!r}]" if name else what, t))
+    except (TypeError, ValueError):
+        # the tensors before the malformed one are tested first, as one pass in order would
+        if finite and not all_finite(t for _, t in checked):
+            _raise_first_nonfinite(checked)
+        raise
+    if not m:
+        raise ValueError(f"{what} holds no clients (m = 0): select at least one client.")
+    if not all_finite(t for _, t in checked if not _is_known_finite(t)):
+        _raise_first_nonfinite(checked)
+    return m
+
+
+def _check_structure(updates: Updates, what: str, name: str, t, m: int | None) -> int:
+    """One entry of :func:`check_updates`: a floating tensor with the common client axis; returns m."""
+    if not isinstance(t, Tensor):
+        raise TypeError(f"{what}{'[' + name + ']' if name else ''} must be a torch.Tensor, got {type(t).__name__}.")
+    label = f"{what}[{name!r}]" if name else what
+    if not t.is_floating_point():
+        raise TypeError(f"{label} must hold floating-point values, got {t.dtype}; convert with .float().")
+    if isinstance(updates, Tensor) and t.dim() != 2:
+        raise ValueError(f"{label} must be Tensor[m, d] (one row per client); got shape {tuple(t.shape)}.")
+    if t.dim() < 1:
+        raise ValueError(f"{label} needs a leading client axis; got a scalar.")
+    if m is None:
+        m = t.shape[0]
+    elif t.shape[0] != m:
+        raise ValueError(f"{label} has {t.shape[0]} clients on its leading axis, others have {m}.")
+    return m
+
+
+def check_weights(weights, m: int, what: str = "weights") -> Tensor:
+    """Check non-negative, finite ``Tensor[m]`` weights with a positive sum; return them as float.
+
+    Args:
+        weights: ``Tensor[m]`` (or a sequence of m numbers).
+        m: the number of clients.
+        what: the argument's name, for the messages.
+
+    Returns:
+        ``Tensor[m]`` floating-point weights (not normalised).
+
+    Raises:
+        TypeError: not numbers.
+        ValueError: wrong shape, NaN/Inf, negative entries, or all zero.
+    """
+    w = as_tensor_arg(weights, what)
+    if w.dim() != 1 or w.shape[0] != m:
+        raise ValueError(f"{what} must be Tensor[m] with m = {m} (one per client); got shape {tuple(w.shape)}.")
+    w = w.to(torch.get_default_dtype()) if not w.is_floating_point() else w
+    if not bool(torch.isfinite(w).all()):
+        raise ValueError(f"{what} contain NaN or Inf: {w.tolist()}.")
+    if bool((w < 0).any()):
+        raise ValueError(f"{what} must be >= 0; got {w.tolist()}.")
+    if float(w.max()) <= 0:
+        raise ValueError(f"{what} sum to zero: give at least one client a positive weight.")
+    return w
+
+
+def as_tensor_arg(value, what: str) -> Tensor:
+    """``torch.as_tensor(value)`` for a numeric argument, with a ``TypeError`` naming it otherwise.
+
+    Args:
+        value: a number, sequence of numbers, ndarray or tensor.
+        what: the argument's name, for the message.
+
+    Returns:
+        The tensor (no copy when ``value`` is one).
+
+    Raises:
+        TypeError: strings, ``None``, booleans, complex numbers or anything that is not numbers.
+    """
+    if isinstance(value, (str, bytes)) or value is None:
+        raise TypeError(f"{what} must be a tensor of numbers, got {type(value).__name__}.")
+    try:
+        out = torch.as_tensor(value)
+    except (TypeError, ValueError, RuntimeError) as err:
+        raise TypeError(f"{what} must be a tensor of numbers, got {type(value).__name__} ({err}).") from None
+    if out.dtype == torch.bool or out.is_complex():
+        raise TypeError(f"{what} must hold real numbers, got {out.dtype}.")
+    return out
+
+
+def check_finite(value: Updates, what: str) -> None:
+    """Raise ``ValueError`` when a tensor (or any tensor of a dict) holds NaN or Inf.
+
+    Args:
+        value: a tensor or ``{name: Tensor}``.
+        what: the argument's name, for the message.
+
+    Raises:
+        TypeError: a dict entry is not a tensor.
+        ValueError: NaN or Inf, naming the entry.
+    """
+    items = {"": value}.items() if isinstance(value, Tensor) else value.items()
+    if all(isinstance(t, Tensor) for _, t in items) and all_finite(t for _, t in items):
+        return
+    for name, t in items:
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{what}{'[' + repr(name) + ']' if name else ''} must be a torch.Tensor.")
+        if not bool(torch.isfinite(t).all()):
+            raise ValueError(f"{what}{'[' + repr(name) + ']' if name else ''} contains NaN or Inf.")
+
+
+def check_rcond(rcond, dtype: torch.dtype, m: int, d: int) -> float:
+    """The pseudo-inverse's relative cut-off: ``rcond`` (finite, >= 0) or the default for ``dtype``.
+
+    Args:
+        rcond: ``None`` or a number in [0, 1].
+        dtype: the pseudo-gradients' dtype.
+        m: the number of clients (rows).
+        d: the number of coordinates (columns).
+
+    Returns:
+        ``rcond``, or ``eps(dtype) * max(m, d)`` for ``None``.
+
+    Raises:
+        TypeError: not a number.
+        ValueError: outside [0, 1].
+    """
+    if rcond is None:
+        return torch.finfo(dtype).eps * max(m, d)
+    return check_range(rcond, "rcond", 0, 1, why="(a cut-off relative to the largest singular value)")
+
+
+def check_losses(losses, m: int, what: str = "losses") -> Tensor:
+    """``losses``: finite ``Tensor[m]``, one per client, as float64 on the CPU.
+
+    Args:
+        losses: ``Tensor[m]`` (or m numbers).
+        m: the number of clients.
+        what: the argument's name, for the messages.
+
+    Returns:
+        float64 ``Tensor[m]`` on the CPU.
+
+    Raises:
+        TypeError: not numbers.
+        ValueError: wrong shape, or NaN/Inf.
+    """
+    x = as_tensor_arg(losses, what).detach().cpu().to(torch.float64)
+    if x.shape != (m,):
+        raise ValueError(f"{what} must be Tensor[m] with m = {m} (one per client); got shape {tuple(x.shape)}.")
+    if not bool(torch.isfinite(x).all()):
+        raise ValueError(f"{what} contain NaN or Inf: {x.tolist()}.")
+    return x
+
+
+def check_reference(reference, pseudo_grads, what: str = "reference"):
+    """Reference: None, or the structure of ``pseudo_grads`` without the client axis, finite.
+
+    Args:
+        reference: ``None``, ``Tensor[d]`` or ``{name: Tensor[...]}``.
+        pseudo_grads: the client quantities it goes with, ``Tensor[m, d]`` or ``{name: Tensor[m, ...]}``.
+        what: the argument's name, for the messages.
+
+    Returns:
+        ``reference`` itself (``None`` stays ``None``).
+
+    Raises:
+        TypeError: a reference that is not a tensor for ``Tensor[m, d]`` pseudo_grads.
+        ValueError: other keys or shapes, or NaN/Inf.
+    """
+    if reference is None:
+        return None
+    if isinstance(pseudo_grads, Tensor):
+        if not isinstance(reference, Tensor):
+            raise TypeError(f"{what} must be a Tensor[d] (or None) for Tensor[m, d] pseudo_grads.")
+        if reference.shape != pseudo_grads.shape[1:]:
+            raise ValueError(
+                f"{what} must have shape {tuple(pseudo_grads.shape[1:])} (d); got {tuple(reference.shape)}."
+            )
+        if not bool(torch.isfinite(reference).all()):
+            raise ValueError(f"{what} contains NaN or Inf.")
+        return reference
+    if not isinstance(reference, Mapping) or set(reference) != set(pseudo_grads):
+        raise ValueError(
+            f"{what} must be a dict with the same keys as pseudo_grads ({sorted(pseudo_grads)[:6]}...), or None."
+        )
+    for k, v in reference.items():
+        if tuple(v.shape) != tuple(pseudo_grads[k].shape[1:]):
+            raise ValueError(f"{what}[{k!r}] must have shape {tuple(pseudo_grads[k].shape[1:])}; got {tuple(v.shape)}.")
+        if not bool(torch.isfinite(v).all()):
+            raise ValueError(f"{what}[{k!r}] contains NaN or Inf.")
+    return reference
+
+
+def check_stacked_like(x: Updates, like: Updates, what: str, like_what: str) -> None:
+    """``x`` must be finite and have exactly ``like``'s structure and shapes (client axis included).
+
+    Args:
+        x: ``Tensor[m, d]`` or ``{name: Tensor[m, ...]}`` to check.
+        like: the quantity ``x`` must match.
+        what: ``x``'s name, for the messages.
+        like_what: ``like``'s name, for the messages.
+
+    Raises:
+        TypeError: not floating-point tensors.
+        ValueError: other keys or shapes, or NaN/Inf.
+    """
+    check_updates(x, what)
+    if isinstance(like, Tensor):
+        if not isinstance(x, Tensor) or x.shape != like.shape:
+            shape = tuple(x.shape) if isinstance(x, Tensor) else "a dict"
+            raise ValueError(f"{what} must have the shape of {like_what}, {tuple(like.shape)}; got {shape}.")
+        return
+    if not isinstance(x, Mapping) or set(x) != set(like):
+        raise ValueError(f"{what} must be a dict with the keys of {like_what} ({sorted(like)[:6]}...).")
+    for k, v in like.items():
+        if x[k].shape != v.shape:
+            raise ValueError(
+                f"{what}[{k!r}] must have shape {tuple(v.shape)} like {like_what}; got {tuple(x[k].shape)}."
+            )
+
+
+def check_counts(values, m: int, what: str) -> Tensor:
+    """A number or ``Tensor[m]`` of finite values > 0 (local step counts), as float64 ``Tensor[m]``.
+
+    Args:
+        values: a number or ``Tensor[m]``.
+        m: the number of clients.
+        what: the argument's name, for the messages.
+
+    Returns:
+        float64 ``Tensor[m]`` on the CPU (a number is repeated m times).
+
+    Raises:
+        ValueError: wrong shape, non-finite or non-positive values.
+    """
+    t = torch.as_tensor(values, dtype=torch.float64).detach().cpu()
+    if t.dim() == 0:
+        t = t.expand(m).clone()
+    if t.shape != (m,):
+        raise ValueError(f"{what} must be a number or Tensor[m] with m = {m} (one per client); got {tuple(t.shape)}.")
+    if not bool(torch.isfinite(t).all()) or bool((t <= 0).any()):
+        raise ValueError(f"{what} must be finite and > 0; got {t.tolist()}.")
+    return t
+
+
+def check_num_clients(num_clients, m: int) -> int:
+    """The federation's size N: an int with N >= m (the selected clients are among the N).
+
+    Args:
+        num_clients: N.
+        m: the number of selected clients.
+
+    Returns:
+        ``int(num_clients)``.
+
+    Raises:
+        TypeError: not an integer.
+        ValueError: ``num_clients < m``.
+    """
+    return check_int(num_clients, "num_clients (N, all clients of the federation)", m)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from pathlib import Path
 
@@ -40,6 +39,7 @@ example:
 
 def _number(kind, low, high=None, low_open=False, high_open=True):
     """An argparse ``type``: ``kind`` (int or float) in the given range, else a one-line error."""
+    from .checks import check_int, check_range
 
     def parse(text: str):
         try:
@@ -47,17 +47,12 @@ def _number(kind, low, high=None, low_open=False, high_open=True):
         except ValueError:
             what = "an integer" if kind is int else "a number"
             raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
-        if kind is float and not math.isfinite(value):
-            raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
-        too_low = value <= low if low_open else value < low
-        too_high = high is not None and (value >= high if high_open else value > high)
-        if too_low or too_high:
-            left = "(" if low_open else "["
-            right = ")" if high is None or high_open else "]"
-            raise argparse.ArgumentTypeError(
-                f"must be in {left}{low}, {'inf' if high is None else high}{right}, got {text}"
-            )
-        return value
+        try:
+            if kind is int:
+                return check_int(value, "the value", low, high)
+            return check_range(value, "the value", low, high, low_open=low_open, high_open=high_open)
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(str(err).rstrip(".")) from None
 
     parse.__name__ = "integer" if kind is int else "number"
     return parse
@@ -71,6 +66,21 @@ _FRACTION = _number(float, 0, 1, low_open=True, high_open=True)
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The parser of ``python -m fedlearn_edu``: one sub-command, ``run``.
+
+    ``run`` takes the data (``--dataset``, ``--data-root``, ``--download``, ``--partition``,
+    ``--clients``, ``--alpha``, ``--min-size``), the method (``--strategy``, ``--model``,
+    ``--server-lr``, ``--mu``, ``--val-fraction``), the schedule (``--rounds``,
+    ``--clients-per-round``, ``--local-epochs``, ``--batch-size``, ``--lr``, ``--eval-every``)
+    and how it runs (``--engine``, ``--device``, ``--seed``, ``--plot``, ``--no-progress``).
+    Numbers are checked as they are parsed (an integer >= 1, a finite number > 0, a fraction
+    in (0, 1)); choices come from the registries (:data:`~fedlearn_edu.strategies.STRATEGIES`,
+    ``MODELS``, ``PARTITIONS``).
+
+    Returns:
+        An ``argparse.ArgumentParser`` whose ``parse_args`` gives a ``Namespace`` with
+        ``command == "run"`` and one attribute per flag (``args.clients_per_round``, ...).
+    """
     from .data import PARTITIONS
     from .models import MODELS
     from .strategies import STRATEGIES
@@ -126,7 +136,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    """Run the command line; input errors exit with status 2 and a one-line message, as argparse's own."""
+    """Run the command line; input errors exit with status 2 and a one-line message, as argparse's own.
+
+    Args:
+        argv: the arguments after the program name (default: ``sys.argv[1:]``).
+
+    Returns:
+        ``0`` after a run; bad input exits through ``SystemExit(2)`` instead.
+    """
     args = build_parser().parse_args(argv)
     if args.plot:
         folder = Path(args.plot).expanduser().absolute().parent

@@ -37,12 +37,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .checks import check_int
 from .data.federation import ClientData, Federation
 from .data.shifts import cluster_ids
 from .models import count_parameters, make_model
 from .personalization import simulate_ditto, simulate_ifca, simulate_local
 from .signals.fingerprint import client_fingerprints
-from .simulation import simulate
+from .simulation import History, simulate
 from .strategies.decentralized import DAC, Gossip
 from .strategies.fedavg import FedAvg
 from .utils import derive_seed
@@ -69,6 +70,13 @@ __all__ = [
 def pack_condition(x: Tensor, condition: Tensor) -> Tensor:
     """``[flatten(x), condition]``: ``Tensor[n, ...]`` and ``Tensor[c]`` -> ``Tensor[n, D + c]``.
 
+    Args:
+        x: ``Tensor[n, ...]`` inputs.
+        condition: ``Tensor[c]``, one client's condition vector.
+
+    Returns:
+        ``Tensor[n, D + c]``, ``D`` the size of one flattened input.
+
     Example:
         >>> pack_condition(torch.zeros(3, 1, 2, 2), torch.tensor([1.0, 2.0])).shape
         torch.Size([3, 6])
@@ -81,7 +89,16 @@ def pack_condition(x: Tensor, condition: Tensor) -> Tensor:
 
 
 def split_condition(packed: Tensor, input_shape: Sequence[int], cond_dim: int) -> tuple[Tensor, Tensor]:
-    """Inverse of :func:`pack_condition`: ``Tensor[B, D + c]`` -> ``(Tensor[B, *input_shape], Tensor[B, c])``."""
+    """Inverse of :func:`pack_condition`: ``Tensor[B, D + c]`` -> ``(Tensor[B, *input_shape], Tensor[B, c])``.
+
+    Args:
+        packed: ``Tensor[B, D + c]``.
+        input_shape: the shape of one input, ``D = prod(input_shape)``.
+        cond_dim: ``c``.
+
+    Returns:
+        ``(x: Tensor[B, *input_shape], cond: Tensor[B, c])``.
+    """
     d = math.prod(input_shape)
     if packed.dim() != 2 or packed.shape[1] != d + cond_dim:
         raise ValueError(
@@ -147,7 +164,17 @@ def condition_federation(
 
 
 def client_conditions(federation: Federation) -> Tensor:
-    """Read back each client's packed condition vector (``Tensor[N, c]``) -- for plots and checks."""
+    """Read back each client's packed condition vector (``Tensor[N, c]``) -- for plots and checks.
+
+    Args:
+        federation: a federation built by :func:`condition_federation`.
+
+    Returns:
+        ``Tensor[N, c]``, row i client i's condition.
+
+    Raises:
+        ValueError: the federation carries no conditions.
+    """
     c = federation[0].info.get("condition_dim")
     if c is None:
         raise ValueError("This federation carries no conditions; build it with condition_federation.")
@@ -170,6 +197,22 @@ def fingerprint_federation(
     Arguments as in :func:`fedlearn_edu.signals.pca_fingerprint` and :func:`condition_federation`;
     with ``reference`` (a public fingerprint, see
     :func:`fedlearn_edu.signals.reference_fingerprint`) each client packs ``s_i - reference``.
+
+    Args:
+        federation: the clients (not modified).
+        num_eigenvalues: ``l``, the fingerprint's length.
+        normalize: how the spectrum is normalised (see :func:`~fedlearn_edu.signals.pca_fingerprint`).
+        feature_map: the feature map applied to the inputs first.
+        label_encoding: how the labels join the features.
+        label_scale: the weight of the label block, >= 0.
+        reference: ``Tensor[l]`` public fingerprint subtracted from every client's, or ``None``.
+        transform: applied to each row before packing (see :func:`condition_federation`).
+
+    Returns:
+        A :class:`Federation` with inputs ``Tensor[n_i, D + l]``.
+
+    Raises:
+        ValueError: ``reference`` of another length.
 
     Example:
         >>> from fedlearn_edu.data import shifted_federation
@@ -194,7 +237,14 @@ def fingerprint_federation(
 
 
 def oracle_federation(federation: Federation) -> Federation:
-    """Each client appends the one-hot code of its true cluster (``client.info["cluster"]``): the Oracle."""
+    """Each client appends the one-hot code of its true cluster (``client.info["cluster"]``): the Oracle.
+
+    Args:
+        federation: clients with ``info["cluster"]`` (not modified).
+
+    Returns:
+        A :class:`Federation` with inputs ``Tensor[n_i, D + K]``, K the number of clusters.
+    """
     ids = torch.as_tensor(cluster_ids(federation))
     return condition_federation(federation, F.one_hot(ids).float(), kind="oracle")
 
@@ -267,8 +317,7 @@ class ConditionalModel(nn.Module):
                 "ConditionalModel supports the package backbones (MLP, CNN, SmallCNN, ResNet20) and any model "
                 f"that owns its split: features(x), head(z, features), head_layer; got {type(backbone).__name__}."
             )
-        if int(cond_dim) < 1:
-            raise ValueError(f"cond_dim must be >= 1, got {cond_dim}.")
+        check_int(cond_dim, "cond_dim", 1)
         self.input_shape = tuple(int(s) for s in input_shape)
         self.cond_dim = int(cond_dim)
         self.cond_scale = float(cond_scale)
@@ -287,6 +336,20 @@ class ConditionalModel(nn.Module):
         _set(self.backbone, self.cond_layer, new)
 
     def forward(self, x: Tensor, cond: Tensor | None = None, features: bool = False) -> Tensor:
+        """Logits of the backbone with the condition joined at ``cond_layer``.
+
+        Args:
+            x: ``Tensor[batch, D + c]`` inputs with the condition packed at the end
+                (:func:`pack_condition`), or ``Tensor[batch, *input_shape]`` with ``cond``.
+            cond: ``Tensor[batch, c]`` conditions (default: unpacked from ``x``).
+            features: return the head's pre-activations (the penultimate layer) instead.
+
+        Returns:
+            ``Tensor[batch, num_classes]`` logits (or the features).
+
+        Raises:
+            ValueError: ``cond`` does not have ``cond_dim`` entries per sample.
+        """
         if cond is None:
             x, cond = split_condition(x, self.input_shape, self.cond_dim)
         elif cond.shape[-1] != self.cond_dim:
@@ -297,11 +360,19 @@ class ConditionalModel(nn.Module):
         return self.backbone.head(torch.cat([z, self.cond_scale * cond.to(z.dtype)], dim=1), features)
 
     def extra_repr(self) -> str:
+        """The condition's settings, shown in ``repr(model)``."""
         return f"cond_dim={self.cond_dim}, cond_layer={self.cond_layer!r}, cond_scale={self.cond_scale}"
 
 
 def parameter_overhead(model: ConditionalModel) -> float:
-    """Extra parameters of a conditional model relative to its backbone: ``(P_cond - P) / P``."""
+    """Extra parameters of a conditional model relative to its backbone: ``(P_cond - P) / P``.
+
+    Args:
+        model: a :class:`ConditionalModel`.
+
+    Returns:
+        The relative overhead, e.g. ``0.02`` for 2 % more parameters.
+    """
     return (count_parameters(model) - model.backbone_parameters) / model.backbone_parameters
 
 
@@ -317,6 +388,19 @@ def make_conditional_model(
     **kwargs,
 ) -> ConditionalModel:
     """:func:`~fedlearn_edu.make_model` wrapped in a :class:`ConditionalModel` (same seed, same backbone weights).
+
+    Args:
+        name: a backbone of :func:`~fedlearn_edu.make_model` (``"mlp"``, ``"cnn"``, ``"smallcnn"``, ``"resnet20"``).
+        input_shape: the shape of one input (without the condition).
+        num_classes: number of classes.
+        cond_dim: ``c``, the condition's length.
+        seed: seeds the backbone (``None``: the global RNG).
+        cond_scale: the condition's multiplier inside the model.
+        zero_init: start the condition's weights at zero, so the model starts as its backbone.
+        **kwargs: passed to :func:`~fedlearn_edu.make_model` (e.g. ``hidden``).
+
+    Returns:
+        The :class:`ConditionalModel`.
 
     Example:
         >>> m = make_conditional_model("mlp", (1, 8, 8), 10, cond_dim=32)
@@ -392,6 +476,26 @@ def compare_methods(
     ``dac``          (on request) :class:`~fedlearn_edu.DAC` with ``num_neighbours``
     ================ ===================================================================
 
+    Args:
+        federation: clients with ``info["cluster"]`` (e.g. from :func:`~fedlearn_edu.data.shifted_federation`).
+        methods: names from the table (default: the six above, without gossip and dac).
+        model: the backbone's name for :func:`~fedlearn_edu.make_model`.
+        model_kwargs: passed to :func:`~fedlearn_edu.make_model`.
+        num_eigenvalues: the fingerprint's length (``conditional``).
+        fingerprint_kwargs: passed to :func:`fingerprint_federation`.
+        reference: public fingerprint ``Tensor[num_eigenvalues]`` subtracted by every client.
+        cond_scale: the fingerprint's multiplier (see the table).
+        oracle_scale: the Oracle's one-hot multiplier.
+        num_clusters: IFCA's K (default: the true number of clusters).
+        ditto_lam: Ditto's lambda.
+        ditto_strategy: Ditto's global strategy (default FedAvg).
+        num_neighbours: neighbours per round for gossip and dac.
+        **train: keyword arguments of :func:`~fedlearn_edu.simulate` (``rounds``, ``seed``, ...);
+            ``clients_per_round`` defaults to every client, ``progress`` to ``False``.
+
+    Raises:
+        ValueError: an unknown method.
+
     Returns:
         ``{method: History}`` in the order of ``methods``.
     """
@@ -404,32 +508,38 @@ def compare_methods(
     seed = train.get("seed", 0)
     mk = dict(model_kwargs or {})
     shape, c = federation.input_shape, federation.num_classes
+
+    def backbone() -> nn.Module:
+        return make_model(model, shape, c, seed=seed, **mk)
+
+    def conditional(fed: Federation, cond_dim: int, scale: float) -> History:
+        net = make_conditional_model(model, shape, c, cond_dim, seed=seed, cond_scale=scale, **mk)
+        return simulate(fed, net, FedAvg(), **train)
+
+    def fingerprinted() -> History:
+        fed = fingerprint_federation(federation, num_eigenvalues, reference=reference, **(fingerprint_kwargs or {}))
+        scale = cond_scale if cond_scale is not None else (20.0 if reference is not None else 2.5)
+        return conditional(fed, num_eigenvalues, scale)
+
+    def oracle() -> History:
+        fed = oracle_federation(federation)
+        return conditional(fed, fed[0].info["condition_dim"], oracle_scale)
+
+    def true_clusters() -> int:
+        return num_clusters if num_clusters is not None else len(set(cluster_ids(federation).tolist()))
+
+    runs = {  # method -> its run, started only when asked for
+        "fedavg": lambda: simulate(federation, backbone(), FedAvg(), **train),
+        "local": lambda: simulate_local(federation, backbone(), **train),
+        "ifca": lambda: simulate_ifca(federation, backbone(), true_clusters(), **train),
+        "ditto": lambda: simulate_ditto(federation, backbone(), ditto_lam, ditto_strategy, **train),
+        "gossip": lambda: simulate(federation, backbone(), Gossip(num_neighbours=num_neighbours), **train),
+        "dac": lambda: simulate(federation, backbone(), DAC(num_neighbours), **train),
+        "oracle": oracle,
+        "conditional": fingerprinted,
+    }
     out = {}
     for method in methods:
-        if method == "fedavg":
-            out[method] = simulate(federation, make_model(model, shape, c, seed=seed, **mk), FedAvg(), **train)
-        elif method == "local":
-            out[method] = simulate_local(federation, make_model(model, shape, c, seed=seed, **mk), **train)
-        elif method == "ifca":
-            k = num_clusters if num_clusters is not None else len(set(cluster_ids(federation).tolist()))
-            out[method] = simulate_ifca(federation, make_model(model, shape, c, seed=seed, **mk), k, **train)
-        elif method == "ditto":
-            out[method] = simulate_ditto(
-                federation, make_model(model, shape, c, seed=seed, **mk), ditto_lam, ditto_strategy, **train
-            )
-        elif method in DECENTRALISED_METHODS:
-            strategy = Gossip(num_neighbours=num_neighbours) if method == "gossip" else DAC(num_neighbours)
-            out[method] = simulate(federation, make_model(model, shape, c, seed=seed, **mk), strategy, **train)
-        elif method == "oracle":
-            fed = oracle_federation(federation)
-            net = make_conditional_model(
-                model, shape, c, fed[0].info["condition_dim"], seed=seed, cond_scale=oracle_scale, **mk
-            )
-            out[method] = simulate(fed, net, FedAvg(), **train)
-        else:
-            fed = fingerprint_federation(federation, num_eigenvalues, reference=reference, **(fingerprint_kwargs or {}))
-            scale = cond_scale if cond_scale is not None else (20.0 if reference is not None else 2.5)
-            net = make_conditional_model(model, shape, c, num_eigenvalues, seed=seed, cond_scale=scale, **mk)
-            out[method] = simulate(fed, net, FedAvg(), **train)
+        out[method] = runs[method]()
         out[method].strategy = method
     return out

@@ -39,6 +39,8 @@ __all__ = [
     "check_beta_moments",
     "check_pca_fingerprint",
     "check_craft_direction",
+    "check_scaffold_control_update",
+    "check_fednova",
     "collapsed_output",
 ]
 
@@ -60,8 +62,11 @@ CHECKERS = {
 
 @dataclass
 class Case:
-    """One input for a checker: what it tests, positional arguments, the expected output and, optionally,
-    the mistake it is there to catch (printed as a hint when the case fails)."""
+    """One input for a checker.
+
+    What it tests, positional arguments, the expected output and, optionally, the mistake it
+    is there to catch (printed as a hint when the case fails).
+    """
 
     name: str
     args: tuple
@@ -156,6 +161,17 @@ def run_cases(
     A failure names the case (what it tests), shows its input and the expected and received values,
     and hints at the mistake: the :class:`Mistake` whose output the received one equals, else the
     case's own ``hint``.
+
+    Args:
+        title: the checker's name, printed with the result.
+        your_function: the reader's implementation.
+        cases: the inputs and expected outputs.
+        rtol: relative tolerance of the comparison.
+        atol: absolute tolerance of the comparison.
+        mistakes: known wrong implementations, recognised by their output.
+
+    Returns:
+        ``True`` when every case passes, ``False`` at the first failure.
     """
     for case in cases:
         try:
@@ -179,8 +195,19 @@ def run_cases(
 
 
 def check_fedavg(your_function: Callable, seed: int = 0) -> bool:
-    """Check ``your_function(deltas: Tensor[m, d], weights: Tensor[m]) -> Tensor[d]``,
-    FedAvg's weighted mean ``sum_i p_i Delta_i`` with ``p = weights / weights.sum()``."""
+    """Check ``your_function`` against FedAvg's weighted mean.
+
+    It must be ``your_function(deltas: Tensor[m, d], weights: Tensor[m]) -> Tensor[d]``,
+    FedAvg's weighted mean ``sum_i p_i Delta_i`` with ``p = weights / weights.sum()``.
+
+    Args:
+        your_function: the reader's FedAvg's weighted mean, with the signature above.
+        seed: seeds the random inputs of the cases.
+
+    Returns:
+        ``True`` when every case passes; otherwise ``False``, after printing the first
+        failing case with its expected and received values and a hint.
+    """
     from .aggregators import fedavg
 
     g = torch.Generator().manual_seed(seed)
@@ -227,10 +254,21 @@ def check_fedavg(your_function: Callable, seed: int = 0) -> bool:
 
 
 def check_fedvg_weights(your_function: Callable, seed: int = 0) -> bool:
-    """Check ``your_function(grad_norms: Tensor[m, L]) -> Tensor[m]``: FedVG's client weights
+    """Check ``your_function`` against FedVG's client weights.
+
+    It must be ``your_function(grad_norms: Tensor[m, L]) -> Tensor[m]``: FedVG's client weights
     ``s_k = (1 / (G_k + eps)) / sum_j 1 / (G_j + eps)`` with ``G_k = sum_l grad_norms[k, l]``
     and ``eps = 1e-8``. One case has a client whose gradient is exactly zero: a solution
-    without ``eps`` divides by zero there and fails."""
+    without ``eps`` divides by zero there and fails.
+
+    Args:
+        your_function: the reader's FedVG's client weights, with the signature above.
+        seed: seeds the random inputs of the cases.
+
+    Returns:
+        ``True`` when every case passes; otherwise ``False``, after printing the first
+        failing case with its expected and received values and a hint.
+    """
     from .aggregators import fedvg_weights
 
     g = torch.Generator().manual_seed(seed)
@@ -265,11 +303,22 @@ def check_fedvg_weights(your_function: Callable, seed: int = 0) -> bool:
 
 
 def check_oui(your_function: Callable, seed: int = 0) -> bool:
-    """Check ``your_function(preactivations: Tensor[B, d]) -> float``: the OUI,
+    """Check ``your_function`` against the OUI.
+
+    It must be ``your_function(preactivations: Tensor[B, d]) -> float``: the OUI,
     ``mean_j min(s_j, B - s_j) / floor(B / 2)`` with ``s_j`` the number of samples whose
     pre-activation of unit j is > 0, clipped to [0, 1]. Exact zeros count as *off*
     (a ReLU passes nothing there): two cases hold exact zeros, so a solution that tests
-    ``z >= 0`` fails."""
+    ``z >= 0`` fails.
+
+    Args:
+        your_function: the reader's OUI, with the signature above.
+        seed: seeds the random inputs of the cases.
+
+    Returns:
+        ``True`` when every case passes; otherwise ``False``, after printing the first
+        failing case with its expected and received values and a hint.
+    """
     from .signals import oui
 
     g = torch.Generator().manual_seed(seed)
@@ -301,8 +350,19 @@ def check_oui(your_function: Callable, seed: int = 0) -> bool:
 
 
 def check_beta_moments(your_function: Callable, seed: int = 0) -> bool:
-    """Check ``your_function(mean: float, var: float) -> (alpha, beta)``: the Beta
-    distribution with that mean and variance (method of moments)."""
+    """Check ``your_function`` against the Beta distribution's method of moments.
+
+    It must be ``your_function(mean: float, var: float) -> (alpha, beta)``: the Beta
+    distribution with that mean and variance (method of moments).
+
+    Args:
+        your_function: the reader's method of moments, with the signature above.
+        seed: seeds the random inputs of the cases.
+
+    Returns:
+        ``True`` when every case passes; otherwise ``False``, after printing the first
+        failing case with its expected and received values and a hint.
+    """
     import numpy as np
 
     from .aggregators import beta_moments
@@ -325,10 +385,21 @@ def check_beta_moments(your_function: Callable, seed: int = 0) -> bool:
 
 
 def check_pca_fingerprint(your_function: Callable, seed: int = 0) -> bool:
-    """Check ``your_function(features: Tensor[n, p], labels: Tensor[n], num_classes: int,
+    """Check ``your_function`` against the PCA fingerprint.
+
+    It must be ``your_function(features: Tensor[n, p], labels: Tensor[n], num_classes: int,
     num_eigenvalues: int) -> Tensor[num_eigenvalues]``: the largest eigenvalues of the sample
     covariance (ddof = 1) of ``[features, onehot(labels)]``, descending, divided by their
-    total (the trace), zero-padded to ``num_eigenvalues``."""
+    total (the trace), zero-padded to ``num_eigenvalues``.
+
+    Args:
+        your_function: the reader's PCA fingerprint, with the signature above.
+        seed: seeds the random inputs of the cases.
+
+    Returns:
+        ``True`` when every case passes; otherwise ``False``, after printing the first
+        failing case with its expected and received values and a hint.
+    """
     from .signals import pca_fingerprint
 
     g = torch.Generator().manual_seed(seed)
@@ -391,7 +462,9 @@ def check_pca_fingerprint(your_function: Callable, seed: int = 0) -> bool:
 
 
 def check_craft_direction(your_function: Callable, seed: int = 0) -> bool:
-    """Check ``your_function(pseudo_grads: Tensor[m, d], rho: Tensor[m], reference: Tensor[d])
+    """Check ``your_function`` against CRAFT's minimum-norm correction.
+
+    It must be ``your_function(pseudo_grads: Tensor[m, d], rho: Tensor[m], reference: Tensor[d])
     -> Tensor[d]``: CRAFT's minimum-norm correction ``g = g_hat + U^+ (rho - U g_hat)``, with
     ``U`` the row-normalised pseudo-gradients, ``rho`` normalised to sum to one and
     ``g_hat = reference / ||reference||`` (``g_hat = 0`` for a zero reference): both
@@ -402,7 +475,16 @@ def check_craft_direction(your_function: Callable, seed: int = 0) -> bool:
     ``torch.linalg.solve`` fails them; ``U^+`` must be applied rank-safely (``torch.linalg.pinv``,
     ``torch.linalg.lstsq`` or an eigendecomposition of ``U U^T`` with a cut-off, as the package
     does), which gives the least-squares compromise. The cases have at least two clients and no
-    zero updates (the special rules for zero updates and a single client are not checked)."""
+    zero updates (the special rules for zero updates and a single client are not checked).
+
+    Args:
+        your_function: the reader's CRAFT direction, with the signature above.
+        seed: seeds the random inputs of the cases.
+
+    Returns:
+        ``True`` when every case passes; otherwise ``False``, after printing the first
+        failing case with its expected and received values and a hint.
+    """
     from .aggregators import craft_direction
 
     g = torch.Generator().manual_seed(seed)
@@ -552,9 +634,20 @@ def _as_html(data: dict) -> str:
 
 
 def check_scaffold_control_update(your_function: Callable, seed: int = 0) -> bool:
-    """Check ``your_function(client_controls: Tensor[m, d], server_control: Tensor[d], deltas: Tensor[m, d],
+    """Check ``your_function`` against SCAFFOLD's control-variate update.
+
+    It must be ``your_function(client_controls: Tensor[m, d], server_control: Tensor[d], deltas: Tensor[m, d],
     local_steps: Tensor[m], lr: float) -> Tensor[m, d]``: SCAFFOLD's option-II control variates
-    ``c_i+ = c_i - c + (x - y_i) / (K_i lr)``, where ``deltas[i] = y_i - x``."""
+    ``c_i+ = c_i - c + (x - y_i) / (K_i lr)``, where ``deltas[i] = y_i - x``.
+
+    Args:
+        your_function: the reader's SCAFFOLD control-variate update, with the signature above.
+        seed: seeds the random inputs of the cases.
+
+    Returns:
+        ``True`` when every case passes; otherwise ``False``, after printing the first
+        failing case with its expected and received values and a hint.
+    """
     from .aggregators import scaffold_control_update
 
     g = torch.Generator().manual_seed(seed)
@@ -618,9 +711,20 @@ def check_scaffold_control_update(your_function: Callable, seed: int = 0) -> boo
 
 
 def check_fednova(your_function: Callable, seed: int = 0) -> bool:
-    """Check ``your_function(deltas: Tensor[m, d], local_steps: Tensor[m], weights: Tensor[m]) -> Tensor[d]``:
+    """Check ``your_function`` against FedNova's direction.
+
+    It must be ``your_function(deltas: Tensor[m, d], local_steps: Tensor[m], weights: Tensor[m]) -> Tensor[d]``:
     FedNova's direction for plain local SGD, ``tau_eff * sum_i p_i deltas_i / tau_i`` with
-    ``p = weights / weights.sum()`` and ``tau_eff = sum_i p_i tau_i``."""
+    ``p = weights / weights.sum()`` and ``tau_eff = sum_i p_i tau_i``.
+
+    Args:
+        your_function: the reader's FedNova direction, with the signature above.
+        seed: seeds the random inputs of the cases.
+
+    Returns:
+        ``True`` when every case passes; otherwise ``False``, after printing the first
+        failing case with its expected and received values and a hint.
+    """
     from .aggregators import fednova_aggregate
 
     g = torch.Generator().manual_seed(seed)
@@ -672,6 +776,3 @@ def check_fednova(your_function: Callable, seed: int = 0) -> bool:
         ),
     ]
     return run_cases("check_fednova", your_function, cases, rtol=1e-6, atol=1e-9, mistakes=mistakes)
-
-
-__all__ += ["check_scaffold_control_update", "check_fednova"]

@@ -7,9 +7,12 @@ a scalar, built from plain tensor operations only, so that ``torch.func.grad`` a
 ``loss.backward()`` (the loop engine).
 
 * SCAFFOLD (Karimireddy et al., 2020): the corrected gradient ``g_i(y) - c_i + c`` is the
-  gradient of ``L_i(y) + <c - c_i, y>``: :func:`scaffold_correction`.
+  gradient of ``L_i(y) + <c - c_i, y>``: ``linear_term(y, c - c_i)``.
 * FedDyn (Acar et al., 2021): ``L_k(theta) - <phi_k, theta> + (alpha/2) ||theta - theta^{t-1}||^2``:
-  :func:`feddyn_regulariser`.
+  ``proximal_term(theta, theta^{t-1}, alpha) + linear_term(theta, -phi_k)``.
+
+The engines add both terms to the cross-entropy (``prox_mu`` and ``linear`` of
+:meth:`fedlearn_edu.engine.LoopEngine.train`); the strategies supply the vectors.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from collections.abc import Mapping
 import torch
 from torch import Tensor
 
-__all__ = ["linear_term", "proximal_term", "scaffold_correction", "feddyn_regulariser"]
+__all__ = ["linear_term", "proximal_term"]
 
 
 def _same_keys(params: Mapping[str, Tensor], other: Mapping[str, Tensor], what: str) -> None:
@@ -49,55 +52,17 @@ def linear_term(params: Mapping[str, Tensor], vector: Mapping[str, Tensor]) -> T
 def proximal_term(params: Mapping[str, Tensor], anchor: Mapping[str, Tensor], mu: float) -> Tensor:
     """``(mu/2) ||theta - anchor||^2`` over the parameter tensors; its gradient is ``mu (theta - anchor)``.
 
+    Args:
+        params: one client's parameters ``{name: Tensor[...]}``.
+        anchor: the proximal centre, same keys and shapes.
+        mu: the coefficient.
+
+    Returns:
+        Scalar ``Tensor``.
+
     Example:
         >>> proximal_term({"w": torch.tensor([1.0, 2.0])}, {"w": torch.zeros(2)}, mu=0.5)
         tensor(1.2500)
     """
     _same_keys(params, anchor, "anchor")
     return 0.5 * mu * sum(torch.square(params[k] - anchor[k].to(params[k].dtype)).sum() for k in params)
-
-
-def scaffold_correction(
-    params: Mapping[str, Tensor], client_control: Mapping[str, Tensor], server_control: Mapping[str, Tensor]
-) -> Tensor:
-    """SCAFFOLD's local term ``<c - c_i, y>``: gradient steps on ``L_i + term`` follow ``g_i(y) - c_i + c``.
-
-    Args:
-        params: the client's current parameters ``y``, ``{name: Tensor[...]}``.
-        client_control: its control variate ``c_i`` (same keys and shapes).
-        server_control: the server's control variate ``c``.
-
-    Returns:
-        Scalar ``Tensor`` to add to the client's loss.
-
-    Example:
-        >>> y = {"w": torch.tensor([1.0, 1.0], requires_grad=True)}
-        >>> scaffold_correction(y, {"w": torch.tensor([0.5, 0.0])}, {"w": torch.tensor([0.0, 2.0])}).backward()
-        >>> y["w"].grad   # c - c_i
-        tensor([-0.5000,  2.0000])
-    """
-    _same_keys(params, client_control, "client_control")
-    _same_keys(params, server_control, "server_control")
-    return linear_term(params, {k: server_control[k] - client_control[k] for k in params})
-
-
-def feddyn_regulariser(
-    params: Mapping[str, Tensor], linear: Mapping[str, Tensor], anchor: Mapping[str, Tensor], alpha: float
-) -> Tensor:
-    """FedDyn's local term ``-<phi_k, theta> + (alpha/2) ||theta - theta^{t-1}||^2``.
-
-    Args:
-        params: the client's current parameters ``theta``.
-        linear: its linear term ``phi_k`` (see :func:`fedlearn_edu.aggregators.feddyn_client_update`).
-        anchor: the server model ``theta^{t-1}`` the round started from.
-        alpha: FedDyn's regularisation strength.
-
-    Returns:
-        Scalar ``Tensor`` to add to the client's loss.
-
-    Example:
-        >>> theta = {"w": torch.tensor([1.0, 0.0])}
-        >>> feddyn_regulariser(theta, {"w": torch.tensor([2.0, 0.0])}, {"w": torch.zeros(2)}, alpha=0.1)
-        tensor(-1.9500)
-    """
-    return proximal_term(params, anchor, alpha) - linear_term(params, linear)

@@ -66,18 +66,42 @@ class MLP(nn.Module):
         return f"hidden.{len(self.hidden) - 1}"
 
     def features(self, x: Tensor) -> Tensor:
-        """``Tensor[B, d]``: the activations entering the last hidden layer."""
+        """``Tensor[B, d]``: the activations entering the last hidden layer.
+
+        Args:
+            x: ``Tensor[B, *input_shape]`` inputs.
+
+        Returns:
+            ``Tensor[B, d]``.
+        """
         h = x.flatten(1)
         for layer in self.hidden[:-1]:
             h = F.relu(layer(h))
         return h
 
     def head(self, z: Tensor, features: bool = False) -> Tensor:
-        """Logits from :meth:`features` (``features=True``: the last hidden pre-activations)."""
+        """Logits from :meth:`features` (``features=True``: the last hidden pre-activations).
+
+        Args:
+            z: ``Tensor[B, d]`` from :meth:`features`.
+            features: return the head's features instead of the logits.
+
+        Returns:
+            ``Tensor[B, num_classes]`` logits (or ``Tensor[B, h]`` features).
+        """
         z = self.hidden[-1](z)
         return z if features else self.out(F.relu(z))
 
     def forward(self, x: Tensor, features: bool = False) -> Tensor:
+        """``head(features(x))``: ``Tensor[batch, num_classes]`` logits (``features=True``: the head's features).
+
+        Args:
+            x: ``Tensor[B, *input_shape]`` inputs.
+            features: return the head's features instead of the logits.
+
+        Returns:
+            ``Tensor[B, num_classes]`` logits (or ``Tensor[B, h]`` features).
+        """
         return self.head(self.features(x), features)
 
 
@@ -99,16 +123,40 @@ class CNN(nn.Module):
     head_layer = "fc1"
 
     def features(self, x: Tensor) -> Tensor:
-        """``Tensor[B, d]``: the flattened output of the two conv/pool stages."""
+        """``Tensor[B, d]``: the flattened output of the two conv/pool stages.
+
+        Args:
+            x: ``Tensor[B, *input_shape]`` inputs.
+
+        Returns:
+            ``Tensor[B, d]``.
+        """
         x = F.max_pool2d(F.relu(self.conv1(x)), 2)
         return F.max_pool2d(F.relu(self.conv2(x)), 2).flatten(1)
 
     def head(self, z: Tensor, features: bool = False) -> Tensor:
-        """Logits from :meth:`features` (``features=True``: the fc2 pre-activations)."""
+        """Logits from :meth:`features` (``features=True``: the fc2 pre-activations).
+
+        Args:
+            z: ``Tensor[B, d]`` from :meth:`features`.
+            features: return the head's features instead of the logits.
+
+        Returns:
+            ``Tensor[B, num_classes]`` logits (or ``Tensor[B, h]`` features).
+        """
         z = self.fc2(F.relu(self.fc1(z)))
         return z if features else self.out(F.relu(z))
 
     def forward(self, x: Tensor, features: bool = False) -> Tensor:
+        """``head(features(x))``: ``Tensor[batch, num_classes]`` logits (``features=True``: the head's features).
+
+        Args:
+            x: ``Tensor[B, *input_shape]`` inputs.
+            features: return the head's features instead of the logits.
+
+        Returns:
+            ``Tensor[B, num_classes]`` logits (or ``Tensor[B, h]`` features).
+        """
         return self.head(self.features(x), features)
 
 
@@ -129,16 +177,40 @@ class SmallCNN(nn.Module):
     head_layer = "fc1"
 
     def features(self, x: Tensor) -> Tensor:
-        """``Tensor[B, d]``: the flattened output of the two conv/pool stages."""
+        """``Tensor[B, d]``: the flattened output of the two conv/pool stages.
+
+        Args:
+            x: ``Tensor[B, *input_shape]`` inputs.
+
+        Returns:
+            ``Tensor[B, d]``.
+        """
         x = F.max_pool2d(F.relu(self.conv1(x)), 2)
         return F.max_pool2d(F.relu(self.conv2(x)), 2).flatten(1)
 
     def head(self, z: Tensor, features: bool = False) -> Tensor:
-        """Logits from :meth:`features` (``features=True``: the fc1 pre-activations, the OUI layer)."""
+        """Logits from :meth:`features` (``features=True``: the fc1 pre-activations, the OUI layer).
+
+        Args:
+            z: ``Tensor[B, d]`` from :meth:`features`.
+            features: return the head's features instead of the logits.
+
+        Returns:
+            ``Tensor[B, num_classes]`` logits (or ``Tensor[B, h]`` features).
+        """
         z = self.fc1(z)
         return z if features else self.out(F.relu(z))
 
     def forward(self, x: Tensor, features: bool = False) -> Tensor:
+        """``head(features(x))``: ``Tensor[batch, num_classes]`` logits (``features=True``: the head's features).
+
+        Args:
+            x: ``Tensor[B, *input_shape]`` inputs.
+            features: return the head's features instead of the logits.
+
+        Returns:
+            ``Tensor[B, num_classes]`` logits (or ``Tensor[B, h]`` features).
+        """
         return self.head(self.features(x), features)
 
 
@@ -184,15 +256,39 @@ class ResNet20(nn.Module):
     head_layer = "out"
 
     def features(self, x: Tensor) -> Tensor:
-        """``Tensor[B, 4 width]``: the pooled output of the residual stages (already post-ReLU)."""
+        """``Tensor[B, 4 width]``: the pooled output of the residual stages (already post-ReLU).
+
+        Args:
+            x: ``Tensor[B, *input_shape]`` inputs.
+
+        Returns:
+            ``Tensor[B, d]``.
+        """
         x = self.blocks(F.relu(self.norm(self.conv(x))))
         return F.adaptive_avg_pool2d(x, 1).flatten(1)
 
     def head(self, z: Tensor, features: bool = False) -> Tensor:
-        """Logits from :meth:`features` (``features=True``: ``z`` itself, the penultimate features)."""
+        """Logits from :meth:`features` (``features=True``: ``z`` itself, the penultimate features).
+
+        Args:
+            z: ``Tensor[B, d]`` from :meth:`features`.
+            features: return the head's features instead of the logits.
+
+        Returns:
+            ``Tensor[B, num_classes]`` logits (or ``Tensor[B, h]`` features).
+        """
         return z if features else self.out(z)
 
     def forward(self, x: Tensor, features: bool = False) -> Tensor:
+        """``head(features(x))``: ``Tensor[batch, num_classes]`` logits (``features=True``: the head's features).
+
+        Args:
+            x: ``Tensor[B, *input_shape]`` inputs.
+            features: return the head's features instead of the logits.
+
+        Returns:
+            ``Tensor[B, num_classes]`` logits (or ``Tensor[B, h]`` features).
+        """
         return self.head(self.features(x), features)
 
 
@@ -236,5 +332,12 @@ def make_model(name: str, input_shape: Sequence[int], num_classes: int, *, seed:
 
 
 def count_parameters(model: nn.Module) -> int:
-    """Number of trainable scalars."""
+    """Number of trainable scalars.
+
+    Args:
+        model: the network.
+
+    Returns:
+        The number of elements of the parameters that require gradients.
+    """
     return sum(p.numel() for p in model.parameters() if p.requires_grad)

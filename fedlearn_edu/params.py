@@ -26,19 +26,36 @@ __all__ = [
     "unstack_params",
     "num_stacked",
     "flatten_params",
-    "unflatten_params",
     "tree_map",
     "layer_groups",
 ]
 
 
 def get_params(model: nn.Module) -> Params:
-    """A detached copy of ``model``'s parameters as ``{name: Tensor}``."""
+    """A detached copy of ``model``'s parameters as ``{name: Tensor}``.
+
+    Args:
+        model: the network (not modified).
+
+    Returns:
+        ``{name: Tensor}`` keyed as ``model.named_parameters()``.
+    """
     return {name: p.detach().clone() for name, p in model.named_parameters()}
 
 
 def tree_map(fn: Callable[..., Tensor], *trees: Mapping[str, Tensor]) -> Params:
-    """Apply ``fn`` leaf-wise to dicts sharing the same keys: ``{k: fn(t1[k], t2[k], ...)}``."""
+    """Apply ``fn`` leaf-wise to dicts sharing the same keys: ``{k: fn(t1[k], t2[k], ...)}``.
+
+    Args:
+        fn: a function of as many tensors as there are dicts.
+        *trees: dicts with the same keys.
+
+    Returns:
+        ``{k: fn(...)}`` in the first dict's key order.
+
+    Raises:
+        ValueError: the dicts' keys differ.
+    """
     first = trees[0]
     for t in trees[1:]:
         if t.keys() != first.keys():
@@ -47,20 +64,47 @@ def tree_map(fn: Callable[..., Tensor], *trees: Mapping[str, Tensor]) -> Params:
 
 
 def stack_params(params_list: Sequence[Mapping[str, Tensor]]) -> Params:
-    """Stack m parameter dicts on a new leading client axis: ``{k: Tensor[m, ...]}``."""
+    """Stack m parameter dicts on a new leading client axis: ``{k: Tensor[m, ...]}``.
+
+    Args:
+        params_list: m dicts ``{name: Tensor[...]}`` with the same keys and shapes.
+
+    Returns:
+        ``{name: Tensor[m, ...]}``.
+
+    Raises:
+        ValueError: an empty list, or dicts with other keys.
+    """
     if len(params_list) == 0:
         raise ValueError("stack_params needs at least one parameter dict.")
     return tree_map(lambda *ts: torch.stack(ts), *params_list)
 
 
 def unstack_params(stacked: Mapping[str, Tensor]) -> list[Params]:
-    """Inverse of :func:`stack_params`."""
+    """Inverse of :func:`stack_params`.
+
+    Args:
+        stacked: ``{name: Tensor[m, ...]}``.
+
+    Returns:
+        m dicts ``{name: Tensor[...]}`` (views, not copies).
+    """
     m = num_stacked(stacked)
     return [{k: v[i] for k, v in stacked.items()} for i in range(m)]
 
 
 def num_stacked(stacked: Mapping[str, Tensor]) -> int:
-    """Size m of the leading client axis, checked to agree across all entries."""
+    """Size m of the leading client axis, checked to agree across all entries.
+
+    Args:
+        stacked: ``{name: Tensor[m, ...]}``.
+
+    Returns:
+        m.
+
+    Raises:
+        ValueError: an empty dict, a scalar entry, or entries with different m.
+    """
     if len(stacked) == 0:
         raise ValueError("Empty parameter dict.")
     sizes = {k: v.shape[0] if v.dim() else None for k, v in stacked.items()}
@@ -74,6 +118,10 @@ def flatten_params(params: Mapping[str, Tensor], stacked: bool = False) -> Tenso
     """Concatenate parameters into one vector.
 
     Returns ``Tensor[d]`` for one model, or ``Tensor[m, d]`` when ``stacked``.
+
+    Args:
+        params: ``{name: Tensor[...]}``, or ``{name: Tensor[m, ...]}`` with ``stacked``.
+        stacked: whether the tensors carry a leading client axis.
     """
     if stacked:
         m = num_stacked(params)
@@ -81,31 +129,17 @@ def flatten_params(params: Mapping[str, Tensor], stacked: bool = False) -> Tenso
     return torch.cat([v.reshape(-1) for v in params.values()])
 
 
-def unflatten_params(vector: Tensor, like: Mapping[str, Tensor], stacked: bool = False) -> Params:
-    """Inverse of :func:`flatten_params`: cut ``vector`` into tensors shaped as ``like``.
-
-    ``like`` is an un-stacked dict (shapes per model). With ``stacked``, ``vector`` is
-    ``Tensor[m, d]`` and each output gains the leading client axis.
-    """
-    needed = sum(v.numel() for v in like.values())
-    if vector.shape[-1] != needed:
-        raise ValueError(f"Vector has {vector.shape[-1]} entries but the parameters need {needed}.")
-    out, offset = {}, 0
-    for k, v in like.items():
-        n = v.numel()
-        if stacked:
-            out[k] = vector[:, offset : offset + n].reshape(vector.shape[0], *v.shape)
-        else:
-            out[k] = vector[offset : offset + n].reshape(v.shape)
-        offset += n
-    return out
-
-
 def layer_groups(names: Sequence[str] | Mapping[str, Tensor]) -> dict[str, list[str]]:
     """Group parameter names by module: ``{"fc1": ["fc1.weight", "fc1.bias"], ...}``.
 
     A layer group is one module's parameters (weight and bias together), the unit
     of the layer-wise methods (CRAFT, FedVG).
+
+    Args:
+        names: parameter names in order, or a parameter dict (its keys).
+
+    Returns:
+        ``{module: [names]}`` in the order the modules first appear.
     """
     groups: dict[str, list[str]] = {}
     for name in names:

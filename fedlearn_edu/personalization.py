@@ -17,26 +17,21 @@ client i's local test split, so the numbers sit in one table with FedAvg's.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
 import numpy as np
 import torch
-from torch import Tensor, nn
+from torch import nn
 
-from .data.federation import ClientData, Federation
-from .engine import LocalResult, LocalTraining, LoopEngine, VmapEngine, make_engine
+from .data.federation import Federation
 from .params import Params
-from .simulation import History, evaluate_clients, simulate
+from .simulation import History, simulate
 from .strategies.base import Strategy
 from .strategies.personalized import IFCA, Ditto, LocalOnly, client_losses
 
 __all__ = [
     "PersonalizedHistory",
-    "train_clients",
-    "evaluate_personal",
     "client_losses",
-    "ditto_personal_update",
     "simulate_local",
     "simulate_ifca",
     "simulate_ditto",
@@ -67,118 +62,18 @@ class PersonalizedHistory(History):
 
     @classmethod
     def of(cls, history: History) -> PersonalizedHistory:
-        """The personalised view of a :func:`simulate` History."""
+        """The personalised view of a :func:`simulate` History.
+
+        Args:
+            history: a :class:`~fedlearn_edu.History` of a personalised strategy.
+
+        Returns:
+            A :class:`PersonalizedHistory` sharing ``history``'s arrays.
+        """
         out = cls(**{f.name: getattr(history, f.name) for f in fields(History)})
         out.personal_params = history.final_state.get("personal")
         out.global_client_accuracy = history.other_accuracy.get("global")
         return out
-
-
-def train_clients(
-    model: nn.Module,
-    start: Params,
-    datasets: Sequence[tuple[Tensor, Tensor]],
-    config: LocalTraining,
-    seeds: Sequence[int],
-    *,
-    anchor: Params | None = None,
-    engine="auto",
-) -> LocalResult:
-    """Local SGD for m clients, client j starting from its own ``start[k][j]``.
-
-    The engines' ``train(..., start=start)`` with ``anchor`` as the proximal centre: with all
-    rows of ``start`` equal to ``anchor`` the result equals
-    ``make_engine(engine).train(model, anchor, datasets, config, seeds)``.
-
-    Args:
-        model: the architecture (used through ``functional_call``).
-        start: stacked starting parameters ``{name: Tensor[m, ...]}``.
-        datasets: per client ``(x, y)`` on the model's device.
-        config: local hyper-parameters; ``config.prox_mu > 0`` adds
-            ``(prox_mu / 2) ||w - anchor||^2`` to the loss (Ditto's personal objective).
-        seeds: per-client batch-order seeds.
-        anchor: the proximal centre ``{name: Tensor}`` (one for all clients), needed when
-            ``config.prox_mu > 0``.
-        engine: ``"auto"``, ``"loop"`` or ``"vmap"`` (or an instance of those engines).
-
-    Returns:
-        :class:`~fedlearn_edu.engine.LocalResult` with the stacked trained parameters.
-    """
-    if config.prox_mu and anchor is None:
-        raise ValueError("config.prox_mu > 0 needs an anchor (the proximal centre).")
-    if anchor is None:  # no proximal term: the centre is never used
-        anchor = {k: torch.zeros_like(v[0]) for k, v in start.items()}
-    runner = make_engine(engine, model)
-    if not isinstance(runner, (LoopEngine, VmapEngine)):
-        raise TypeError(
-            "train_clients supports the package engines ('auto', 'loop', 'vmap' or their "
-            f"instances); got {type(runner).__name__}."
-        )
-    return runner.train(model, {k: v.detach() for k, v in anchor.items()}, datasets, config, seeds, start=start)
-
-
-def evaluate_personal(
-    model: nn.Module, params: Params, federation: Federation, split: str = "test"
-) -> tuple[np.ndarray, np.ndarray]:
-    """Accuracy and mean loss of client i's own model ``{k: params[k][i]}`` on client i's data.
-
-    :func:`~fedlearn_edu.evaluate_clients` with ``which = arange(N)``.
-
-    Args:
-        params: stacked ``{name: Tensor[N, ...]}``, one model per client.
-        split: ``"test"`` (local test split, the default) or ``"train"``.
-
-    Returns:
-        ``(accuracy: ndarray[N], loss: ndarray[N])``; NaN for a client without samples.
-    """
-    n = len(federation)
-    if any(v.shape[0] != n for v in params.values()):
-        raise ValueError(f"params must hold one model per client (N = {n}) on the leading axis.")
-    if split not in ("test", "train"):
-        raise ValueError(f"split must be 'test' or 'train', got {split!r}.")
-    if split == "train":
-        federation = _train_as_test(federation)
-    device = next(iter(params.values())).device
-    return evaluate_clients(model, params, federation, which=torch.arange(n, device=device))
-
-
-def _train_as_test(federation: Federation) -> Federation:
-    clients = [ClientData(c.train_x, c.train_y, c.train_x, c.train_y, c.info) for c in federation]
-    return Federation(clients, federation.num_classes, federation.name)
-
-
-def ditto_personal_update(
-    model: nn.Module,
-    personal: Params,
-    global_params: Params,
-    datasets: Sequence[tuple[Tensor, Tensor]],
-    config: LocalTraining,
-    lam: float,
-    seeds: Sequence[int],
-    *,
-    engine="auto",
-) -> LocalResult:
-    """Ditto's personal step for m clients: local SGD on ``F_i(v) + (lam / 2) ||v - theta_t||^2``.
-
-    One step on a batch b is
-
-        v <- v - lr * ( grad F_i(v; b) + lam * (v - theta_t) )
-
-    (plus the configured momentum / weight decay, as for any local training), starting from
-    each client's current personal model ``personal[k][i]``; ``theta_t`` is the global model
-    the client received this round. This is what :class:`~fedlearn_edu.strategies.Ditto` runs.
-
-    Args:
-        personal: stacked ``{name: Tensor[m, ...]}``, the selected clients' personal models v_i.
-        global_params: theta_t.
-        lam: Ditto's lambda >= 0 (``lam = 0``: local training; large: the global model).
-        model, datasets, config, seeds, engine: as in :func:`train_clients`.
-    """
-    if not (lam >= 0 and lam < float("inf")):
-        raise ValueError(f"Ditto's lam must be a finite number >= 0, got {lam}.")
-    return train_clients(
-        model, personal, datasets, config.replace(prox_mu=float(lam)), seeds, anchor=global_params, engine=engine
-    )
 
 
 def simulate_local(federation: Federation, model: nn.Module, **kwargs) -> PersonalizedHistory:
@@ -186,6 +81,14 @@ def simulate_local(federation: Federation, model: nn.Module, **kwargs) -> Person
 
     Every client starts from theta_0 and trains only on its own data whenever it is selected;
     nothing is averaged. Keyword arguments are those of :func:`~fedlearn_edu.simulate`.
+
+    Args:
+        federation: the clients.
+        model: the architecture and theta_0 (not modified).
+        **kwargs: keyword arguments of :func:`~fedlearn_edu.simulate`.
+
+    Returns:
+        :class:`PersonalizedHistory` with ``personal_params`` (``{name: Tensor[N, ...]}``).
 
     Example:
         >>> from fedlearn_edu import federated_dataset, make_model
@@ -204,6 +107,13 @@ def simulate_ifca(
 
     See :class:`~fedlearn_edu.strategies.IFCA`. Keyword arguments are those of
     :func:`~fedlearn_edu.simulate`.
+
+    Args:
+        federation: the clients.
+        model: the architecture and theta_0 (not modified).
+        num_clusters: K, the number of cluster models.
+        warmup_rounds: rounds of random balanced assignment before the clients' argmin takes over.
+        **kwargs: keyword arguments of :func:`~fedlearn_edu.simulate`.
 
     Returns:
         :class:`PersonalizedHistory` with ``assignments`` (``ndarray[E, N]``),
@@ -235,6 +145,14 @@ def simulate_ditto(
     See :class:`~fedlearn_edu.strategies.Ditto`; ``global_strategy`` (FedAvg by default) is
     any :class:`~fedlearn_edu.Strategy`: "Ditto + CRAFT" is ``global_strategy=CRAFT()``.
     Keyword arguments are those of :func:`~fedlearn_edu.simulate`.
+
+    Args:
+        federation: the clients.
+        model: the architecture and theta_0 (not modified).
+        lam: Ditto's lambda >= 0 (0: local training; large: the global model).
+        global_strategy: the strategy that trains the global model (default FedAvg).
+        personal_epochs: epochs of the personal update (default: the round's local epochs).
+        **kwargs: keyword arguments of :func:`~fedlearn_edu.simulate`.
 
     Returns:
         :class:`PersonalizedHistory`: ``client_accuracy`` of the personal models,

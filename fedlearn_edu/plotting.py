@@ -57,6 +57,10 @@ def plot_client_accuracy(histories, index: int = -1, ax=None):
     Args:
         histories: a :class:`History`, a list of them, or ``{label: History}``.
         index: which evaluation (default: the last).
+        ax: the matplotlib ``Axes`` to draw on (default: a new figure).
+
+    Returns:
+        The ``Axes``.
     """
     import matplotlib.pyplot as plt
 

@@ -35,7 +35,7 @@ from .aggregators import (
     scaffold_control_update,
     scaffold_server_update,
 )
-from .aggregators._tree import check_positive
+from .checks import check_int, check_positive, check_range
 
 __all__ = [
     "make_quadratics",
@@ -72,11 +72,8 @@ def make_quadratics(
         >>> A.shape, b.shape, bool((torch.linalg.eigvalsh(A) >= 1 - 1e-12).all())
         (torch.Size([3, 2, 2]), torch.Size([3, 2]), True)
     """
-    for name, v in (("num_clients", num_clients), ("dim", dim)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"{name} must be an int >= 1, got {v!r}.")
-    if not condition >= 1:
-        raise ValueError(f"condition must be >= 1, got {condition}.")
+    num_clients, dim = check_int(num_clients, "num_clients", 1), check_int(dim, "dim", 1)
+    condition = check_range(condition, "condition", 1)
     spread = check_positive(spread, "spread", allow_zero=True)
     g = torch.Generator().manual_seed(int(seed))
     dt = torch.float64
@@ -121,6 +118,14 @@ def _steps(local_steps, n: int) -> Tensor:
 def global_optimum(A: Tensor, b: Tensor, weights=None) -> Tensor:
     """``x* = (sum_i p_i A_i)^{-1} sum_i p_i A_i b_i``, the minimiser of ``sum_i p_i f_i``.
 
+    Args:
+        A: ``Tensor[N, d, d]`` the clients' curvatures.
+        b: ``Tensor[N, d]`` the clients' optima.
+        weights: ``Tensor[N]`` client weights ``p`` (default: equal).
+
+    Returns:
+        ``Tensor[d]``.
+
     Example:
         >>> A = torch.stack([torch.eye(2), 3 * torch.eye(2)]).double()
         >>> global_optimum(A, torch.tensor([[0.0, 0.0], [4.0, 4.0]], dtype=torch.float64))
@@ -154,6 +159,16 @@ def _fixed_point(A: Tensor, b: Tensor, local_steps, lr: float, weights, normalis
 def fedavg_fixed_point(A: Tensor, b: Tensor, local_steps, lr: float, weights=None) -> Tensor:
     """FedAvg's fixed point with ``K_i`` local GD steps: ``(sum_i p_i M_i)^{-1} sum_i p_i M_i b_i``.
 
+    Args:
+        A: ``Tensor[N, d, d]`` the clients' curvatures.
+        b: ``Tensor[N, d]`` the clients' optima.
+        local_steps: ``K_i``, an int or integer ``Tensor[N]``.
+        lr: the local step size ``eta``.
+        weights: ``Tensor[N]`` client weights ``p`` (default: equal).
+
+    Returns:
+        ``Tensor[d]``.
+
     Example:
         >>> A, b = make_quadratics(4, 2, seed=1)
         >>> bool(torch.allclose(fedavg_fixed_point(A, b, 1, 0.05), global_optimum(A, b)))  # K = 1: no drift
@@ -163,7 +178,18 @@ def fedavg_fixed_point(A: Tensor, b: Tensor, local_steps, lr: float, weights=Non
 
 
 def fednova_fixed_point(A: Tensor, b: Tensor, local_steps, lr: float, weights=None) -> Tensor:
-    """FedNova's fixed point (plain local GD): ``(sum_i p_i M_i / K_i)^{-1} sum_i p_i M_i b_i / K_i``."""
+    """FedNova's fixed point (plain local GD): ``(sum_i p_i M_i / K_i)^{-1} sum_i p_i M_i b_i / K_i``.
+
+    Args:
+        A: ``Tensor[N, d, d]`` the clients' curvatures.
+        b: ``Tensor[N, d]`` the clients' optima.
+        local_steps: ``K_i``, an int or integer ``Tensor[N]``; FedNova divides client i's update by it.
+        lr: the local step size ``eta`` of plain local GD.
+        weights: ``Tensor[N]`` client weights ``p`` (default: equal).
+
+    Returns:
+        ``Tensor[d]``.
+    """
     return _fixed_point(A, b, local_steps, lr, weights, normalise=True)
 
 
@@ -176,7 +202,8 @@ def local_gd(
     is SCAFFOLD's correction, ``linear_i = -phi_i`` with ``prox = alpha`` FedDyn's local problem.
 
     Args:
-        A, b: the problem, ``Tensor[N, d, d]`` and ``Tensor[N, d]``.
+        A: the clients' curvatures, ``Tensor[N, d, d]``.
+        b: the clients' optima b_i, ``Tensor[N, d]``.
         x: the server model, ``Tensor[d]``.
         local_steps: ``K_i``, an int or integer ``Tensor[N]``.
         lr: the local step size.
@@ -213,7 +240,8 @@ def simulate_quadratics(
 
     Args:
         method: ``"fedavg"``, ``"fednova"``, ``"scaffold"`` or ``"feddyn"``.
-        A, b: the problem (:func:`make_quadratics`).
+        A: the clients' curvatures ``Tensor[N, d, d]`` (:func:`make_quadratics`).
+        b: the clients' optima b_i, ``Tensor[N, d]``.
         rounds: number of rounds.
         local_steps: ``K_i``, an int or integer ``Tensor[N]``.
         lr: the clients' step size (the server step is 1).
@@ -234,8 +262,7 @@ def simulate_quadratics(
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}.")
     n, d = _check_problem(A, b)
-    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 0:
-        raise ValueError(f"rounds must be an int >= 0, got {rounds!r}.")
+    rounds = check_int(rounds, "rounds", 0)
     lr = check_positive(lr, "lr")
     K = _steps(local_steps, n)
     p = _probabilities(weights, n, A.dtype)

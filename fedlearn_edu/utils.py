@@ -14,6 +14,12 @@ __all__ = ["resolve_device", "derive_seed", "tune_cpu_allocator"]
 def resolve_device(device: str | torch.device = "auto") -> torch.device:
     """Turn ``"auto"`` into CUDA, then MPS, then CPU; pass anything else to ``torch.device``.
 
+    Args:
+        device: ``"auto"``, a device name (``"cpu"``, ``"cuda:0"``, ...) or a ``torch.device``.
+
+    Returns:
+        The ``torch.device``.
+
     Raises:
         ValueError: an unknown device name, or a device not available on this machine.
     """
@@ -43,6 +49,12 @@ def derive_seed(*keys: int) -> int:
     Different key tuples give statistically independent streams (NumPy's SeedSequence),
     so a client's data order depends only on (seed, round, client id), never on which
     other clients were selected or which engine trains it.
+
+    Args:
+        *keys: non-negative integers.
+
+    Returns:
+        An int in ``[0, 2**63)``.
     """
     state = np.random.SeedSequence([int(k) for k in keys]).generate_state(2, dtype=np.uint32)
     return int((int(state[0]) << 31) ^ int(state[1])) & ((1 << 63) - 1)
@@ -66,6 +78,10 @@ def tune_cpu_allocator(mmap_threshold: int = 32 * 2**20, trim_threshold: int = 2
     harmless to tensors; it only changes when memory goes back to the OS. Called once by
     :class:`~fedlearn_edu.engine.VmapEngine` on the CPU (``VmapEngine(tune_allocator=False)``
     leaves the allocator alone); later calls do nothing.
+
+    Args:
+        mmap_threshold: bytes above which glibc maps blocks directly (at most 32 MiB).
+        trim_threshold: free bytes kept in the process before trimming.
 
     Returns:
         ``True`` when the setting is in effect (Linux with glibc), ``False`` elsewhere

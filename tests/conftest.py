@@ -30,6 +30,25 @@ if SHARED_DATA.is_dir():
     os.environ.setdefault("FEDLEARN_DATA", str(SHARED_DATA))
 
 
+@pytest.fixture
+def fed():
+    """The small federation of the run tests: six digits clients in two label-shift clusters, 30 samples each."""
+    from fedlearn_edu.data import shifted_federation
+
+    return shifted_federation("digits", "label", 2, 3, samples_per_client=30, seed=0)
+
+
+@pytest.fixture
+def mlp():
+    """``mlp(federation, seed=0, hidden=(16,))``: a small seeded MLP for a federation's inputs and classes."""
+    from fedlearn_edu.models import make_model
+
+    def make(federation, seed: int = 0, hidden=(16,)):
+        return make_model("mlp", federation.input_shape, federation.num_classes, hidden=hidden, seed=seed)
+
+    return make
+
+
 def pytest_collection_modifyitems(config, items):
     """Mark every item that executes a chapter (nbval), needs the built book or builds the package as ``book``."""
     for item in items:

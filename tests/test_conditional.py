@@ -32,14 +32,8 @@ from fedlearn_edu.data import (
     shifted_federation,
 )
 from fedlearn_edu.engine import LocalTraining, LoopEngine, VmapEngine
-from fedlearn_edu.params import get_params, stack_params
-from fedlearn_edu.personalization import (
-    ditto_personal_update,
-    simulate_ditto,
-    simulate_ifca,
-    simulate_local,
-    train_clients,
-)
+from fedlearn_edu.params import get_params
+from fedlearn_edu.personalization import simulate_ditto, simulate_ifca, simulate_local
 from fedlearn_edu.signals import (
     RandomProjection,
     client_fingerprints,
@@ -293,42 +287,6 @@ def test_condition_federation_and_engines_agree_on_conditional_model():
 # --------------------------------------------------------------------------- #
 # local-only, IFCA, Ditto
 # --------------------------------------------------------------------------- #
-def test_train_clients_from_equal_starts_equals_the_engines():
-    fed = shifted_federation("digits", "none", 1, 3, samples_per_client=25, seed=0)
-    model = make_model("mlp", (1, 8, 8), 10, hidden=(16,))
-    p = get_params(model)
-    ds = [(c.train_x, c.train_y) for c in fed]
-    cfg = LocalTraining(epochs=2, batch_size=7, lr=0.1, momentum=0.9, prox_mu=0.2)
-    for engine in (LoopEngine(), VmapEngine()):
-        ref = engine.train(model, p, ds, cfg, [5, 6, 7])
-        got = train_clients(model, stack_params([p] * 3), ds, cfg, [5, 6, 7], anchor=p, engine=engine)
-        for k in p:
-            torch.testing.assert_close(got.params[k], ref.params[k])
-        torch.testing.assert_close(got.train_loss, ref.train_loss)
-    with pytest.raises(ValueError, match="anchor"):
-        train_clients(model, stack_params([p] * 3), ds, cfg, [5, 6, 7])
-
-
-@pytest.mark.parametrize("engine", ["loop", "vmap"])
-def test_ditto_personal_update_matches_its_formula(engine):
-    torch.manual_seed(0)
-    model = torch.nn.Linear(4, 3)
-    theta = {k: v.detach().clone() for k, v in model.named_parameters()}
-    v0 = {k: t + 0.3 * torch.randn_like(t) for k, t in theta.items()}
-    x, y = torch.randn(6, 4), torch.tensor([0, 1, 2, 0, 1, 2])
-    lr, lam = 0.2, 0.7
-    cfg = LocalTraining(epochs=1, batch_size=6, lr=lr)  # one full-batch step
-    out = ditto_personal_update(model, stack_params([v0]), theta, [(x, y)], cfg, lam, [0], engine=engine)
-    w = {k: t.clone().requires_grad_(True) for k, t in v0.items()}
-    loss = torch.nn.functional.cross_entropy(x @ w["weight"].T + w["bias"], y)
-    grads = dict(zip(w, torch.autograd.grad(loss, list(w.values()))))
-    for k in theta:
-        expected = v0[k] - lr * (grads[k] + lam * (v0[k] - theta[k]))
-        torch.testing.assert_close(out.params[k][0], expected)
-    with pytest.raises(ValueError, match="lam"):
-        ditto_personal_update(model, stack_params([v0]), theta, [(x, y)], cfg, -1.0, [0])
-
-
 def _separated_clusters(seed=0):
     """Two clusters far apart: cluster 0 holds classes 0/1 split by x_0, cluster 1 classes 2/3 split by x_1."""
     g = torch.Generator().manual_seed(seed)

@@ -159,6 +159,40 @@ def test_engines_agree_from_per_client_starting_points():
         LoopEngine().train(model, anchor, data, cfg, [0, 1, 2], start={k: v[:2] for k, v in start.items()})
 
 
+@pytest.mark.parametrize("engine", [LoopEngine(), VmapEngine()])
+def test_equal_starting_points_equal_training_from_the_anchor(engine):
+    """``start`` with every row equal to ``global_params`` is the plain call."""
+    model = make_model("mlp", (1, 8, 8), 10, hidden=(16,), seed=0)
+    p = get_params(model)
+    data = _datasets([25, 25, 25], dtype=torch.float32)
+    cfg = LocalTraining(epochs=2, batch_size=7, lr=0.1, momentum=0.9, prox_mu=0.2)
+    ref = engine.train(model, p, data, cfg, [5, 6, 7])
+    got = engine.train(model, p, data, cfg, [5, 6, 7], start={k: v.expand(3, *v.shape).clone() for k, v in p.items()})
+    for k in p:
+        torch.testing.assert_close(got.params[k], ref.params[k])
+    torch.testing.assert_close(got.train_loss, ref.train_loss)
+
+
+@pytest.mark.parametrize("engine", ["loop", "vmap"])
+def test_a_personal_step_from_start_matches_dittos_formula(engine):
+    """Ditto's personal step: from v, one full-batch step on ``F(v) + (lam/2)||v - theta||^2`` is
+    ``v - lr (grad F(v) + lam (v - theta))`` (the proximal centre is ``global_params``)."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 3)
+    theta = {k: v.detach().clone() for k, v in model.named_parameters()}
+    v0 = {k: t + 0.3 * torch.randn_like(t) for k, t in theta.items()}
+    x, y = torch.randn(6, 4), torch.tensor([0, 1, 2, 0, 1, 2])
+    lr, lam = 0.2, 0.7
+    cfg = LocalTraining(epochs=1, batch_size=6, lr=lr, prox_mu=lam)  # one full-batch step
+    out = make_engine(engine).train(model, theta, [(x, y)], cfg, [0], start={k: v.unsqueeze(0) for k, v in v0.items()})
+    w = {k: t.clone().requires_grad_(True) for k, t in v0.items()}
+    loss = F.cross_entropy(x @ w["weight"].T + w["bias"], y)
+    grads = dict(zip(w, torch.autograd.grad(loss, list(w.values()))))
+    for k in theta:
+        expected = v0[k] - lr * (grads[k] + lam * (v0[k] - theta[k]))
+        torch.testing.assert_close(out.params[k][0], expected)
+
+
 @pytest.mark.parametrize("name", ["mlp", "smallcnn"])
 @pytest.mark.parametrize("prox_mu", [0.0, 0.7])
 def test_stacked_grads_are_each_clients_own_gradient(name, prox_mu):

@@ -480,7 +480,7 @@ def test_allocator_setting_is_documented_with_its_opt_out():
 
 # ------------------------------------------------------------- the fused finiteness checks
 def test_all_finite_is_exact_when_true_and_only_a_hint_when_false():
-    from fedlearn_edu.aggregators._checks import all_finite
+    from fedlearn_edu.checks import all_finite
 
     ok = [torch.randn(3, 4), torch.randn(3), torch.zeros(0, 5)]
     assert all_finite(ok) and all_finite([])
@@ -505,7 +505,7 @@ def test_check_updates_names_the_client_after_the_fused_test_fails():
 
 
 def test_known_finite_skips_only_unchanged_tensors():
-    from fedlearn_edu.aggregators._checks import check_updates, known_finite
+    from fedlearn_edu.checks import check_updates, known_finite
 
     deltas = {"a": torch.randn(4, 3), "b": torch.randn(4, 2)}
     with known_finite(deltas.values()):

@@ -19,9 +19,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ._checks import Updates, check_updates
-from ._tree import check_positive
-from .conflict import _check_losses, _combine
+from ..checks import Updates, check_losses, check_positive, check_updates
+from ._tree import combine
 
 __all__ = ["project_simplex", "afl_lambda_step", "afl_direction"]
 
@@ -113,7 +112,7 @@ def afl_lambda_step(lambdas, losses, lr: float, clients=None) -> Tensor:
     x = torch.as_tensor(losses)
     if x.dim() != 1 or x.shape[0] == 0:
         raise ValueError(f"losses must be Tensor[m] (one per selected client); got shape {tuple(x.shape)}.")
-    L = _check_losses(x, x.shape[0])
+    L = check_losses(x, x.shape[0])
     idx = _selected(clients, L.shape[0], lam)
     gamma = check_positive(lr, "lr")
     grad = torch.zeros_like(lam)
@@ -143,4 +142,4 @@ def afl_direction(deltas: Updates, lambdas, clients=None) -> Updates:
     m = check_updates(deltas, "deltas")
     lam = _check_lambdas(lambdas)
     idx = _selected(clients, m, lam)
-    return _combine(lam[idx] * (lam.shape[0] / m), deltas)
+    return combine(lam[idx] * (lam.shape[0] / m), deltas)

@@ -14,8 +14,16 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import Tensor
 
-from ..checks import check_float
-from ._checks import Updates, as_tensor_arg, check_rcond, check_updates
+from ..checks import (
+    Updates,
+    as_tensor_arg,
+    check_losses,
+    check_positive,
+    check_range,
+    check_rcond,
+    check_updates,
+)
+from ._tree import combine
 from .craft import gram_pinv_apply, group_matrices, split_groups, work_dtype
 
 __all__ = ["config_direction", "fedfv_direction", "qfedavg_step"]
@@ -27,21 +35,6 @@ def _as_matrices(pseudo_grads: Updates) -> list[Tensor]:
         return [pseudo_grads]
     m = next(iter(pseudo_grads.values())).shape[0]
     return [v.reshape(m, -1) for v in pseudo_grads.values()]
-
-
-def _combine(coef: Tensor, pseudo_grads: Updates) -> Updates:
-    """``sum_k coef_k g_k`` for ``coef: Tensor[m]``, in the input's structure and dtype."""
-
-    def one(t: Tensor) -> Tensor:
-        return torch.tensordot(
-            coef.to(device=t.device, dtype=torch.promote_types(t.dtype, coef.dtype)),
-            t.to(torch.promote_types(t.dtype, coef.dtype)),
-            dims=1,
-        ).to(t.dtype)
-
-    if isinstance(pseudo_grads, Tensor):
-        return one(pseudo_grads)
-    return {k: one(v) for k, v in pseudo_grads.items()}
 
 
 def _gram(pseudo_grads: Updates) -> Tensor:
@@ -120,20 +113,8 @@ def config_direction(
     return split_groups({q: _config_one(G, rcond) for q, G in mats.items()}, groups, pseudo_grads)
 
 
-def _check_losses(losses, m: int, what: str = "losses") -> Tensor:
-    x = as_tensor_arg(losses, what).detach().cpu().to(torch.float64)
-    if x.shape != (m,):
-        raise ValueError(f"{what} must be Tensor[m] with m = {m} (one per client); got shape {tuple(x.shape)}.")
-    if not bool(torch.isfinite(x).all()):
-        raise ValueError(f"{what} contain NaN or Inf: {x.tolist()}.")
-    return x
-
-
 def _check_alpha(alpha) -> float:
-    alpha = check_float(alpha, "alpha")
-    if not 0 <= alpha <= 1:
-        raise ValueError(f"alpha must be in [0, 1], got {alpha}.")
-    return alpha
+    return check_range(alpha, "alpha", 0, 1)
 
 
 def fedfv_kept(losses, alpha: float) -> Tensor:
@@ -142,11 +123,18 @@ def fedfv_kept(losses, alpha: float) -> Tensor:
     The authors' rule ``order[ceil((m - 1)(1 - alpha)):]`` over clients sorted by
     increasing loss: ``ceil(alpha m)`` clients for alpha = 0.1 and every m up to 100 (at
     least one when alpha > 0), none when alpha = 0. Returns a boolean ``Tensor[m]``.
+
+    Args:
+        losses: ``Tensor[m]`` the clients' losses, finite.
+        alpha: the share of highest-loss clients kept, in [0, 1].
+
+    Raises:
+        ValueError: ``losses`` not a finite ``Tensor[m]``, or ``alpha`` outside [0, 1].
     """
     x = as_tensor_arg(losses, "losses")
     if x.dim() != 1:
         raise ValueError(f"losses must be Tensor[m] (one per client); got shape {tuple(x.shape)}.")
-    x = _check_losses(x, x.shape[0])
+    x = check_losses(x, x.shape[0])
     alpha = _check_alpha(alpha)
     m = x.shape[0]
     keep = torch.zeros(m, dtype=torch.bool)
@@ -186,7 +174,7 @@ def fedfv_direction(pseudo_grads: Updates, losses, alpha: float = 0.1) -> Update
         tensor([-0.1581,  0.4743])
     """
     m = check_updates(pseudo_grads, "pseudo_grads")
-    x = _check_losses(losses, m)
+    x = check_losses(losses, m)
     alpha = _check_alpha(alpha)
     K = _gram(pseudo_grads)
     work, device = K.dtype, K.device
@@ -207,7 +195,7 @@ def fedfv_direction(pseudo_grads: Updates, losses, alpha: float = 0.1) -> Update
     mean = torch.full((m,), 1.0 / m, dtype=work, device=device)
     norm_mean = torch.sqrt(torch.clamp(mean @ K @ mean, min=0))
     coef = a * (norm_mean / norm_t) if bool(norm_t > 0) else torch.zeros_like(a)
-    return _combine(coef, pseudo_grads)
+    return combine(coef, pseudo_grads)
 
 
 def qfedavg_step(pseudo_grads: Updates, losses, lr: float, q: float = 1.0) -> Updates:
@@ -238,11 +226,11 @@ def qfedavg_step(pseudo_grads: Updates, losses, lr: float, q: float = 1.0) -> Up
         tensor([0.5000, 0.5000])
     """
     m = check_updates(pseudo_grads, "pseudo_grads")
-    F = _check_losses(losses, m)
+    F = check_losses(losses, m)
     if bool((F < 0).any()):
         raise ValueError(f"losses must be >= 0 (q-FedAvg raises them to the power q); got {F.tolist()}.")
-    lr = check_float(lr, "lr", positive=True)
-    q = check_float(q, "q", nonnegative=True)
+    lr = check_positive(lr, "lr")
+    q = check_positive(q, "q", allow_zero=True)
     K = _gram(pseudo_grads)
     F = F.to(device=K.device, dtype=K.dtype)
     # In logarithms, shifted by the largest term: F_k^q overflows for a large q (1000) and
@@ -260,7 +248,7 @@ def qfedavg_step(pseudo_grads: Updates, losses, lr: float, q: float = 1.0) -> Up
     terms = torch.cat([a, b])
     finite = terms[torch.isfinite(terms)]
     if finite.numel() == 0:
-        return _combine(torch.zeros_like(F), pseudo_grads)
+        return combine(torch.zeros_like(F), pseudo_grads)
     shift = finite.max()
     h = torch.exp(a - shift) + torch.exp(b - shift)
-    return _combine(torch.exp(b - shift) / h.sum(), pseudo_grads)
+    return combine(torch.exp(b - shift) / h.sum(), pseudo_grads)

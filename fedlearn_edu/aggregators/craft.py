@@ -26,13 +26,20 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import Tensor
 
-from ._checks import Updates, as_tensor_arg, check_rcond, check_updates, check_weights
+from ..checks import Updates, as_tensor_arg, check_rcond, check_reference, check_updates, check_weights
 
 __all__ = ["craft_direction", "pinv_solve", "gram_pinv_apply", "group_matrices", "split_groups"]
 
 
 def work_dtype(device: torch.device) -> torch.dtype:
-    """float64 for the Gram algebra, except on Apple's MPS which has no float64."""
+    """float64 for the Gram algebra, except on Apple's MPS which has no float64.
+
+    Args:
+        device: where the pseudo-gradients live.
+
+    Returns:
+        ``torch.float64``, or ``torch.float32`` on MPS.
+    """
     return torch.float32 if device.type == "mps" else torch.float64
 
 
@@ -179,6 +186,18 @@ def group_matrices(
 
     With ``stacked=False`` (one model, e.g. a reference direction) the result is
     ``{group: Tensor[d_q]}``. Every tensor must belong to exactly one group.
+
+    Args:
+        tensors: ``{name: Tensor[m, ...]}`` (or ``{name: Tensor[...]}`` with ``stacked=False``).
+        groups: ``{group: [names]}``; every key of ``tensors`` in exactly one group.
+        stacked: whether the tensors carry a leading client axis.
+        what: the argument's name, for the messages.
+
+    Returns:
+        ``{group: Tensor[m, d_q]}`` (or ``{group: Tensor[d_q]}``), ``d_q`` the group's size.
+
+    Raises:
+        ValueError: an empty group, a name in two groups or in none, or a name not in ``tensors``.
     """
     seen: dict[str, str] = {}
     for group, names in groups.items():
@@ -211,9 +230,18 @@ def group_matrices(
 def split_groups(
     vectors: Mapping[str, Tensor], groups: Mapping[str, Sequence[str]], like: Mapping[str, Tensor]
 ) -> dict[str, Tensor]:
-    """Inverse of :func:`group_matrices` for one model: cut ``{group: Tensor[d_q]}`` back into
-    ``{name: Tensor[...]}`` shaped like ``like[name]`` without its leading client axis, in
-    ``like``'s key order."""
+    """Inverse of :func:`group_matrices` for one model.
+
+    Args:
+        vectors: ``{group: Tensor[d_q]}``, one vector per layer group.
+        groups: ``{group: [parameter names]}``, as given to :func:`group_matrices`.
+        like: stacked ``{name: Tensor[m, ...]}`` whose shapes (without the client axis) and key
+            order the output takes.
+
+    Returns:
+        ``{name: Tensor[...]}`` shaped like ``like[name]`` without its leading client axis, in
+        ``like``'s key order.
+    """
     out = {}
     for group, names in groups.items():
         offset = 0
@@ -223,32 +251,6 @@ def split_groups(
             out[n] = vectors[group][offset : offset + size].reshape(shape)
             offset += size
     return {k: out[k] for k in like}
-
-
-def _check_reference(reference, pseudo_grads, what: str = "reference"):
-    """Reference: None, or the structure of ``pseudo_grads`` without the client axis, finite."""
-    if reference is None:
-        return None
-    if isinstance(pseudo_grads, Tensor):
-        if not isinstance(reference, Tensor):
-            raise TypeError(f"{what} must be a Tensor[d] (or None) for Tensor[m, d] pseudo_grads.")
-        if reference.shape != pseudo_grads.shape[1:]:
-            raise ValueError(
-                f"{what} must have shape {tuple(pseudo_grads.shape[1:])} (d); got {tuple(reference.shape)}."
-            )
-        if not bool(torch.isfinite(reference).all()):
-            raise ValueError(f"{what} contains NaN or Inf.")
-        return reference
-    if not isinstance(reference, Mapping) or set(reference) != set(pseudo_grads):
-        raise ValueError(
-            f"{what} must be a dict with the same keys as pseudo_grads ({sorted(pseudo_grads)[:6]}...), or None."
-        )
-    for k, v in reference.items():
-        if tuple(v.shape) != tuple(pseudo_grads[k].shape[1:]):
-            raise ValueError(f"{what}[{k!r}] must have shape {tuple(pseudo_grads[k].shape[1:])}; got {tuple(v.shape)}.")
-        if not bool(torch.isfinite(v).all()):
-            raise ValueError(f"{what}[{k!r}] contains NaN or Inf.")
-    return reference
 
 
 def craft_direction(
@@ -320,7 +322,7 @@ def craft_direction(
     """
     m = check_updates(pseudo_grads, "pseudo_grads", finite=False)  # NaN/Inf: checked per group below
     w = check_weights(rho, m, "rho")
-    reference = _check_reference(reference, pseudo_grads)
+    reference = check_reference(reference, pseudo_grads)
     if isinstance(pseudo_grads, Tensor):
         if groups is not None:
             raise ValueError("groups only applies to a dict of per-parameter tensors; got a Tensor[m, d].")

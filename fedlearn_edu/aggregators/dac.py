@@ -33,7 +33,7 @@ import math
 import torch
 from torch import Tensor
 
-from ._tree import check_positive
+from ..checks import check_int, check_positive
 
 __all__ = ["dac_probabilities", "dac_update_similarities", "dac_tau_schedule"]
 
@@ -149,12 +149,19 @@ def dac_tau_schedule(round_index: int, tau: float, rate: float = 0.2) -> float:
     (``tau_function(round, tau, 0.2)``), where ``t`` counts the scoring rounds from 0 and the
     ``tau_t`` computed at the end of round ``t`` weighs the draw of round ``t + 1``.
 
+    Args:
+        round_index: ``t``, an int >= 0.
+        tau: DAC's ``tau``, >= 0.
+        rate: the schedule's rate, > 0.
+
+    Returns:
+        ``tau_t``, a float from 1 (``t = 0``) rising towards ``tau + 1``.
+
     Example:
         >>> dac_tau_schedule(0, 30.0), round(dac_tau_schedule(100, 30.0), 4)
         (1.0, 31.0)
     """
-    if isinstance(round_index, bool) or not isinstance(round_index, int) or round_index < 0:
-        raise ValueError(f"round_index must be an int >= 0, got {round_index!r}.")
+    round_index = check_int(round_index, "round_index", 0)
     t = check_positive(tau, "tau", allow_zero=True)
     r = check_positive(rate, "rate")
     return 2 * t / (1 + math.exp(-r * round_index)) - t + 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ._checks import Updates, check_finite, check_updates, check_weights
+from ..checks import Updates, check_finite, check_updates, check_weights
 
 __all__ = ["fedavg", "count_conflicts"]
 

@@ -6,7 +6,8 @@ the server keeps ``h`` (zero at the start). In round t a selected client (approx
 
     ``L_k(theta) - <phi_k, theta> + (alpha/2) ||theta - theta^{t-1}||^2``
 
-(:func:`fedlearn_edu.local_objectives.feddyn_regulariser`), starting from ``theta^{t-1}``, and
+(``proximal_term(theta, theta^{t-1}, alpha) + linear_term(theta, -phi_k)`` of
+:mod:`fedlearn_edu.local_objectives`), starting from ``theta^{t-1}``, and
 then updates its linear term from the first-order condition of that problem,
 
     ``phi_k <- phi_k - alpha (theta_k^t - theta^{t-1})``.
@@ -26,9 +27,8 @@ from __future__ import annotations
 
 import torch
 
-from ._checks import Updates, check_updates
-from ._tree import check_num_clients, check_positive, check_stacked_like, map_updates
-from .craft import _check_reference
+from ..checks import Updates, check_num_clients, check_positive, check_reference, check_stacked_like, check_updates
+from ._tree import map_updates
 from .fedavg import fedavg
 
 __all__ = ["feddyn_client_update", "feddyn_server_update"]
@@ -83,7 +83,7 @@ def feddyn_server_update(
     m = check_updates(deltas, "deltas")
     if server_state is None:
         raise TypeError("server_state must be given (zeros at the start of training).")
-    _check_reference(server_state, deltas, "server_state")
+    check_reference(server_state, deltas, "server_state")
     a = check_positive(alpha, "alpha")
     n = check_num_clients(num_clients, m)
     new_state = map_updates(lambda h, d: h - (a / n) * d.sum(0), server_state, deltas)

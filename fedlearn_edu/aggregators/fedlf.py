@@ -1,5 +1,7 @@
-"""FedLF's layer-wise fair direction (Pan et al., "FedLF: Layer-wise fair federated learning",
-AAAI 2024) and the exact minimum-norm point of a convex hull it rests on (MGDA's QP).
+"""FedLF's layer-wise fair direction and the exact minimum-norm point of a convex hull it rests on.
+
+Pan et al., "FedLF: Layer-wise fair federated learning", AAAI 2024; the hull's minimum-norm
+point is MGDA's QP.
 
 Per layer (or layer group) q, with the clients' pseudo-gradients ``g_{i,q}`` (``g_i = -Delta_i``):
 
@@ -35,8 +37,7 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import Tensor
 
-from ._checks import Updates, check_updates
-from .conflict import _check_losses
+from ..checks import Updates, check_losses, check_updates
 from .craft import group_matrices, split_groups, work_dtype
 
 __all__ = ["min_norm_point", "fedlf_direction"]
@@ -178,7 +179,7 @@ def fedlf_direction(
     m = check_updates(pseudo_grads, "pseudo_grads")
     h = None
     if losses is not None:
-        h = _fairness_vector(_check_losses(losses, m))
+        h = _fairness_vector(check_losses(losses, m))
     if isinstance(pseudo_grads, Tensor):
         if groups is not None:
             raise ValueError("groups only applies to a dict of per-parameter tensors.")

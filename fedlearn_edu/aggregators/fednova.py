@@ -34,9 +34,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ._checks import Updates, check_updates, check_weights
-from ._tree import check_counts, check_positive
-from .conflict import _combine
+from ..checks import Updates, check_counts, check_range, check_updates, check_weights
+from ._tree import combine
 
 __all__ = ["fednova_norms", "fednova_tau_eff", "fednova_aggregate"]
 
@@ -60,12 +59,8 @@ def fednova_norms(local_steps, momentum: float = 0.0, proximal: float = 0.0) -> 
     """
     t = torch.as_tensor(local_steps)
     tau = check_counts(t, 1 if t.dim() == 0 else t.shape[0], "local_steps")
-    rho = check_positive(momentum, "momentum", allow_zero=True)
-    alpha = check_positive(proximal, "proximal", allow_zero=True)
-    if rho >= 1:
-        raise ValueError(f"momentum must be in [0, 1), got {rho}.")
-    if alpha >= 1:
-        raise ValueError(f"proximal (eta_l * mu) must be in [0, 1), got {alpha}.")
+    rho = check_range(momentum, "momentum", 0, 1, high_open=True)
+    alpha = check_range(proximal, "proximal", 0, 1, high_open=True, why="(eta_l * mu)")
     if rho > 0 and alpha > 0:
         raise ValueError(
             "FedNova's closed form covers momentum or a proximal term, not both: set momentum=0 or proximal=0."
@@ -85,6 +80,17 @@ def fednova_tau_eff(local_steps, weights, momentum: float = 0.0, proximal: float
 
     ``sum_i p_i ||a_i||_1``, except with a proximal term (``proximal > 0``) and
     ``prox_tau_eff="steps"`` (the default, as the authors' code): ``sum_i p_i tau_i``.
+
+    Args:
+        local_steps: ``tau_i``, a number or ``Tensor[m]`` of positive step counts.
+        weights: ``Tensor[m]`` client weights (normalised to ``p``).
+        momentum: local SGD momentum ``rho`` in [0, 1).
+        proximal: ``eta_l * mu`` in [0, 1) (FedProx's term).
+        prox_tau_eff: ``"steps"`` (``sum_i p_i tau_i``, the authors' code) or ``"norms"``
+            (``sum_i p_i ||a_i||_1``) when ``proximal > 0``.
+
+    Returns:
+        ``tau_eff``, a float64 scalar ``Tensor``.
 
     Example:
         >>> float(fednova_tau_eff(torch.tensor([2, 4]), torch.ones(2), proximal=0.5))   # authors: (2 + 4) / 2
@@ -140,4 +146,4 @@ def fednova_aggregate(
     w = check_weights(weights, m).to(torch.float64).cpu()
     p = w / w.sum()
     tau_eff = _tau_eff(torch.as_tensor(steps), p, norms, proximal, prox_tau_eff)
-    return _combine(tau_eff * p / norms, deltas)
+    return combine(tau_eff * p / norms, deltas)

@@ -22,8 +22,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..checks import as_vector, check_float
-from ._checks import Updates, check_updates, check_weights
+from ..checks import Updates, as_vector, check_positive, check_range, check_updates, check_weights
 
 __all__ = [
     "fit_beta",
@@ -84,6 +83,10 @@ def beta_moments(mean: float, var: float) -> tuple[float, float]:
     ``v = m (1 - m) / (alpha + beta + 1)``; solving, ``c = alpha + beta = m (1 - m) / v - 1``,
     ``alpha = m c``, ``beta = (1 - m) c``. Valid only when ``0 < m < 1`` and ``0 < v < m (1 - m)``.
 
+    Args:
+        mean: the sample mean ``m``.
+        var: the sample variance ``v``.
+
     Returns:
         ``(alpha, beta)``; NaN for both when the moments admit no Beta distribution.
 
@@ -131,9 +134,7 @@ def fit_beta(oui_values, clip: float = FIT_CLIP) -> tuple[float, float, str]:
         (6.1, 15.94, 'moments')
     """
     x = _as_unit_values(oui_values)
-    clip = check_float(clip, "clip")
-    if not 0 <= clip < 0.5:
-        raise ValueError(f"clip must be in [0, 0.5), got {clip}.")
+    clip = check_range(clip, "clip", 0, 0.5, high_open=True)
     x = np.clip(x, clip, 1.0 - clip)
     if x.size < 2:
         return math.nan, math.nan, "empirical"
@@ -160,6 +161,9 @@ def empirical_rank_scores(oui_values) -> Tensor:
 
     ``r_k`` is the rank of ``o_k`` among the m values (1 = smallest; ties get their
     average rank). The empirical CDF stands in for the fitted one.
+
+    Args:
+        oui_values: ``Tensor[m]`` (or a sequence) of OUI values in [0, 1].
 
     Returns:
         ``Tensor[m]`` in ``(0, 1]``.
@@ -241,7 +245,8 @@ def fedoui_weights(
         oui_values: ``Tensor[m]`` OUI values in ``[0, 1]``.
         num_samples: ``Tensor[m]`` training-set sizes ``n_k`` (> 0).
         eps: floor added to the score (1e-3).
-        size_power, score_power: the exponents a and b.
+        size_power: the exponent a of the sample counts.
+        score_power: the exponent b of the scores.
         clip: clipping margin of the Beta fit.
 
     Returns:
@@ -253,9 +258,9 @@ def fedoui_weights(
         >>> [round(v, 3) for v in w.tolist()]
         [0.054, 0.689, 0.153, 0.085, 0.018]
     """
-    eps = check_float(eps, "eps", positive=True)  # it keeps every weight positive
-    size_power = check_float(size_power, "size_power", nonnegative=True)
-    score_power = check_float(score_power, "score_power", nonnegative=True)
+    eps = check_positive(eps, "eps")  # it keeps every weight positive
+    size_power = check_positive(size_power, "size_power", allow_zero=True)
+    score_power = check_positive(score_power, "score_power", allow_zero=True)
     return weights_from_scores(fedoui_scores(oui_values, clip), num_samples, eps, size_power, score_power)
 
 
@@ -304,7 +309,7 @@ def fedalign_weights(deltas: Updates, num_samples, eps: float = 1e-3) -> Tensor:
         >>> bool(w[2] < 0.01)
         True
     """
-    eps = check_float(eps, "eps", positive=True)
+    eps = check_positive(eps, "eps")
     m = check_updates(deltas, "deltas")
     n = check_weights(num_samples, m, "num_samples").cpu().to(torch.float64)
     if bool((n <= 0).any()):

@@ -23,8 +23,7 @@ from collections.abc import Mapping
 import torch
 from torch import Tensor
 
-from ..checks import check_float
-from ._checks import as_tensor_arg, check_updates, check_weights
+from ..checks import as_tensor_arg, check_positive, check_updates, check_weights
 
 __all__ = ["fedvg_weights", "fedvg_layerwise_weights", "fedvg_mixed_weights", "fedvg_aggregate"]
 
@@ -58,7 +57,7 @@ def _check_norms(grad_norms) -> Tensor:
 
 
 def _check_eps(eps: float) -> float:
-    return check_float(eps, "eps", positive=True)  # it keeps 1/(G + eps) finite
+    return check_positive(eps, "eps")  # it keeps 1/(G + eps) finite
 
 
 def fedvg_weights(grad_norms, eps: float = 1e-8) -> Tensor:

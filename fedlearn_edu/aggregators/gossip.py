@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ._checks import Updates, check_updates, check_weights
+from ..checks import Updates, check_int, check_range, check_updates, check_weights
 from ._tree import map_updates
 
 __all__ = [
@@ -48,7 +48,14 @@ def _check_adjacency(adjacency) -> Tensor:
 
 
 def is_connected(adjacency) -> bool:
-    """Whether the undirected graph with this ``Tensor[N, N]`` adjacency matrix is connected."""
+    """Whether the undirected graph with this ``Tensor[N, N]`` adjacency matrix is connected.
+
+    Args:
+        adjacency: ``Tensor[N, N]`` symmetric 0/1 adjacency matrix.
+
+    Returns:
+        ``True`` when every client reaches every other one.
+    """
     A = _check_adjacency(adjacency)
     seen = torch.zeros(A.shape[0], dtype=torch.bool)
     seen[0] = True
@@ -82,10 +89,8 @@ def random_graph(num_clients: int, edge_prob: float, seed: int = 0, max_tries: i
                 [1, 1, 0, 1],
                 [1, 1, 1, 0]], dtype=torch.int32)
     """
-    if isinstance(num_clients, bool) or not isinstance(num_clients, int) or num_clients < 1:
-        raise ValueError(f"num_clients must be an int >= 1, got {num_clients!r}.")
-    if not 0 < float(edge_prob) <= 1:
-        raise ValueError(f"edge_prob must be in (0, 1], got {edge_prob}.")
+    num_clients = check_int(num_clients, "num_clients", 1)
+    check_range(edge_prob, "edge_prob", 0, 1, low_open=True)
     g = torch.Generator().manual_seed(int(seed))
     n = num_clients
     for _ in range(max_tries):
@@ -194,8 +199,7 @@ def sample_neighbours(probabilities, num_sampled: int, seed: int | torch.Generat
         raise ValueError(f"probabilities must be Tensor[N, N]; got shape {tuple(P.shape)}.")
     if not bool(torch.isfinite(P).all()) or bool((P < 0).any()):
         raise ValueError("probabilities must be finite and >= 0.")
-    if isinstance(num_sampled, bool) or not isinstance(num_sampled, int) or num_sampled < 1:
-        raise ValueError(f"num_sampled must be an int >= 1, got {num_sampled!r}.")
+    num_sampled = check_int(num_sampled, "num_sampled", 1)
     P.fill_diagonal_(0)
     short = (P > 0).sum(dim=1) < num_sampled
     if bool(short.any()):

@@ -3,7 +3,7 @@
 Server model ``x``, server control ``c``, client controls ``c_i`` (all zero at the start).
 A selected client starts from ``y_i = x`` and takes ``K_i`` local steps of size ``eta_l``
 along the corrected gradient ``g_i(y_i) - c_i + c`` (the local-objective term is
-:func:`fedlearn_edu.local_objectives.scaffold_correction`). Then, with option II,
+``linear_term(y, c - c_i)`` of :mod:`fedlearn_edu.local_objectives`). Then, with option II,
 
     ``c_i+ = c_i - c + (x - y_i) / (K_i eta_l)``,
     ``Delta y_i = y_i - x``,  ``Delta c_i = c_i+ - c_i``,
@@ -20,9 +20,16 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ._checks import Updates, check_updates
-from ._tree import check_counts, check_num_clients, check_positive, check_stacked_like, map_updates
-from .craft import _check_reference
+from ..checks import (
+    Updates,
+    check_counts,
+    check_num_clients,
+    check_positive,
+    check_reference,
+    check_stacked_like,
+    check_updates,
+)
+from ._tree import map_updates
 from .fedavg import fedavg
 
 __all__ = ["scaffold_control_update", "scaffold_server_update"]
@@ -59,7 +66,7 @@ def scaffold_control_update(
     """
     m = check_updates(client_controls, "client_controls")
     check_stacked_like(deltas, client_controls, "deltas", "client_controls")
-    _check_reference(server_control, client_controls, "server_control")
+    check_reference(server_control, client_controls, "server_control")
     if server_control is None:
         raise TypeError("server_control must be given (zeros at the start of training).")
     steps = check_counts(local_steps, m, "local_steps")
@@ -98,7 +105,7 @@ def scaffold_server_update(
     check_stacked_like(control_deltas, deltas, "control_deltas", "deltas")
     if server_control is None:
         raise TypeError("server_control must be given (zeros at the start of training).")
-    _check_reference(server_control, deltas, "server_control")
+    check_reference(server_control, deltas, "server_control")
     n = check_num_clients(num_clients, m)
     direction = fedavg(deltas, torch.ones(m, dtype=torch.float64) if weights is None else weights)
     new_control = map_updates(lambda c, dc: c + dc.sum(0) / n, server_control, control_deltas)

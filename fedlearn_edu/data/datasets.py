@@ -34,7 +34,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import TensorDataset
 
-from ..checks import check_float, check_int, check_seed
+from ..checks import check_int, check_positive, check_seed
 from .federation import Federation, make_federation
 from .partition import PARTITIONS
 from .readers import read_cifar_batches, read_idx
@@ -412,7 +412,7 @@ def federated_dataset(
         raise ValueError(f"Unknown partition {partition!r}. Valid values: {', '.join(PARTITIONS)}.")
     seed = check_seed(seed)
     k = check_int(num_clients, "num_clients", 1)
-    test_fraction = check_float(test_fraction, "test_fraction", nonnegative=True)
+    test_fraction = check_positive(test_fraction, "test_fraction", allow_zero=True)
     train, test = load_dataset(info.name, root=root, download=download)
     if merge:
         x = torch.cat([train.tensors[0], test.tensors[0]])

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..checks import as_labels, check_float, check_int, check_seed
+from ..checks import as_labels, check_int, check_range, check_seed
 
 __all__ = ["ClientData", "Federation", "make_federation"]
 
@@ -67,13 +67,23 @@ class ClientData:
 
     @property
     def num_train(self) -> int:
+        """Number of local training samples."""
         return int(self.train_y.shape[0])
 
     @property
     def num_test(self) -> int:
+        """Number of local test samples."""
         return int(self.test_y.shape[0])
 
     def to(self, device) -> ClientData:
+        """A copy with the four tensors on ``device`` (and a copy of ``info``).
+
+        Args:
+            device: a ``torch.device`` or its name.
+
+        Returns:
+            A new :class:`ClientData`.
+        """
         return ClientData(
             self.train_x.to(device),
             self.train_y.to(device),
@@ -129,6 +139,7 @@ class Federation:
 
     @property
     def num_clients(self) -> int:
+        """N, the number of clients."""
         return len(self.clients)
 
     @property
@@ -147,7 +158,14 @@ class Federation:
         return torch.tensor([c.num_test for c in self.clients], dtype=torch.int64)
 
     def label_counts(self, split: str = "train") -> np.ndarray:
-        """``ndarray[N, num_classes]``: how many samples of each class each client holds."""
+        """``ndarray[N, num_classes]``: how many samples of each class each client holds.
+
+        Args:
+            split: ``"train"`` or ``"test"``.
+
+        Returns:
+            ``ndarray[N, num_classes]`` of int64 counts.
+        """
         if split not in ("train", "test", "all"):
             raise ValueError(f"split must be 'train', 'test' or 'all', got {split!r}.")
         counts = np.zeros((len(self), self.num_classes), dtype=np.int64)
@@ -162,7 +180,14 @@ class Federation:
         return counts
 
     def to(self, device) -> Federation:
-        """A copy with every client's tensors on ``device``."""
+        """A copy with every client's tensors on ``device``.
+
+        Args:
+            device: a ``torch.device`` or its name.
+
+        Returns:
+            A new :class:`Federation`.
+        """
         return Federation([c.to(device) for c in self.clients], self.num_classes, self.name)
 
 
@@ -188,6 +213,7 @@ def make_federation(
             most ``n_i - 1`` when ``0 < test_fraction`` and ``n_i >= 2``.
         num_classes: size of the label space (default: ``y.max() + 1``).
         seed: seed of the per-client shuffle that picks the test samples.
+        name: a short description of the federation, used in plots and tables.
 
     Returns:
         A :class:`Federation` with ``len(partition)`` clients.
@@ -210,9 +236,7 @@ def make_federation(
     if not bool(torch.isfinite(x).all()):
         bad = int((~torch.isfinite(x.reshape(x.shape[0], -1))).any(1).sum())
         raise ValueError(f"x holds NaN or Inf in {bad} sample(s); clean the inputs first.")
-    test_fraction = check_float(test_fraction, "test_fraction")
-    if not 0.0 <= test_fraction < 1.0:
-        raise ValueError(f"test_fraction must be in [0, 1), got {test_fraction}.")
+    test_fraction = check_range(test_fraction, "test_fraction", 0, 1, high_open=True)
     seed = check_seed(seed)
     if len(partition) == 0:
         raise ValueError("The partition is empty: it must hold one index array per client.")

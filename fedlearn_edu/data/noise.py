@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..checks import as_labels, check_float, check_int
+from ..checks import as_labels, check_int, check_range
 from .federation import ClientData, Federation
 
 __all__ = ["flip_labels", "add_label_noise"]
@@ -45,9 +45,7 @@ def flip_labels(labels: Any, fraction: float, num_classes: int, seed: int = 0, r
     """
     is_tensor = isinstance(labels, torch.Tensor)
     y = as_labels(labels).copy()
-    fraction = check_float(fraction, "fraction", nonnegative=True)
-    if fraction > 1:
-        raise ValueError(f"fraction must be in [0, 1], got {fraction}.")
+    fraction = check_range(fraction, "fraction", 0, 1)
     c = check_int(num_classes, "num_classes", 2)
     if y.max() >= c:
         raise ValueError(f"labels must be < num_classes={c}, found {int(y.max())}.")

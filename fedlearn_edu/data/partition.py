@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from ..checks import as_labels, check_float, check_int, check_seed
+from ..checks import as_labels, check_int, check_positive, check_seed
 
 __all__ = [
     "iid_partition",
@@ -250,7 +250,7 @@ def dirichlet_partition(
     """
     y = as_labels(labels)
     k = check_int(num_clients, "num_clients", 1)
-    alpha = check_float(alpha, "alpha", positive=True)
+    alpha = check_positive(alpha, "alpha")
     min_size = check_int(min_size, "min_size", 0)
     max_tries = check_int(max_tries, "max_tries", 1)
     n = y.size
@@ -369,7 +369,7 @@ def quantity_skew_partition(
     """
     n = _num_samples(num_samples, "num_samples")
     k = check_int(num_clients, "num_clients", 1)
-    sigma = check_float(sigma, "sigma", nonnegative=True)
+    sigma = check_positive(sigma, "sigma", allow_zero=True)
     min_size = check_int(min_size, "min_size", 0)
     _check_enough(n, k, min_size)
     if k > n:

@@ -30,7 +30,14 @@ _IDX_DTYPES = {
 
 
 def read_bytes(path: Path) -> bytes:
-    """The bytes of ``path``, gunzipped when the content starts with gzip's magic number."""
+    """The bytes of ``path``, gunzipped when the content starts with gzip's magic number.
+
+    Args:
+        path: the file.
+
+    Returns:
+        Its (decompressed) bytes.
+    """
     with open(path, "rb") as f:
         head = f.read(2)
     opener = gzip.open if head == b"\x1f\x8b" else open
@@ -105,6 +112,18 @@ class SafeUnpickler(pickle.Unpickler):
     }
 
     def find_class(self, module: str, name: str):
+        """The allowed global ``module.name``; anything else is refused (nothing is executed from data).
+
+        Args:
+            module: the global's module, as the pickle names it.
+            name: the global's name.
+
+        Returns:
+            The allowed object.
+
+        Raises:
+            pickle.UnpicklingError: any global not on the allow-list.
+        """
         make = self._ALLOWED.get((module, name))
         if make is None:
             raise pickle.UnpicklingError(f"refusing to load {module}.{name}: CIFAR batches hold only arrays and lists")

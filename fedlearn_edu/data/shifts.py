@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..checks import check_int
+from ..checks import check_int, check_range
 from .federation import ClientData, Federation
 
 __all__ = [
@@ -42,6 +42,7 @@ __all__ = [
     "concept_permutations",
     "shifted_federation",
     "cluster_ids",
+    "appearance_shift",
 ]
 
 SHIFTS = ("label", "covariate", "concept")
@@ -54,7 +55,18 @@ _ALIASES = {
 
 
 def parse_shift(shift: str | Sequence[str]) -> tuple[str, ...]:
-    """``"label+concept"`` -> ``("label", "concept")``; ``"combined"`` -> all three; ``"none"`` -> ()."""
+    """``"label+concept"`` -> ``("label", "concept")``; ``"combined"`` -> all three; ``"none"`` -> ().
+
+    Args:
+        shift: a name, a ``+``-joined combination, an alias (``"combined"``, ``"none"``) or a
+            sequence of names.
+
+    Returns:
+        The shift kinds, in the order of :data:`SHIFTS`.
+
+    Raises:
+        ValueError: an unknown shift.
+    """
     if isinstance(shift, str):
         key = shift.strip().lower()
         if key in _ALIASES:
@@ -78,6 +90,13 @@ def rotate_images(x: Tensor, angle: float) -> Tensor:
     permutation of the pixels (an *orthogonal* map of the flattened image). Other
     angles resample bilinearly about the centre, with zeros outside the image.
 
+    Args:
+        x: ``Tensor[n, C, H, W]``.
+        angle: degrees, counter-clockwise.
+
+    Returns:
+        ``Tensor[n, C, H, W]``.
+
     Example:
         >>> x = torch.arange(4.0).reshape(1, 1, 2, 2)
         >>> rotate_images(x, 90)[0, 0]
@@ -99,7 +118,15 @@ def rotate_images(x: Tensor, angle: float) -> Tensor:
 
 
 def permute_labels(y: Tensor, permutation: Sequence[int]) -> Tensor:
-    """Relabel: class ``c`` becomes ``permutation[c]``."""
+    """Relabel: class ``c`` becomes ``permutation[c]``.
+
+    Args:
+        y: ``Tensor[n]`` integer labels.
+        permutation: ``permutation[c]`` is class ``c``'s new label.
+
+    Returns:
+        ``Tensor[n]``, the new labels.
+    """
     perm = torch.as_tensor(np.asarray(permutation), dtype=torch.long)
     if sorted(perm.tolist()) != list(range(perm.numel())):
         raise ValueError(f"permutation must be a permutation of 0..{perm.numel() - 1}; got {perm.tolist()}.")
@@ -115,6 +142,15 @@ def label_shift_classes(
     cut into ``num_clusters`` disjoint groups of near-equal size (10 classes, 4 clusters:
     sizes 3, 3, 2, 2). An integer: every cluster draws that many classes at random
     (subsets may overlap; all distinct when possible).
+
+    Args:
+        num_classes: size of the label space.
+        num_clusters: K.
+        classes_per_cluster: ``None`` for disjoint groups, or the size of each cluster's subset.
+        seed: seeds the order and the draws.
+
+    Returns:
+        K sorted lists of class ids.
     """
     c = check_int(num_classes, "num_classes", 2)
     k = check_int(num_clusters, "num_clusters", 1)
@@ -148,8 +184,20 @@ def _num_derangements(n: int) -> int:
 
 
 def concept_permutations(num_classes: int, num_clusters: int, seed: int = 0) -> list[list[int]]:
-    """One label permutation per cluster: the identity for cluster 0, seeded random
-    derangements (no class keeps its label) for the others."""
+    """One label permutation per cluster: the identity for cluster 0, derangements for the others.
+
+    Args:
+        num_classes: size of the label space, >= 2.
+        num_clusters: K.
+        seed: seeds the derangements (no class keeps its label).
+
+    Returns:
+        ``K`` lists, each a permutation of ``0..num_classes-1``; cluster ``j`` relabels class
+        ``v`` as ``perms[j][v]``.
+
+    Raises:
+        ValueError: fewer than ``K - 1`` distinct derangements of ``num_classes`` exist.
+    """
     c = check_int(num_classes, "num_classes", 2)
     k = check_int(num_clusters, "num_clusters", 1)
     derangements = _num_derangements(c)
@@ -189,6 +237,111 @@ def _load_pool(data, num_classes, root, download, merge=True) -> tuple[Tensor, T
     return x, y, c, "custom data"
 
 
+def _cluster_shifts(kinds, x, c, k, classes_per_cluster, class_subsets, angles, permutations, seed):
+    """What distinguishes the clusters: each one's class subset, rotation angle and label permutation."""
+    if "label" in kinds:
+        subsets = (
+            [sorted(int(v) for v in s) for s in class_subsets]
+            if class_subsets is not None
+            else label_shift_classes(c, k, classes_per_cluster, seed=seed)
+        )
+        if len(subsets) != k or any(len(s) == 0 or min(s) < 0 or max(s) >= c for s in subsets):
+            raise ValueError(f"class_subsets must hold {k} non-empty lists of classes in [0, {c - 1}].")
+    else:
+        subsets = [list(range(c))] * k
+    if "covariate" in kinds:
+        if x.dim() != 4:
+            raise ValueError(f"Covariate shift rotates images: x must be [n, C, H, W], got {tuple(x.shape)}.")
+        rot = [float(a) for a in angles] if angles is not None else [360.0 * j / k for j in range(k)]
+        if len(rot) != k:
+            raise ValueError(f"angles must give one angle per cluster ({k}), got {len(rot)}.")
+    else:
+        rot = [0.0] * k
+    if "concept" in kinds:
+        perms = (
+            [list(map(int, p)) for p in permutations]
+            if permutations is not None
+            else concept_permutations(c, k, seed=seed + 1)
+        )
+        if len(perms) != k or any(sorted(p) != list(range(c)) for p in perms):
+            raise ValueError(f"permutations must hold {k} permutations of 0..{c - 1}.")
+    else:
+        perms = [list(range(c))] * k
+    return subsets, rot, perms
+
+
+def _class_quotas(y, c, subsets, cluster_of, samples_per_client, n_test_fixed, rng):
+    """Per-class quotas: ``(class_pool, quotas)``, each class's shuffled sample ids and ``quotas[i, cls]``."""
+    n_clients = len(cluster_of)
+    class_pool = [rng.permutation(np.flatnonzero(y.numpy() == cls)) for cls in range(c)]
+    demand = np.zeros(c, dtype=np.int64)  # clients that need each class
+    for j in cluster_of:
+        demand[subsets[j]] += 1
+    if samples_per_client is None:
+        # the largest balanced size every client can get
+        q = min(len(class_pool[cls]) // demand[cls] for cls in range(c) if demand[cls] > 0)
+        sizes = np.array([q * len(subsets[j]) for j in cluster_of])
+        if n_test_fixed is not None:
+            if int(sizes.min()) - n_test_fixed < 1:
+                raise ValueError(f"Not enough data for {n_test_fixed} test samples per client.")
+            sizes = sizes - n_test_fixed
+    else:
+        sizes = np.full(
+            n_clients, check_int(samples_per_client, "samples_per_client", 2 if n_test_fixed is None else 1)
+        )
+    if n_test_fixed is not None:
+        sizes = sizes + n_test_fixed
+    quotas = np.zeros((n_clients, c), dtype=np.int64)
+    for i, j in enumerate(cluster_of):
+        s = subsets[j]
+        base, extra = divmod(int(sizes[i]), len(s))
+        quotas[i, s] = base
+        quotas[i, [s[v] for v in rng.permutation(len(s))[:extra]]] += 1
+    need = quotas.sum(0)
+    short = [(cls, int(need[cls]), len(class_pool[cls])) for cls in range(c) if need[cls] > len(class_pool[cls])]
+    if short:
+        cls, want, have = short[0]
+        raise ValueError(
+            f"Not enough data: class {cls} is needed {want} times but has {have} samples. "
+            "Lower samples_per_client or use fewer clients."
+        )
+    return class_pool, quotas
+
+
+def _deal(x, y, class_pool, quotas, cluster_of, shifts, kinds, test_fraction, n_test_fixed, rng) -> list[ClientData]:
+    """Deal the samples, transform them per cluster (``shifts = (subsets, rot, perms)``), split train/test."""
+    subsets, rot, perms = shifts
+    c = quotas.shape[1]
+    taken = np.zeros(c, dtype=np.int64)
+    clients = []
+    for i, j in enumerate(cluster_of):
+        idx = []
+        for cls in range(c):
+            q = int(quotas[i, cls])
+            if q:
+                idx.append(class_pool[cls][taken[cls] : taken[cls] + q])
+                taken[cls] += q
+        idx = rng.permutation(np.concatenate(idx))
+        xi, yi = x[torch.as_tensor(idx)], y[torch.as_tensor(idx)]
+        if rot[j] % 360:
+            xi = rotate_images(xi, rot[j])
+        yi = permute_labels(yi, perms[j])
+        n = idx.size
+        if n_test_fixed is not None:
+            n_test = n_test_fixed
+        else:
+            n_test = int(min(max(round(test_fraction * n), 1), n - 1)) if test_fraction > 0 and n >= 2 else 0
+        info = {
+            "cluster": int(j),
+            "classes": [perms[j][v] for v in subsets[j]],
+            "angle": rot[j],
+            "permutation": list(perms[j]),
+            "shift": "+".join(kinds) or "none",
+        }
+        clients.append(ClientData(xi[n_test:], yi[n_test:], xi[:n_test], yi[:n_test], info))
+    return clients
+
+
 def shifted_federation(
     data: str | tuple[Tensor, Tensor] = "digits",
     shift: str | Sequence[str] = "label",
@@ -221,8 +374,9 @@ def shifted_federation(
             ``i // clients_per_cluster``.
         samples_per_client: samples each client holds before its local train/test split
             (the sparsity knob). ``None``: as many as the data allow, the same for every client.
-        classes_per_cluster, class_subsets: label shift -- see :func:`label_shift_classes`,
-            or give the subsets explicitly.
+        classes_per_cluster: label shift -- classes each cluster holds (see
+            :func:`label_shift_classes`).
+        class_subsets: label shift -- the clusters' class lists, given explicitly instead.
         angles: covariate shift -- rotation (degrees) of each cluster; default ``360 k / K``
             (0, 90, 180, 270 for four clusters).
         permutations: concept shift -- label permutation of each cluster; default
@@ -238,7 +392,8 @@ def shifted_federation(
             ``False`` only the train split is dealt, and the test split
             (``load_dataset(name)[1]``) stays free as public data, e.g. for a reference
             fingerprint.
-        root, download: passed to :func:`~fedlearn_edu.data.load_dataset`.
+        root: passed to :func:`~fedlearn_edu.data.load_dataset`.
+        download: passed to :func:`~fedlearn_edu.data.load_dataset`.
 
     Returns:
         A :class:`Federation`; ``federation[i].info`` holds ``cluster``, ``classes``, ``angle``,
@@ -252,114 +407,36 @@ def shifted_federation(
     kinds = parse_shift(shift)
     k = check_int(num_clusters, "num_clusters", 1)
     per = check_int(clients_per_cluster, "clients_per_cluster", 1)
-    if not 0.0 <= float(test_fraction) < 1.0:
-        raise ValueError(f"test_fraction must be in [0, 1), got {test_fraction}.")
+    check_range(test_fraction, "test_fraction", 0, 1, high_open=True)
     x, y, c, dname = _load_pool(data, num_classes, root, download, merge)
     if y.numel() and (int(y.min()) < 0 or int(y.max()) >= c):
         raise ValueError(f"labels must lie in [0, {c - 1}].")
     rng = np.random.default_rng(seed)
-
-    # -- what distinguishes the clusters -------------------------------------------------
-    if "label" in kinds:
-        subsets = (
-            [sorted(int(v) for v in s) for s in class_subsets]
-            if class_subsets is not None
-            else label_shift_classes(c, k, classes_per_cluster, seed=seed)
-        )
-        if len(subsets) != k or any(len(s) == 0 or min(s) < 0 or max(s) >= c for s in subsets):
-            raise ValueError(f"class_subsets must hold {k} non-empty lists of classes in [0, {c - 1}].")
-    else:
-        subsets = [list(range(c))] * k
-    if "covariate" in kinds:
-        if x.dim() != 4:
-            raise ValueError(f"Covariate shift rotates images: x must be [n, C, H, W], got {tuple(x.shape)}.")
-        rot = [float(a) for a in angles] if angles is not None else [360.0 * j / k for j in range(k)]
-        if len(rot) != k:
-            raise ValueError(f"angles must give one angle per cluster ({k}), got {len(rot)}.")
-    else:
-        rot = [0.0] * k
-    if "concept" in kinds:
-        perms = (
-            [list(map(int, p)) for p in permutations]
-            if permutations is not None
-            else concept_permutations(c, k, seed=seed + 1)
-        )
-        if len(perms) != k or any(sorted(p) != list(range(c)) for p in perms):
-            raise ValueError(f"permutations must hold {k} permutations of 0..{c - 1}.")
-    else:
-        perms = [list(range(c))] * k
-
-    # -- per-class quotas ----------------------------------------------------------------
-    n_clients = k * per
+    subsets, rot, perms = _cluster_shifts(
+        kinds, x, c, k, classes_per_cluster, class_subsets, angles, permutations, seed
+    )
     cluster_of = np.repeat(np.arange(k), per)
-    class_pool = [rng.permutation(np.flatnonzero(y.numpy() == cls)) for cls in range(c)]
-    demand = np.zeros(c, dtype=np.int64)  # clients that need each class
-    for j in cluster_of:
-        demand[subsets[j]] += 1
     n_test_fixed = None if test_samples is None else check_int(test_samples, "test_samples", 1)
-    if samples_per_client is None:
-        # the largest balanced size every client can get
-        q = min(len(class_pool[cls]) // demand[cls] for cls in range(c) if demand[cls] > 0)
-        sizes = np.array([q * len(subsets[j]) for j in cluster_of])
-        if n_test_fixed is not None:
-            if int(sizes.min()) - n_test_fixed < 1:
-                raise ValueError(f"Not enough data for {n_test_fixed} test samples per client.")
-            sizes = sizes - n_test_fixed
-    else:
-        sizes = np.full(
-            n_clients, check_int(samples_per_client, "samples_per_client", 2 if n_test_fixed is None else 1)
-        )
-    if n_test_fixed is not None:
-        sizes = sizes + n_test_fixed
-    quotas = np.zeros((n_clients, c), dtype=np.int64)
-    for i, j in enumerate(cluster_of):
-        s = subsets[j]
-        base, extra = divmod(int(sizes[i]), len(s))
-        quotas[i, s] = base
-        quotas[i, [s[v] for v in rng.permutation(len(s))[:extra]]] += 1
-    need = quotas.sum(0)
-    short = [(cls, int(need[cls]), len(class_pool[cls])) for cls in range(c) if need[cls] > len(class_pool[cls])]
-    if short:
-        cls, want, have = short[0]
-        raise ValueError(
-            f"Not enough data: class {cls} is needed {want} times but has {have} samples. "
-            "Lower samples_per_client or use fewer clients."
-        )
-
-    # -- deal the samples, transform per cluster, split train/test -----------------------
-    taken = np.zeros(c, dtype=np.int64)
-    clients = []
-    for i, j in enumerate(cluster_of):
-        idx = []
-        for cls in range(c):
-            q = int(quotas[i, cls])
-            if q:
-                idx.append(class_pool[cls][taken[cls] : taken[cls] + q])
-                taken[cls] += q
-        idx = rng.permutation(np.concatenate(idx))
-        xi, yi = x[torch.as_tensor(idx)], y[torch.as_tensor(idx)]
-        if rot[j] % 360:
-            xi = rotate_images(xi, rot[j])
-        yi = permute_labels(yi, perms[j])
-        n = idx.size
-        if n_test_fixed is not None:
-            n_test = n_test_fixed
-        else:
-            n_test = int(min(max(round(test_fraction * n), 1), n - 1)) if test_fraction > 0 and n >= 2 else 0
-        info = {
-            "cluster": int(j),
-            "classes": [perms[j][v] for v in subsets[j]],
-            "angle": rot[j],
-            "permutation": list(perms[j]),
-            "shift": "+".join(kinds) or "none",
-        }
-        clients.append(ClientData(xi[n_test:], yi[n_test:], xi[:n_test], yi[:n_test], info))
+    class_pool, quotas = _class_quotas(y, c, subsets, cluster_of, samples_per_client, n_test_fixed, rng)
+    clients = _deal(
+        x, y, class_pool, quotas, cluster_of, (subsets, rot, perms), kinds, test_fraction, n_test_fixed, rng
+    )
     name = f"{dname}, {'+'.join(kinds) or 'no'} shift, {k} clusters x {per} clients"
     return Federation(clients, c, name)
 
 
 def cluster_ids(federation: Federation) -> np.ndarray:
-    """``ndarray[N]``: the true cluster of every client (``client.info["cluster"]``)."""
+    """``ndarray[N]``: the true cluster of every client (``client.info["cluster"]``).
+
+    Args:
+        federation: clients with ``info["cluster"]``.
+
+    Returns:
+        ``ndarray[N]`` of int64.
+
+    Raises:
+        ValueError: a client without ``info["cluster"]``.
+    """
     try:
         return np.array([int(cl.info["cluster"]) for cl in federation], dtype=np.int64)
     except KeyError:
@@ -394,7 +471,9 @@ def appearance_shift(
     Args:
         federation: clients with ``info["cluster"]`` (e.g. from :func:`shifted_federation`)
             and image inputs ``[n, C, H, W]``. It is not modified.
-        contrast, blur, noise: one value per cluster, or ``None`` to leave that aspect alone.
+        contrast: one contrast factor ``c_k > 0`` per cluster, or ``None`` to leave it alone.
+        blur: one blur standard deviation (pixels, >= 0) per cluster, or ``None``.
+        noise: one noise standard deviation (>= 0) per cluster, or ``None``.
         seed: seeds the noise.
 
     Returns:
@@ -459,6 +538,3 @@ def appearance_shift(
             )
         )
     return Federation(clients, federation.num_classes, f"{federation.name}, appearance shift")
-
-
-__all__ += ["appearance_shift"]

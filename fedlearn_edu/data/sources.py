@@ -79,7 +79,14 @@ def downloads_allowed() -> bool:
 
 
 def download_root(root) -> Path:
-    """Where ``download=True`` puts files: ``root``, else ``$FEDLEARN_DATA``, else ``./data``."""
+    """Where ``download=True`` puts files: ``root``, else ``$FEDLEARN_DATA``, else ``./data``.
+
+    Args:
+        root: the caller's folder, or ``None``.
+
+    Returns:
+        An absolute ``Path``.
+    """
     if root is not None:
         return Path(root).expanduser().absolute()
     env = os.environ.get(ENV_VAR)
@@ -144,6 +151,10 @@ def find_idx_files(folder: Path) -> tuple[dict[str, Path], list[str]]:
 def locate_idx(name: str, root) -> tuple[Path | None, list[str]]:
     """The first folder holding a complete IDX set of ``name`` (not of its look-alike).
 
+    Args:
+        name: canonical dataset name (``"mnist"`` or ``"fashion_mnist"``).
+        root: the caller's folder, or ``None``.
+
     Returns:
         ``(folder or None, notes)``: one note per folder passed over, saying why.
     """
@@ -168,6 +179,10 @@ def locate_idx(name: str, root) -> tuple[Path | None, list[str]]:
 
 def locate_cifar(name: str, root) -> tuple[Path | None, list[str]]:
     """The first ``cifar-10-batches-py``/``cifar-100-python`` folder below ``root`` or ``$FEDLEARN_DATA``.
+
+    Args:
+        name: ``"cifar10"`` or ``"cifar100"``.
+        root: the caller's folder, or ``None``.
 
     Returns:
         ``(folder or None, notes)``: one note per folder passed over, saying why.

@@ -1,5 +1,6 @@
-r"""FedProx's Synthetic(alpha, beta) federated data (Li et al., 2020, "Federated
-Optimization in Heterogeneous Networks").
+r"""FedProx's Synthetic(alpha, beta) federated data.
+
+From Li et al., 2020, "Federated Optimization in Heterogeneous Networks".
 
 Each client k has its own softmax-regression "true model" and its own input
 distribution:
@@ -23,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..checks import check_float, check_int
+from ..checks import check_int, check_positive, check_range
 from .federation import ClientData, Federation
 
 __all__ = ["synthetic_federated", "SYNTHETIC_DIM", "SYNTHETIC_CLASSES"]
@@ -75,12 +76,10 @@ def synthetic_federated(
         >>> c.num_train == int(0.9 * c.info["num_samples"])
         True
     """
-    alpha = check_float(alpha, "alpha", nonnegative=True)
-    beta = check_float(beta, "beta", nonnegative=True)
+    alpha = check_positive(alpha, "alpha", allow_zero=True)
+    beta = check_positive(beta, "beta", allow_zero=True)
     k = check_int(num_clients, "num_clients", 1)
-    test_fraction = check_float(test_fraction, "test_fraction", nonnegative=True)
-    if test_fraction >= 1:
-        raise ValueError(f"test_fraction must be in [0, 1), got {test_fraction}.")
+    test_fraction = check_range(test_fraction, "test_fraction", 0, 1, high_open=True)
     if max_samples is not None:
         max_samples = check_int(max_samples, "max_samples", 1)
 

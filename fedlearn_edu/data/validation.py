@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..checks import check_float, check_int
+from ..checks import check_int, check_range
 from .datasets import random_subset
 from .federation import ClientData, Federation
 
@@ -57,9 +57,7 @@ def server_validation_split(
         >>> int(clients.num_train_samples.sum() + y_val.shape[0]) == int(fed.num_train_samples.sum())
         True
     """
-    fraction = check_float(fraction, "fraction", nonnegative=True)
-    if fraction >= 1:
-        raise ValueError(f"fraction must be in [0, 1) (clients must keep training data), got {fraction}.")
+    fraction = check_range(fraction, "fraction", 0, 1, high_open=True, why="(clients must keep training data)")
     rng = np.random.default_rng(seed)
     clients, xs, ys = [], [], []
     for c in federation.clients:
@@ -95,8 +93,11 @@ def resize_images(
         x: Tensor of shape (n, C, H, W), values in [0, 1]
         size: Output height and width.
         channels: Output channels (default: unchanged).
-        crop, pad: E.g. MNIST's digits sit in a 20x20 box inside 28x28: ``crop=4`` before shrinking to 8x8
-            frames them as scikit-learn's digits; ``pad=4`` does the reverse when enlarging. (default 0)
+        crop: pixels dropped at every border first (default 0). E.g. MNIST's digits sit in a
+            20x20 box inside 28x28: ``crop=4`` before shrinking to 8x8 frames them as
+            scikit-learn's digits.
+        pad: zero pixels added back at every border (default 0); ``pad=4`` does the reverse of
+            ``crop=4`` when enlarging.
 
     Returns:
         ``Tensor[n, channels, *size]``.
@@ -156,9 +157,11 @@ def external_validation_set(
         input_shape: The clients' input shape (``federation.input_shape``).
         num_samples: Keep a random subset of this many samples (default: all of the split).
         split: {"test", "train"}, default="test"
-        crop, pad: Passed to :func:`resize_images`.
+        crop: passed to :func:`resize_images`.
+        pad: passed to :func:`resize_images`.
         seed: Seeds the subset. (default 0)
-        root, download: Passed to :func:`~fedlearn_edu.data.load_dataset`.
+        root: passed to :func:`~fedlearn_edu.data.load_dataset`.
+        download: passed to :func:`~fedlearn_edu.data.load_dataset`.
 
     Returns:
         ``(x, y)``: ``Tensor[n, *input_shape]`` and ``Tensor[n]``.

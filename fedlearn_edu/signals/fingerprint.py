@@ -36,6 +36,8 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from ..checks import check_int, check_positive
+
 __all__ = [
     "pca_fingerprint",
     "client_fingerprints",
@@ -80,6 +82,7 @@ class RandomProjection:
         self.matrix /= math.sqrt(self.out_features)
 
     def __call__(self, x: Tensor) -> Tensor:
+        """Project ``Tensor[n, ...]`` inputs (flattened) to ``Tensor[n, out_features]`` float64 features."""
         flat = x.reshape(x.shape[0], -1)
         if flat.shape[1] != self.in_features:
             raise ValueError(f"RandomProjection expects inputs with {self.in_features} entries, got {flat.shape[1]}.")
@@ -104,6 +107,16 @@ def label_encoding_matrix(num_classes: int, encoding="onehot") -> Tensor:
     * ``"ordinal"``: one column ``y / (C - 1)`` (r = 1).
 
     A user-given ``Tensor[C, r]`` is returned as it is (float64).
+
+    Args:
+        num_classes: C.
+        encoding: ``"onehot"``, ``"graded"``, ``"ordinal"`` or a ``Tensor[C, r]``.
+
+    Returns:
+        float64 ``Tensor[C, r]``.
+
+    Raises:
+        ValueError: an unknown encoding, or a matrix without C rows.
     """
     c = int(num_classes)
     if isinstance(encoding, Tensor):
@@ -193,14 +206,9 @@ def pca_fingerprint(
         raise ValueError(f"labels must be Tensor[n] with n = {n} (one per sample); got shape {tuple(labels.shape)}.")
     if n < 2:
         raise ValueError(f"A PCA fingerprint needs at least 2 samples (the covariance uses n - 1); got {n}.")
-    c = int(num_classes)
-    if c < 1:
-        raise ValueError(f"num_classes must be >= 1, got {num_classes}.")
-    l = int(num_eigenvalues)
-    if l != num_eigenvalues or l < 1:
-        raise ValueError(f"num_eigenvalues must be a positive integer, got {num_eigenvalues}.")
-    if not (math.isfinite(float(label_scale)) and float(label_scale) >= 0):
-        raise ValueError(f"label_scale must be a finite number >= 0, got {label_scale}.")
+    c = check_int(num_classes, "num_classes", 1)
+    l = check_int(num_eigenvalues, "num_eigenvalues", 1)
+    check_positive(label_scale, "label_scale", allow_zero=True)
     if normalize not in NORMALIZATIONS:
         raise ValueError(f"normalize must be one of {NORMALIZATIONS}, got {normalize!r}.")
     if labels.is_floating_point():
@@ -251,6 +259,17 @@ def client_fingerprints(
     deployment no party ever holds this matrix. The simulator never sends it either:
     :func:`fedlearn_edu.conditional.condition_federation` stores each row with its
     own client's data.
+
+    Args:
+        federation: the clients.
+        num_eigenvalues: ``l``.
+        normalize: the spectrum's normalisation (see :func:`pca_fingerprint`).
+        feature_map: the feature map applied to the inputs first.
+        label_encoding: how the labels join the features (see :func:`label_encoding_matrix`).
+        label_scale: the weight of the label block, >= 0.
+
+    Returns:
+        float64 ``Tensor[N, l]``, row i client i's fingerprint.
     """
     rows = [
         pca_fingerprint(
@@ -289,7 +308,9 @@ def reference_fingerprint(
     reference the same small-sample bias as the clients' spectra.
 
     Args:
-        features, labels, num_classes: the public data (as in :func:`pca_fingerprint`).
+        features: the public inputs' features ``Tensor[n, p]`` (as in :func:`pca_fingerprint`).
+        labels: their labels ``Tensor[n]``.
+        num_classes: size of the label space.
         sample_size: samples per draw (use the clients' typical training-set size).
         num_draws: subsets averaged.
         seed: seed of the subsets.
@@ -299,11 +320,8 @@ def reference_fingerprint(
         ``Tensor[num_eigenvalues]`` (float64).
     """
     n = int(labels.shape[0])
-    size = int(sample_size)
-    if not 2 <= size <= n:
-        raise ValueError(f"sample_size must be in [2, {n}] (the public data hold {n} samples); got {sample_size}.")
-    if int(num_draws) < 1:
-        raise ValueError(f"num_draws must be >= 1, got {num_draws}.")
+    size = check_int(sample_size, f"sample_size (the public data hold {n} samples)", 2, n)
+    check_int(num_draws, "num_draws", 1)
     g = torch.Generator().manual_seed(int(seed))
     draws = []
     for _ in range(int(num_draws)):

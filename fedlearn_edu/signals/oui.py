@@ -287,6 +287,14 @@ def probe_indices(num_samples: int, probe_size: int = 32, seed: int = 0) -> Tens
     ``probe_size`` samples draws ``probe_size`` indices *with* replacement (as the
     authors' code does), so every probe has the same B and every OUI the same scale.
 
+    Args:
+        num_samples: the client's number of training samples, >= 1.
+        probe_size: B, >= 2.
+        seed: the run's seed.
+
+    Raises:
+        ValueError: no samples, or ``probe_size < 2``.
+
     Returns:
         ``Tensor[probe_size]`` (int64).
 
@@ -306,7 +314,16 @@ def probe_indices(num_samples: int, probe_size: int = 32, seed: int = 0) -> Tens
 
 
 def probe_batch(x: Tensor, probe_size: int = 32, seed: int = 0) -> Tensor:
-    """``x[probe_indices(len(x), probe_size, seed)]``: a client's fixed probe inputs."""
+    """``x[probe_indices(len(x), probe_size, seed)]``: a client's fixed probe inputs.
+
+    Args:
+        x: ``Tensor[n, ...]``, the client's training inputs.
+        probe_size: B.
+        seed: the run's seed.
+
+    Returns:
+        ``Tensor[B, ...]``.
+    """
     idx = probe_indices(x.shape[0], probe_size, seed)
     return x[idx.to(x.device)]
 

@@ -42,6 +42,7 @@ from typing import Union
 import torch
 from torch import Tensor, nn
 
+from ..checks import check_int, first_nonfinite_row
 from ..engine import VmapEngine, make_engine
 from ..params import Params, num_stacked
 
@@ -54,6 +55,13 @@ def as_validation_set(val_data, num_classes: int | None = None) -> tuple[Tensor,
     """Turn ``val_data`` into ``(x: Tensor[n, ...], y: Tensor[n])`` and check it.
 
     Accepts a pair ``(x, y)`` or a :class:`torch.utils.data.TensorDataset` of two tensors.
+
+    Args:
+        val_data: ``(x: Tensor[n, ...], y: Tensor[n])`` or a two-tensor ``TensorDataset``.
+        num_classes: size of the label space, to check the labels (``None``: not checked).
+
+    Returns:
+        ``(x, y)``: floating-point inputs and int64 labels.
 
     Raises:
         ValueError: empty set, mismatched lengths, NaN/Inf inputs, non-integer or
@@ -98,9 +106,8 @@ def _check_params(params: Mapping[str, Tensor]) -> int:
     if m == 0:
         raise ValueError("params holds no clients (m = 0).")
     for name, t in params.items():
-        bad = ~torch.isfinite(t.reshape(m, -1)).all(dim=1)
-        if bool(bad.any()):
-            i = int(bad.nonzero()[0])
+        i = first_nonfinite_row(t)
+        if i is not None:
             raise ValueError(
                 f"params[{name!r}]: the parameters of client {i} contain NaN or Inf; "
                 "its validation gradient is undefined."
@@ -151,8 +158,7 @@ def validation_gradients(
         >>> g["out.weight"].shape
         torch.Size([3, 10, 16])
     """
-    if int(batch_size) != batch_size or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size}.")
+    check_int(batch_size, "batch_size", 1)
     _check_params(params)
     device = next(iter(params.values())).device
     dtype = next(iter(params.values())).dtype
@@ -194,7 +200,10 @@ def validation_gradient_norms(
             that receives deltas rebuilds them first: ``theta_k = theta_t + Delta_k``.
         val_data: ``(x, y)`` or a ``TensorDataset``: the server's validation set.
         norm_order: p of the vector norm (1 by default, as in the authors' code; 2, ``inf``...).
-        batch_size, engine, memory_budget, sample_chunk: see :func:`validation_gradients`.
+        batch_size: see :func:`validation_gradients`.
+        engine: see :func:`validation_gradients`.
+        memory_budget: see :func:`validation_gradients`.
+        sample_chunk: see :func:`validation_gradients`.
 
     Returns:
         ``Tensor[m, L]``, L = number of parameter tensors, columns in the order of ``params``.
@@ -226,9 +235,8 @@ def validation_gradient_norms(
     )
     m = num_stacked(grads)
     norms = torch.stack([torch.linalg.vector_norm(g.reshape(m, -1), ord=p, dim=1) for g in grads.values()], dim=1)
-    bad = ~torch.isfinite(norms).all(dim=1)
-    if bool(bad.any()):
-        i = int(bad.nonzero()[0])
+    i = first_nonfinite_row(norms)
+    if i is not None:
         raise ValueError(
             f"The validation gradient of client {i} is NaN or Inf (its model overflows on the "
             "validation set); lower the client learning rate."

@@ -46,7 +46,7 @@ class ConFIG(Strategy):
         return config_direction(pseudo, groups=groups), {}
 
 
-class _GlobalLossSignal(Strategy):
+class GlobalLossSignal(Strategy):
     """Clients report F_k(theta_t): the received global model's loss on their training data."""
 
     def client_signals(
@@ -55,7 +55,10 @@ class _GlobalLossSignal(Strategy):
         return {"global_loss": global_model_loss(model, global_params, datasets)}
 
 
-class FedFV(_GlobalLossSignal):
+_GlobalLossSignal = GlobalLossSignal  # the old name, for import lines not yet switched
+
+
+class FedFV(GlobalLossSignal):
     """FedFV (Wang et al., 2021): fair averaging by projecting off conflicting updates.
 
     Clients sorted by loss; all but the ``alpha``-share with the highest loss are
@@ -92,7 +95,7 @@ class FedFV(_GlobalLossSignal):
         return fedfv_direction(pseudo, losses, self.alpha), {"losses": losses}
 
 
-class QFedAvg(_GlobalLossSignal):
+class QFedAvg(GlobalLossSignal):
     """q-FedAvg (Li et al., 2020): q-fair federated learning.
 
     ``theta <- theta - eta_s * sum_k F_k^q Delta W_k / sum_k h_k`` with
