@@ -34,13 +34,29 @@ class FedAvg(Strategy):
     name = "fedavg"
 
     def client_weights(self, updates: ClientUpdates) -> Tensor:
-        """``Tensor[m]``: the weights of the clients' mean, by data size (``updates.size_weights``)."""
+        """The weights of the clients' mean.
+
+        Args:
+            updates: the round's updates.
+
+        Returns:
+            ``Tensor[m]``, by data size (``updates.size_weights``).
+        """
         return updates.size_weights
 
-    def direction(self, params: Params, updates: ClientUpdates) -> tuple[Params, dict]:
+    def direction(self, server_state: dict, updates: ClientUpdates) -> tuple[Params, dict, dict]:
+        """``g = -sum_i p_i Delta_i``; diagnostics ``weights`` (``Tensor[m]``).
+
+        Args:
+            server_state: the server state (returned unchanged).
+            updates: the round's updates.
+
+        Returns:
+            ``(g, server_state, {"weights": p})``.
+        """
         w = self.client_weights(updates)
         step = fedavg(updates.deltas, w)
-        return {k: -v for k, v in step.items()}, {"weights": w}
+        return {k: -v for k, v in step.items()}, server_state, {"weights": w}
 
 
 class FedAvgM(FedAvg):
@@ -84,6 +100,7 @@ class FedProx(FedAvg):
         self.mu = float(mu)
 
     def configure_local(self, config: LocalTraining) -> LocalTraining:
+        """The clients' settings with ``prox_mu = mu``."""
         return config.replace(prox_mu=self.mu)
 
 
@@ -115,6 +132,7 @@ class _FedOptStrategy(FedAvg):
         self.weighting = weighting
 
     def client_weights(self, updates: ClientUpdates) -> Tensor:
+        """``Tensor[m]``: ``p_i`` by data size, or ``1/|S|`` with ``weighting="uniform"``."""
         if self.weighting == "size":
             return super().client_weights(updates)
         return torch.full_like(updates.size_weights, 1.0 / updates.num_clients)
