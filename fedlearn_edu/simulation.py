@@ -381,9 +381,13 @@ def local_training(
     """The clients' settings of a run, checked (``simulate``'s and the Flower server's arguments).
 
     Args:
-        local_epochs, batch_size, lr, momentum, weight_decay: local SGD
-            (:class:`~fedlearn_edu.engine.LocalTraining` checks them).
+        local_epochs: local epochs per round (:class:`~fedlearn_edu.engine.LocalTraining` checks
+            this and the other local settings).
+        batch_size: local mini-batch size.
+        lr: the client learning rate of round 1.
         lr_decay: the client rate of round t is ``lr * lr_decay**(t - 1)``; in ``(0, 1]``.
+        momentum: local SGD momentum.
+        weight_decay: local weight decay.
 
     Returns:
         ``(LocalTraining, lr_decay)``.
@@ -492,8 +496,12 @@ def simulate(
         rounds: number of communication rounds T.
         clients_per_round: m, clients sampled uniformly without replacement each round
             (capped at the number of clients).
-        local_epochs, batch_size, lr, momentum, weight_decay: clients' local SGD
-            (see :class:`fedlearn_edu.engine.LocalTraining`).
+        local_epochs: the clients' local epochs per round (see
+            :class:`fedlearn_edu.engine.LocalTraining`).
+        batch_size: the clients' mini-batch size.
+        lr: the clients' learning rate (of round 1).
+        momentum: the clients' SGD momentum.
+        weight_decay: the clients' weight decay.
         lr_decay: the client learning rate in round t is ``lr * lr_decay**(t-1)``.
         eval_every: evaluate every k rounds (round 0 and the last round always).
         seed: one seed for client sampling and local batch orders: same seed, same History.

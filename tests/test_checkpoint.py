@@ -173,6 +173,6 @@ def test_a_checkpoint_of_an_older_format_is_refused_with_what_to_do(fed, tmp_pat
     torch.save({**saved, "version": 1}, path)
     with pytest.raises(ValueError, match="format version 1") as err:
         simulate(fed, _model(fed), FedAvg(), checkpoint=path, resume=True, **KW)
-    assert str(path) in str(err.value) and "Delete the file" in str(err.value) and "another checkpoint" in str(
-        err.value
+    assert (
+        str(path) in str(err.value) and "Delete the file" in str(err.value) and "another checkpoint" in str(err.value)
     )

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from tests.server_steps import Server
 from fedlearn_edu.data import Federation
+from tests.server_steps import Server
 
 matplotlib.use("Agg")
 

@@ -46,9 +46,9 @@ class FlowerStrategy(FlowerBaseStrategy):
     optimizer's moments, its own tensors) is kept here between rounds (:attr:`server_state`),
     as the nodes keep their client state; the nodes receive ``strategy.client_view`` of it.
     Server-side signals, such as FedVG's validation gradients, run here on the strategy's own
-    data. Client state (Ditto's personal models, SCAFFOLD's ``c_i``) stays on the nodes. With the same partition, seed, strategy and
-    hyper-parameters, and every client in every round, the global parameters equal those of
-    :func:`~fedlearn_edu.simulate` (``engine="loop"``).
+    data. Client state (Ditto's personal models, SCAFFOLD's ``c_i``) stays on the nodes. With
+    the same partition, seed, strategy and hyper-parameters, and every client in every round,
+    the global parameters equal those of :func:`~fedlearn_edu.simulate` (``engine="loop"``).
 
     Args:
         strategy: any fedlearn_edu strategy with one server model (``FedAvg()``, ``CRAFT()``,
@@ -109,6 +109,7 @@ class FlowerStrategy(FlowerBaseStrategy):
         wait_s: float = 300.0,
         device: str | torch.device = "cpu",
     ):
+        """Check the arguments (see the class docstring) and keep them."""
         if not isinstance(strategy, Strategy):
             raise TypeError(f"strategy must be a fedlearn_edu Strategy (e.g. FedAvg()), got {type(strategy).__name__}.")
         bridge.check_one_model(strategy)

@@ -17,9 +17,9 @@ __all__ = ["ConFIG", "FedFV", "QFedAvg"]
 
 
 class ConFIG(Strategy):
-    """ConFIG (Liu et al., 2025) as a server rule: ``theta <- theta - eta_s g``,
+    """ConFIG (Liu et al., 2025) as a server rule.
 
-    ``g = (sum_i g_i . g_u) g_u``, ``g_u = normalise(U^+ 1)``, with pseudo-gradients
+    ``theta <- theta - eta_s g``, ``g = (sum_i g_i . g_u) g_u``, ``g_u = normalise(U^+ 1)``, with pseudo-gradients
     ``g_i = -Delta_i`` (see :func:`fedlearn_edu.aggregators.config_direction`).
     Note that ``||g||`` grows with m (a *sum* of projections), so eta_s ~ 1/m gives
     steps the size of FedAvg's.
@@ -32,6 +32,7 @@ class ConFIG(Strategy):
     name = "config"
 
     def __init__(self, server_lr: float = 1.0, layerwise: bool = False):
+        """Check the arguments (see the class docstring) and keep them."""
         super().__init__(server_lr)
         self.layerwise = bool(layerwise)
 
@@ -80,6 +81,7 @@ class FedFV(_GlobalLossSignal):
     name = "fedfv"
 
     def __init__(self, server_lr: float = 1.0, alpha: float = 0.1, loss: str = "global"):
+        """Check the arguments (see the class docstring) and keep them."""
         super().__init__(server_lr)
         if not 0 <= alpha <= 1:
             raise ValueError(f"alpha must be in [0, 1], got {alpha}.")
@@ -121,6 +123,7 @@ class QFedAvg(_GlobalLossSignal):
     name = "qfedavg"
 
     def __init__(self, q: float = 1.0, server_lr: float = 1.0):
+        """Check the arguments (see the class docstring) and keep them."""
         super().__init__(server_lr)
         if not (q >= 0 and q < float("inf")):
             raise ValueError(f"q must be a finite number >= 0, got {q}.")

@@ -92,6 +92,7 @@ class CRAFT(Strategy):
     name = "craft"
 
     def __init__(self, server_lr: float = 0.1, layerwise: bool = True, merge_norm: bool = True):
+        """Check the arguments (see the class docstring) and keep them."""
         super().__init__(server_lr)
         self.layerwise = bool(layerwise)
         self.merge_norm = bool(merge_norm)

@@ -200,6 +200,7 @@ class Gossip(_Decentralised):
     name = "gossip"
 
     def __init__(self, edge_prob: float = 0.3, num_neighbours: int | None = None):
+        """Check the arguments (see the class docstring) and keep them."""
         super().__init__()
         if not 0 < float(edge_prob) <= 1:
             raise ValueError(f"edge_prob must be in (0, 1], got {edge_prob}.")
@@ -278,6 +279,7 @@ class DAC(_Decentralised):
     name = "dac"
 
     def __init__(self, num_neighbours: int = 3, tau: float = 30.0, tau_rate: float | None = None, warmup: bool = True):
+        """Check the arguments (see the class docstring) and keep them."""
         super().__init__()
         self.num_neighbours = _check_num_neighbours(num_neighbours)
         if not (tau >= 0 and tau < float("inf")):
@@ -321,7 +323,7 @@ class DAC(_Decentralised):
         return int(round_index) - 1 - int(self.warmup)
 
     def temperature(self, round_index: int) -> float:
-        """tau of the neighbour draw in driver round t.
+        """The temperature tau of the neighbour draw in driver round t.
 
         Args:
             round_index: t.

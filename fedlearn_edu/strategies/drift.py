@@ -200,6 +200,7 @@ class FedDyn(Strategy):
     weighted_direction = True  # direction(..., weights=) (FedVG on FedDyn)
 
     def __init__(self, alpha: float = 0.01, server_lr: float = 1.0):
+        """Check the arguments (see the class docstring) and keep them."""
         super().__init__(server_lr)
         if not (alpha > 0 and alpha < float("inf")):
             raise ValueError(f"FedDyn's alpha must be a finite number > 0, got {alpha}.")
@@ -290,6 +291,7 @@ class FedNova(FedAvg):
     needs = Needs(signals={"num_steps"})
 
     def __init__(self, server_lr: float = 1.0, optimizer: ServerOptimizer | None = None, prox_tau_eff: str = "steps"):
+        """Check the arguments (see the class docstring) and keep them."""
         super().__init__(server_lr, optimizer)
         if prox_tau_eff not in PROX_TAU_EFF:
             raise ValueError(f"prox_tau_eff must be one of {PROX_TAU_EFF}, got {prox_tau_eff!r}.")

@@ -68,6 +68,7 @@ class AFL(_GlobalLossSignal):
     name = "afl"
 
     def __init__(self, lambda_lr: float = 0.1, server_lr: float = 1.0, iterate: str = "last"):
+        """Check the arguments (see the class docstring) and keep them."""
         super().__init__(server_lr)
         if not (lambda_lr > 0 and lambda_lr < float("inf")):
             raise ValueError(f"lambda_lr must be a finite number > 0, got {lambda_lr}.")
@@ -177,6 +178,7 @@ class FedLF(_GlobalLossSignal):
     name = "fedlf"
 
     def __init__(self, server_lr: float = 1.0, fairness: bool = True, layerwise: bool = True, groups: str = "tensor"):
+        """Check the arguments (see the class docstring) and keep them."""
         super().__init__(server_lr)
         if groups not in FEDLF_GROUPS:
             raise ValueError(f"groups must be one of {FEDLF_GROUPS}, got {groups!r}.")

@@ -68,6 +68,7 @@ class FedOUI(Strategy):
         layer: str | None = None,
         server_lr: float = 1.0,
     ):
+        """Check the arguments (see the class docstring) and keep them."""
         super().__init__(server_lr)
         if int(probe_size) != probe_size or probe_size < 2:
             raise ValueError(f"probe_size must be an integer >= 2, got {probe_size}.")
@@ -104,14 +105,18 @@ class FedOUI(Strategy):
         scores, alpha, beta, method = scores_and_fit(o)
         w = weights_from_scores(scores, updates.num_samples, self.eps)
         step = fedavg(updates.deltas, w)
-        return {k: -v for k, v in step.items()}, server_state, {
-            "weights": w,
-            "oui": o.cpu(),
-            "scores": scores.cpu(),
-            "beta_alpha": alpha,
-            "beta_beta": beta,
-            "fit_method": method,
-        }
+        return (
+            {k: -v for k, v in step.items()},
+            server_state,
+            {
+                "weights": w,
+                "oui": o.cpu(),
+                "scores": scores.cpu(),
+                "beta_alpha": alpha,
+                "beta_beta": beta,
+                "fit_method": method,
+            },
+        )
 
 
 class FedAlign(Strategy):
@@ -132,6 +137,7 @@ class FedAlign(Strategy):
     name = "fedalign"
 
     def __init__(self, eps: float = 1e-3, server_lr: float = 1.0):
+        """Check the arguments (see the class docstring) and keep them."""
         super().__init__(server_lr)
         if not (eps > 0 and math.isfinite(eps)):
             raise ValueError(f"eps must be a finite number > 0, got {eps}.")

@@ -100,6 +100,7 @@ class FedVG(Strategy):
         base: Strategy | None = None,
         optimizer: ServerOptimizer | None = None,
     ):
+        """Check the arguments (see the class docstring) and keep them."""
         if base is not None:
             check_base("FedVG", base)
             if isinstance(base, FedVG):
@@ -164,7 +165,7 @@ class FedVG(Strategy):
 
     @property
     def server_momentum(self) -> float:
-        """beta of the server optimizer (0 unless it is a momentum optimizer)."""
+        """The server optimizer's momentum beta (0 unless it is a momentum optimizer)."""
         return float(getattr(self.optimizer, "momentum", 0.0))
 
     @property

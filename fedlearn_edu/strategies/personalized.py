@@ -181,6 +181,7 @@ class IFCA(Strategy):
     evaluates = "cluster"
 
     def __init__(self, num_clusters: int, warmup_rounds: int = 0, server_lr: float = 1.0):
+        """Check the arguments (see the class docstring) and keep them."""
         super().__init__(server_lr)
         if int(num_clusters) != num_clusters or num_clusters < 1:
             raise ValueError(f"num_clusters must be an integer >= 1, got {num_clusters}.")
@@ -294,6 +295,7 @@ class Ditto(Strategy):
     model_key = None
 
     def __init__(self, lam: float = 0.1, base: Strategy | None = None, personal_epochs: int | None = None):
+        """Check the arguments (see the class docstring) and keep them."""
         base = FedAvg() if base is None else base
         check_base("Ditto", base)
         if not (lam >= 0 and lam < float("inf")):

@@ -53,6 +53,7 @@ class ServerOptimizer:
     """
 
     def __init__(self, lr: float = 1.0):
+        """Check the arguments (see the class docstring) and keep them."""
         self.lr = _positive("server_lr", lr)
 
     def init_state(self, params: Params) -> dict:
@@ -81,6 +82,7 @@ class ServerOptimizer:
         raise NotImplementedError
 
     def __repr__(self) -> str:
+        """``Name(hyper-parameter=value, ...)``."""
         args = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
         return f"{type(self).__name__}({args})"
 
@@ -109,6 +111,7 @@ class ServerMomentum(ServerOptimizer):
     """
 
     def __init__(self, lr: float = 1.0, momentum: float = 0.9):
+        """Check the arguments (see the class docstring) and keep them."""
         self.momentum = _unit_interval("momentum", momentum)
         super().__init__(lr)
 
@@ -146,6 +149,8 @@ class _FedOpt(ServerOptimizer):
         m = {k: self.beta1 * state["m"][k] + (1 - self.beta1) * g for k, g in direction.items()}
         v = {k: self._second_moment(state["v"][k], g * g) for k, g in direction.items()}
         return {k: p - self.lr * m[k] / (v[k].sqrt() + self.tau) for k, p in params.items()}, {"m": m, "v": v}
+
+
 class ServerAdagrad(_FedOpt):
     """FedAdagrad's server step: ``v <- v + g^2`` (``beta2`` unused)."""
 

@@ -9,7 +9,6 @@ import torch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from tests.server_steps import Server
 from fedlearn_edu import CRAFT, ConFIG, FedFV, QFedAvg, federated_dataset, make_model, make_strategy, simulate
 from fedlearn_edu.aggregators import (
     config_direction,
@@ -23,6 +22,7 @@ from fedlearn_edu.engine import LocalTraining
 from fedlearn_edu.params import get_params, layer_groups
 from fedlearn_edu.signals import global_model_loss
 from fedlearn_edu.strategies import ClientUpdates, craft_layer_groups
+from tests.server_steps import Server
 
 SETTINGS = settings(max_examples=40, deadline=None)
 

@@ -11,7 +11,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from tests.server_steps import Server
 from fedlearn_edu import FedAlign, FedAvg, FedOUI, make_strategy, simulate
 from fedlearn_edu.aggregators import (
     beta_moments,
@@ -37,6 +36,7 @@ from fedlearn_edu.signals import (
     probe_indices,
 )
 from fedlearn_edu.strategies import ClientUpdates
+from tests.server_steps import Server
 
 FAST = settings(max_examples=40, deadline=None)
 # Pre-activations: a mix of signs and exact zeros (zero counts as "off": Z > 0 is the test).

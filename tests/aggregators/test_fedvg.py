@@ -8,7 +8,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from tests.server_steps import Server
 from fedlearn_edu import FedAvg, FedAvgM, FedProx, FedVG, federated_dataset, make_model, simulate
 from fedlearn_edu.aggregators import (
     fedavg,
@@ -22,6 +21,7 @@ from fedlearn_edu.engine import LocalTraining
 from fedlearn_edu.params import get_params, stack_params, unstack_params
 from fedlearn_edu.signals import validation_gradient_norms, validation_gradients
 from fedlearn_edu.strategies import ClientUpdates, make_strategy
+from tests.server_steps import Server
 
 norm_values = st.floats(0.0, 1e3, allow_nan=False, width=64)
 

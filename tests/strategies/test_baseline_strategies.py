@@ -5,7 +5,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.server_steps import Server
 from fedlearn_edu import (
     AFL,
     DAC,
@@ -27,11 +26,11 @@ from fedlearn_edu import (
 from fedlearn_edu.aggregators import feddyn_server_update, scaffold_server_update
 from fedlearn_edu.cli import main as cli_main
 from fedlearn_edu.engine import LocalResult, LocalTraining
-from fedlearn_edu.params import get_params
+from fedlearn_edu.params import get_params, repeat_params
 from fedlearn_edu.strategies import STRATEGIES, ClientUpdates, ClientWork
-from fedlearn_edu.params import repeat_params
 from tests.aggregators.test_afl import _bisection_projection  # the independent simplex projection
 from tests.aggregators.test_fedlf import _fedlf_numpy  # the authors' FedLF, transcribed
+from tests.server_steps import Server
 
 KW = dict(rounds=3, clients_per_round=4, lr=0.1, batch_size=8, progress=False, seed=1)
 NAMES = ("scaffold", "feddyn", "fednova", "afl", "fedlf", "gossip", "dac")

@@ -4,7 +4,6 @@ import numpy as np
 import pytest
 import torch
 
-from tests.server_steps import Server
 from fedlearn_edu import (
     FedAdagrad,
     FedAdam,
@@ -23,6 +22,7 @@ from fedlearn_edu.engine import LocalTraining
 from fedlearn_edu.models import make_model
 from fedlearn_edu.params import get_params
 from fedlearn_edu.strategies import STRATEGIES, ClientUpdates, ServerOptimizer
+from tests.server_steps import Server
 
 
 def _updates(deltas, n, model=None, round_=1):

@@ -65,7 +65,9 @@ def _round(strategy, fed, model, server_state, client_state, t=1):
     config = strategy.configure_local(LocalTraining(1, 16, 0.05))
     engine = make_engine("loop", model)
     work = ClientWork.for_round(t, ids, train_sets, config, model, engine, 0, fed.num_train_samples)
-    rows = {k: (v[ids] if not isinstance(v, dict) else {n: x[ids] for n, x in v.items()}) for k, v in client_state.items()}
+    rows = {
+        k: (v[ids] if not isinstance(v, dict) else {n: x[ids] for n, x in v.items()}) for k, v in client_state.items()
+    }
     out = strategy.client_update(work, server_state, rows)
     return ClientUpdates(t, ids, out.deltas, fed.num_train_samples[ids], out.train_loss, model, out.signals, config)
 
