@@ -190,26 +190,20 @@ def _plain(obj):
     return obj
 
 
+def _map_tensors(fn, obj):
+    """``fn`` applied to every tensor in a nested dict/list/tuple (other values unchanged)."""
+    if isinstance(obj, Tensor):
+        return fn(obj)
+    if isinstance(obj, dict):
+        return {k: _map_tensors(fn, v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_map_tensors(fn, v) for v in obj)
+    return obj
+
+
 def _to(obj, device):
-    """Every tensor in a nested dict/list/tuple moved to ``device`` (other values unchanged)."""
-    if isinstance(obj, Tensor):
-        return obj.to(device)
-    if isinstance(obj, dict):
-        return {k: _to(v, device) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_to(v, device) for v in obj)
-    return obj
-
-
-def _detach(obj):
-    """Every tensor in a nested dict/list/tuple detached."""
-    if isinstance(obj, Tensor):
-        return obj.detach()
-    if isinstance(obj, dict):
-        return {k: _detach(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_detach(v) for v in obj)
-    return obj
+    """Every tensor in a nested dict/list/tuple moved to ``device``."""
+    return _map_tensors(lambda t: t.to(device), obj)
 
 
 def format_table(histories: dict[str, History], every: bool = False) -> str:
@@ -437,7 +431,7 @@ def server_step(
             was finite (the server step, not local training, is at fault).
     """
     new_state, diag = strategy.aggregate(server_state, updates)
-    new_state = _detach(new_state)
+    new_state = _map_tensors(Tensor.detach, new_state)
     new_params = strategy.server_params(new_state) or {}
     bad = nonfinite_keys(new_params)
     if bad:

@@ -100,12 +100,6 @@ class CRAFT(Strategy):
     def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[dict, dict]:
         """FedAvg's server state plus ``reference`` (``g_hat``; ``None``: zero, round 1).
 
-        Args:
-            params: theta_0.
-            model: the architecture.
-            num_clients: N.
-            seed: the run's seed.
-
         Returns:
             ``(server_state, {})``.
         """

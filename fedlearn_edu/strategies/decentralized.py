@@ -112,12 +112,6 @@ class _Decentralised(Strategy):
     def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[dict, dict]:
         """``models``: N copies of theta_0 (no client state).
 
-        Args:
-            params: theta_0.
-            model: the architecture (unused).
-            num_clients: N.
-            seed: the run's seed.
-
         Returns:
             ``(server_state, {})``.
         """
@@ -210,12 +204,6 @@ class Gossip(_Decentralised):
     def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[dict, dict]:
         """``models`` plus ``mixing``: the fixed Metropolis--Hastings ``W`` (``Tensor[N, N]``), or ``None``.
 
-        Args:
-            params: theta_0.
-            model: the architecture (unused).
-            num_clients: N.
-            seed: the run's seed (draws the graph).
-
         Returns:
             ``(server_state, {})``.
         """
@@ -294,12 +282,6 @@ class DAC(_Decentralised):
 
     def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[dict, dict]:
         """``models`` plus ``similarity`` (zeros) and ``contacted`` (false), ``Tensor[N, N]`` each.
-
-        Args:
-            params: theta_0.
-            model: the architecture (unused).
-            num_clients: N.
-            seed: the run's seed.
 
         Returns:
             ``(server_state, {})``.

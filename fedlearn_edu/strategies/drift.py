@@ -111,12 +111,6 @@ class SCAFFOLD(Strategy):
     def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[dict, dict]:
         """Server state ``params``, ``optimizer``, ``control`` (c = 0) and ``num_clients``; client state ``control``.
 
-        Args:
-            params: theta_0.
-            model: the architecture (unused).
-            num_clients: N.
-            seed: the run's seed (unused).
-
         Returns:
             ``(server_state, {"control": {name: Tensor[N, ...]}})``.
         """
@@ -208,12 +202,6 @@ class FedDyn(Strategy):
 
     def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[dict, dict]:
         """Server state ``params``, ``optimizer``, ``h`` (0) and ``num_clients``; client state ``gradient``.
-
-        Args:
-            params: theta_0.
-            model: the architecture (unused).
-            num_clients: N.
-            seed: the run's seed (unused).
 
         Returns:
             ``(server_state, {"gradient": {name: Tensor[N, ...]}})``.

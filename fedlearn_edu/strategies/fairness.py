@@ -81,12 +81,6 @@ class AFL(_GlobalLossSignal):
     def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[dict, dict]:
         """FedAvg's server state plus uniform ``lambdas``, ``average = None``, ``num_averaged = 0``.
 
-        Args:
-            params: theta_0.
-            model: the architecture.
-            num_clients: N.
-            seed: the run's seed.
-
         Returns:
             ``(server_state, {})``.
         """
@@ -113,15 +107,7 @@ class AFL(_GlobalLossSignal):
         return {k: -v for k, v in step.items()}, {**server_state, "lambdas": lambdas}, diag
 
     def aggregate(self, server_state: dict, updates: ClientUpdates) -> tuple[dict, dict]:
-        """The server step, then (``iterate="average"``) the running average ``theta^A``.
-
-        Args:
-            server_state: the server state at round t.
-            updates: the round's updates.
-
-        Returns:
-            ``(server_state at t + 1, diagnostics)``.
-        """
+        """The server step, then (``iterate="average"``) the running average ``theta^A``; pure."""
         server_state, diag = super().aggregate(server_state, updates)
         if self.iterate == "average":  # theta^A_T = ((T - 1) theta^A_{T-1} + theta_T) / T
             new, average, t = server_state["params"], server_state["average"], server_state["num_averaged"]

@@ -151,6 +151,7 @@ class FedVG(Strategy):
         ``FedAdam()`` its adaptive server step. Other keyword arguments go to :class:`FedVG`.
 
         Example:
+            >>> import torch
             >>> from fedlearn_edu import FedProx
             >>> x, y = torch.rand(8, 4), torch.arange(8) % 2
             >>> FedVG.on_top_of(FedProx(mu=0.1), (x, y)).prox_mu
@@ -176,12 +177,6 @@ class FedVG(Strategy):
 
     def init_state(self, params: Params, model, num_clients: int, seed: int) -> tuple[dict, dict]:
         """FedAvg's server state, or ``{"base": the base's}`` with FedVG's optimizer's moments.
-
-        Args:
-            params: theta_0.
-            model: the architecture.
-            num_clients: N.
-            seed: the run's seed.
 
         Returns:
             ``(server_state, client_state)`` (the base's client state, if any).
@@ -275,15 +270,7 @@ class FedVG(Strategy):
         return {k: -v for k, v in step.items()}, server_state, diag
 
     def aggregate(self, server_state: dict, updates: ClientUpdates) -> tuple[dict, dict]:
-        """:meth:`direction`, then FedVG's optimizer steps theta (the base's entry, with a base).
-
-        Args:
-            server_state: the server state at round t (not modified).
-            updates: the round's updates (not modified).
-
-        Returns:
-            ``(server_state at t + 1, diagnostics)``.
-        """
+        """:meth:`direction`, then FedVG's optimizer steps theta (under ``"base"``, with a base); pure."""
         if self.base is None:
             return super().aggregate(server_state, updates)
         g, server_state, diag = self.direction(server_state, updates)

@@ -90,12 +90,6 @@ class LocalOnly(Strategy):
     def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[dict, dict]:
         """No server state; client state ``personal`` (N copies of theta_0).
 
-        Args:
-            params: theta_0.
-            model: the architecture (unused).
-            num_clients: N.
-            seed: the run's seed (unused).
-
         Returns:
             ``({}, {"personal": {name: Tensor[N, ...]}})``.
         """
@@ -192,12 +186,6 @@ class IFCA(Strategy):
 
     def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[dict, dict]:
         """The K cluster models (cluster 0 is theta_0) and the client state ``cluster`` (-1).
-
-        Args:
-            params: theta_0.
-            model: the architecture (the other clusters are seeded fresh initialisations of it).
-            num_clients: N.
-            seed: the run's seed.
 
         Returns:
             ``({"clusters": {name: Tensor[K, ...]}, "optimizer": ...}, {"cluster": Tensor[N]})``.
@@ -320,12 +308,6 @@ class Ditto(Strategy):
 
     def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[dict, dict]:
         """``{"base": the base's server state}``; the base's client state plus ``personal`` (theta_0).
-
-        Args:
-            params: theta_0.
-            model: the architecture.
-            num_clients: N.
-            seed: the run's seed.
 
         Returns:
             ``(server_state, client_state)``.
