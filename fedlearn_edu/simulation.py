@@ -564,6 +564,7 @@ def simulate(
     test = _TestSet(federation, dev)
     sampler = torch.Generator().manual_seed(derive_seed(seed, 0xC11E47))
     server_state, client_state = strategy.init_state(params0, net, num_clients, seed)
+    server_state = _to(server_state, dev)  # all of it on the run's device, as after a resume
     engine_name = getattr(runner, "name", type(runner).__name__)
     config = dict(
         rounds=rounds,

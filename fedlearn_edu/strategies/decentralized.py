@@ -320,7 +320,7 @@ class DAC(_Decentralised):
 
     def mixing(self, work: ClientWork, server_state: dict) -> tuple[Tensor, dict]:
         """DAC's neighbour draw and scoring; the selected clients' new score rows as signals."""
-        models, similarity = server_state["models"], server_state["similarity"]
+        models, similarity = server_state["models"], server_state["similarity"].cpu()  # scores: on the CPU
         n = similarity.shape[0]
         ids = work.client_ids
         if self.scoring_round(work.round) < 0:  # the warm-up: every client keeps its own model
@@ -336,7 +336,7 @@ class DAC(_Decentralised):
         for j, i in enumerate(ids.tolist()):
             received = {k: v[nb[i].to(v.device)] for k, v in models.items()}
             losses[i] = client_losses(work.model, received, [work.datasets[j]])[0].clamp_min(1e-12)
-        new_s, new_c = dac_update_similarities(similarity, server_state["contacted"], nb, losses)
+        new_s, new_c = dac_update_similarities(similarity, server_state["contacted"].cpu(), nb, losses)
         signals = {"neighbours": nb[ids], "similarity": new_s[ids], "contacted": new_c[ids]}
         return neighbour_average_matrix(nb, _sizes(work, "DAC")), signals
 

@@ -100,7 +100,7 @@ class AFL(_GlobalLossSignal):
         """
         losses = _losses(updates, "AFL")
         ids = updates.client_ids.cpu()
-        lambdas = server_state["lambdas"]
+        lambdas = server_state["lambdas"].cpu()  # the mixture weights are kept on the CPU
         step = afl_direction(updates.deltas, lambdas, ids)
         lambdas = afl_lambda_step(lambdas, losses.detach().double().cpu(), self.lambda_lr, ids)
         diag = {"lambdas": lambdas.clone(), "losses": losses}
