@@ -485,8 +485,9 @@ def simulate(
         federation: the clients (see :func:`fedlearn_edu.data.federated_dataset`).
         model: the architecture and the initial global parameters theta_0. Not modified and
             not moved: the run works on a copy on ``device``.
-        strategy: the method (e.g. ``FedAvg()``, ``FedAdam()``, ``Ditto(0.1)``, ``IFCA(4)``);
-            its state is reset first.
+        strategy: the method (e.g. ``FedAvg()``, ``FedAdam()``, ``Ditto(0.1)``, ``IFCA(4)``); it
+            holds no run state (its ``init_state`` starts the server and client state), so one
+            object can run several simulations.
         rounds: number of communication rounds T.
         clients_per_round: m, clients sampled uniformly without replacement each round
             (capped at the number of clients).
