@@ -130,3 +130,19 @@ def test_fedvg_over_fedvg_and_non_strategies_are_refused(setting):
     assert set(state) == {"base"} and set(state["base"]) == {"base"}
     assert {"params", "optimizer", "control", "num_clients"} == set(state["base"]["base"])
     assert set(clients) == {"control", "personal"}
+
+
+def test_one_strategy_object_runs_two_identical_simulations(setting):
+    """The strategy holds no run state: reusing it (after a run) gives the same run, and a run
+    leaves the object as it was."""
+    from fedlearn_edu import simulate
+
+    fed, val, model = setting
+    strategy = Ditto(0.5, base=FedVG(val, base=SCAFFOLD(), engine="loop"))
+    before = copy.deepcopy(vars(strategy))
+    kw = dict(rounds=2, clients_per_round=3, batch_size=16, lr=0.05, engine="loop", device="cpu", progress=False)
+    first, second = simulate(fed, model, strategy, **kw), simulate(fed, model, strategy, **kw)
+    _same(before, vars(strategy), "strategy")
+    _same(first.final_params, second.final_params, "final_params")
+    _same(first.final_server_state, second.final_server_state, "final_server_state")
+    _same(first.final_state, second.final_state, "final_state")
