@@ -32,8 +32,16 @@ from torch import Tensor, nn
 from torch.func import functional_call
 
 from .aggregators import count_conflicts
-from .aggregators._checks import all_finite, known_finite, nonfinite_keys
-from .checks import check_float, check_int, check_model_data, check_seed, check_trainable
+from .checks import (
+    all_finite,
+    check_float,
+    check_int,
+    check_model_data,
+    check_seed,
+    check_trainable,
+    known_finite,
+    nonfinite_keys,
+)
 from .data.federation import Federation
 from .engine import LocalTraining, make_engine
 from .metrics import METRIC_NAMES, fairness_metrics
@@ -714,7 +722,7 @@ def _write_rows(tree: dict, index: Tensor, rows: dict) -> None:
 def _finite_rows(m: int, *trees: dict) -> Tensor:
     """``Tensor[m]`` (bool): client j's rows of every tensor in ``trees`` are finite.
 
-    One fused pass over all the tensors (:func:`~fedlearn_edu.aggregators._checks.all_finite`);
+    One fused pass over all the tensors (:func:`~fedlearn_edu.checks.all_finite`);
     the rows are looked at one by one only when it fails.
     """
     finite = torch.ones(m, dtype=torch.bool)

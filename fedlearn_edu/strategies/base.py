@@ -90,7 +90,7 @@ from typing import ClassVar
 import torch
 from torch import Tensor, nn
 
-from ..aggregators._checks import nonfinite_keys
+from ..checks import nonfinite_keys
 from ..engine import LocalResult, LocalTraining
 from ..params import Params
 from ..utils import derive_seed

@@ -61,9 +61,6 @@ class GlobalLossSignal(Strategy):
         return {"global_loss": global_model_loss(model, global_params, datasets)}
 
 
-_GlobalLossSignal = GlobalLossSignal  # the old name, for import lines not yet switched
-
-
 class FedFV(GlobalLossSignal):
     """FedFV (Wang et al., 2021): fair averaging by projecting off conflicting updates.
 

@@ -14,7 +14,7 @@ from torch import nn
 from ..aggregators import afl_direction, afl_lambda_step, fedlf_direction
 from ..params import Params
 from .base import ClientUpdates, Needs
-from .conflict import _GlobalLossSignal
+from .conflict import GlobalLossSignal
 from .craft import craft_layer_groups
 
 __all__ = ["AFL", "FedLF"]
@@ -30,7 +30,7 @@ def _losses(updates: ClientUpdates, who: str):
 AFL_ITERATES = ("last", "average")
 
 
-class AFL(_GlobalLossSignal):
+class AFL(GlobalLossSignal):
     """Agnostic federated learning (Mohri, Sivek & Suresh, ICML 2019), Stochastic-AFL.
 
     The server keeps mixture weights ``lambda`` on the simplex over the N clients (uniform at
@@ -129,7 +129,7 @@ class AFL(_GlobalLossSignal):
 FEDLF_GROUPS = ("tensor", "module")
 
 
-class FedLF(_GlobalLossSignal):
+class FedLF(GlobalLossSignal):
     """FedLF (Pan et al., AAAI 2024): layer-wise fair aggregation.
 
     Per layer group, the minimum-norm point of the convex hull of the clients' layer
