@@ -312,7 +312,7 @@ class DAC(_Decentralised):
             params: theta_0, ``{name: Tensor}``, copied N times.
             model: the architecture (unused here).
             num_clients: N.
-            seed: the run's seed (unused here; the draws use the round's seed).
+            seed: the run's seed (unused here; each round's draw uses ``derive_seed(seed, t, DAC_SEED_TAG)``).
 
         Returns:
             ``(server_state, {})``; ``similarity`` is float64, ``contacted`` bool.
