@@ -112,7 +112,17 @@ class History:
     final_server_state: dict = field(default_factory=dict)
 
     def metrics(self, index: int = -1) -> dict[str, float]:
-        """Fairness metrics (mean, std, worst10, best10) at evaluation ``index`` (default: last)."""
+        """Fairness metrics (mean, std, worst10, best10) at evaluation ``index`` (default: last).
+
+        Args:
+            index: the row of ``client_accuracy`` (Python indexing: -1 is the last evaluation).
+
+        Returns:
+            ``{"round": eval_rounds[index], "mean": ..., "std": ..., "worst10": ..., "best10": ...}``.
+
+        Raises:
+            ValueError: the History holds no evaluation.
+        """
         if len(self.eval_rounds) == 0:
             raise ValueError("This History holds no evaluation yet.")
         out = fairness_metrics(self.client_accuracy[index])
@@ -123,13 +133,29 @@ class History:
 
         Args:
             metric: one of ``"mean"``, ``"std"``, ``"worst10"``, ``"best10"``.
+
+        Returns:
+            ``ndarray[E]``, one value per row of ``client_accuracy``.
+
+        Raises:
+            ValueError: ``metric`` is not one of those.
         """
         if metric not in METRIC_NAMES:
             raise ValueError(f"Unknown metric {metric!r}; choose one of {sorted(METRIC_NAMES)}.")
         return np.array([fairness_metrics(row)[metric] for row in self.client_accuracy])
 
     def best(self, metric: str = "mean") -> float:
-        """Best value of ``metric`` over the evaluations (max; min for ``std``)."""
+        """Best value of ``metric`` over the evaluations (max; min for ``std``).
+
+        Args:
+            metric: one of ``"mean"``, ``"std"``, ``"worst10"``, ``"best10"``.
+
+        Returns:
+            The maximum of :meth:`curve` (the minimum for ``"std"``), a float.
+
+        Raises:
+            ValueError: ``metric`` is not one of those.
+        """
         c = self.curve(metric)
         return float(c.min() if metric == "std" else c.max())
 
@@ -168,7 +194,16 @@ class History:
 
     @classmethod
     def from_state(cls, state: dict, config: dict) -> History:
-        """Inverse of :meth:`to_state`."""
+        """Inverse of :meth:`to_state`.
+
+        Args:
+            state: a dict as :meth:`to_state` returns it (tensors become NumPy arrays again).
+            config: the run's settings, stored as ``History.config`` (not part of ``state``).
+
+        Returns:
+            The :class:`History`; ``seconds``, ``final_params`` and the final states keep their
+            defaults (``to_state`` does not store them).
+        """
         return cls(
             strategy=state["strategy"],
             eval_rounds=list(state["eval_rounds"]),

@@ -64,6 +64,14 @@ class Node:
 def node_partition(context: Context, federation: Federation) -> tuple[int, ClientData]:
     """The node's client from its ``node_config`` (``partition-id``, ``num-partitions``).
 
+    Args:
+        context: the node's Flower ``Context``; its ``node_config`` holds the two integer keys.
+        federation: the federation the partitions index; ``num-partitions`` must equal its
+            number of clients.
+
+    Returns:
+        ``(partition-id, federation[partition-id])``: the node's client index and its data.
+
     Raises:
         ValueError: the node config lacks the keys, or they do not fit the federation.
     """
@@ -86,6 +94,13 @@ def client_state(context: Context) -> dict:
     """The node's rows of the strategy's client state, ``{name: Tensor[1, ...]}`` (``{}`` before round 1).
 
     Read it after a run, e.g. ``client_state(grid.contexts[node_id])["personal"]`` for Ditto.
+
+    Args:
+        context: the node's Flower ``Context``; the rows live in
+            ``context.state[CLIENT_STATE_KEY]`` (an ``ArrayRecord``).
+
+    Returns:
+        ``{name: Tensor[1, ...]}``, or ``{}`` when the node has not trained yet.
     """
     if CLIENT_STATE_KEY not in context.state:
         return {}

@@ -87,7 +87,11 @@ class LocalGrid(Grid):
         self._saved = None
 
     def set_run(self, run: Run) -> None:
-        """Flower's Grid API: the run the messages belong to."""
+        """Flower's Grid API: the run the messages belong to.
+
+        Args:
+            run: the ``flwr.supercore.run.Run`` replacing the grid's current one.
+        """
         self._run = run
 
     @property
@@ -96,7 +100,18 @@ class LocalGrid(Grid):
         return self._run
 
     def create_message(self, content, message_type, dst_node_id, group_id, ttl=None) -> Message:
-        """Flower's Grid API: a ``Message`` to node ``dst_node_id``."""
+        """Flower's Grid API: a ``Message`` to node ``dst_node_id``.
+
+        Args:
+            content: the message's ``RecordDict``.
+            message_type: e.g. ``"train"`` or ``"evaluate"``.
+            dst_node_id: the receiving node's id (a key of ``contexts``).
+            group_id: the message's group (Flower uses the round number).
+            ttl: the time-to-live in seconds (``None``: Flower's default).
+
+        Returns:
+            The ``flwr.app.Message`` (its sender is the server: use the grid inside ``with``).
+        """
         return Message(content, dst_node_id, message_type, ttl=ttl, group_id=group_id)
 
     def get_node_ids(self) -> Iterable[int]:
@@ -104,7 +119,19 @@ class LocalGrid(Grid):
         return list(self.contexts)
 
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
-        """Hand every message to its node's ClientApp now; a ClientApp that raises gives an error reply."""
+        """Hand every message to its node's ClientApp now; a ClientApp that raises gives an error reply.
+
+        Args:
+            messages: the messages to deliver, each to ``msg.metadata.dst_node_id``.
+
+        Returns:
+            ``list[str]``: one reply id per message (``"local-<k>"``), for :meth:`pull_messages`.
+
+        Raises:
+            ValueError: a message is addressed to a node the grid does not have.
+            Exception: with ``errors="raise"``, whatever a ClientApp raised (with ``"reply"`` it
+                becomes an error reply, ``Error.code`` 1, instead).
+        """
         ids = []
         for msg in messages:
             node = msg.metadata.dst_node_id
@@ -123,9 +150,25 @@ class LocalGrid(Grid):
         return ids
 
     def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
-        """Flower's Grid API: the replies to the pushed messages ``message_ids`` (each once)."""
+        """Flower's Grid API: the replies to the pushed messages ``message_ids`` (each once).
+
+        Args:
+            message_ids: ids returned by :meth:`push_messages`; ids already pulled or unknown
+                are skipped.
+
+        Returns:
+            ``list[Message]``, the replies in the order of ``message_ids``.
+        """
         return [self._replies.pop(i) for i in message_ids if i in self._replies]
 
     def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
-        """Flower's Grid API: push ``messages`` and return their replies (``timeout`` unused: replies are immediate)."""
+        """Flower's Grid API: push ``messages`` and return their replies (``timeout`` unused: replies are immediate).
+
+        Args:
+            messages: the messages to deliver (see :meth:`push_messages`).
+            timeout: ignored (kept for Flower's signature).
+
+        Returns:
+            ``list[Message]``, one reply per message, in order.
+        """
         return self.pull_messages(self.push_messages(messages))

@@ -63,17 +63,42 @@ _CONFIG_FIELDS = {
 
 
 def params_to_arrays(params: Mapping[str, Tensor]) -> ArrayRecord:
-    """``{name: Tensor}`` -> ``ArrayRecord`` (same names, dtypes and shapes; copied to the CPU)."""
+    """``{name: Tensor}`` -> ``ArrayRecord`` (same names, dtypes and shapes; copied to the CPU).
+
+    Args:
+        params: ``{name: Tensor[...]}`` (one model, or a client's delta), on any device.
+
+    Returns:
+        The ``ArrayRecord``, one array per name.
+    """
     return ArrayRecord({k: v.detach().cpu() for k, v in params.items()})
 
 
 def arrays_to_params(arrays: ArrayRecord, device: torch.device | str = "cpu") -> Params:
-    """``ArrayRecord`` -> ``{name: Tensor}`` on ``device`` (writable copies)."""
+    """``ArrayRecord`` -> ``{name: Tensor}`` on ``device`` (writable copies).
+
+    Args:
+        arrays: the record (e.g. a message's ``"arrays"`` or ``"deltas"``).
+        device: where the tensors go.
+
+    Returns:
+        ``{name: Tensor[...]}`` with the arrays' dtypes and shapes, not sharing memory with the record.
+    """
     return {k: torch.from_numpy(np.array(a.numpy(), copy=True)).to(device) for k, a in arrays.items()}
 
 
 def config_to_record(config: LocalTraining, server_round: int, seed: int) -> ConfigRecord:
-    """The round's local-training hyper-parameters as a ``ConfigRecord``."""
+    """The round's local-training hyper-parameters as a ``ConfigRecord``.
+
+    Args:
+        config: the round's settings (after ``strategy.configure_local``).
+        server_round: t, sent as ``server-round``.
+        seed: the run's seed (the nodes derive their batch order from it).
+
+    Returns:
+        The ``ConfigRecord``: ``local-epochs``, ``batch-size``, ``lr``, ``momentum``,
+        ``weight-decay``, ``prox-mu``, ``server-round`` and ``seed``.
+    """
     record = ConfigRecord({key: getattr(config, f) for f, key in _CONFIG_FIELDS.items()})
     record["server-round"] = int(server_round)
     record["seed"] = int(seed)
@@ -82,6 +107,12 @@ def config_to_record(config: LocalTraining, server_round: int, seed: int) -> Con
 
 def record_to_config(record: ConfigRecord) -> tuple[LocalTraining, int, int]:
     """Inverse of :func:`config_to_record`: ``(LocalTraining, server_round, seed)``.
+
+    Args:
+        record: a train message's ``"config"``.
+
+    Returns:
+        ``(LocalTraining, server_round, seed)``.
 
     Raises:
         ValueError: a key the server always sends is missing (the message did not come from
@@ -97,7 +128,16 @@ def record_to_config(record: ConfigRecord) -> tuple[LocalTraining, int, int]:
 
 
 def reply_to_record(reply: ClientReply) -> RecordDict:
-    """A node's :class:`~fedlearn_edu.flower.bridge.ClientReply` as the content of its reply message."""
+    """A node's :class:`~fedlearn_edu.flower.bridge.ClientReply` as the content of its reply message.
+
+    Args:
+        reply: the one client's reply (deltas ``{name: Tensor[...]}``, signals without the client axis).
+
+    Returns:
+        ``RecordDict`` with ``"deltas"`` (``ArrayRecord``), ``"metrics"`` (``num-examples``,
+        ``train-loss``, ``partition-id``, ``recorded-loss`` if any, ``signal.<name>``) and
+        ``"signal-dtypes"`` (each signal's dtype and shape), the layout of the module docstring.
+    """
     metrics = MetricRecord(
         {
             "num-examples": int(reply.num_samples),
@@ -129,6 +169,14 @@ def record_to_reply(content: RecordDict, node: int) -> ClientReply:
     Args:
         content: the reply message's content.
         node: the sending node's id (for the error messages).
+
+    Returns:
+        The :class:`~fedlearn_edu.flower.bridge.ClientReply` (deltas on the CPU, signals with
+        their dtypes and shapes restored).
+
+    Raises:
+        ValueError: ``"deltas"`` or ``"metrics"`` is missing, a required metric is missing, or a
+            signal's dtype is neither floating point nor int64.
     """
     for key, kind in (("deltas", ArrayRecord), ("metrics", MetricRecord)):
         if not isinstance(content.get(key), kind):
@@ -168,6 +216,12 @@ def diagnostics_to_metrics(diagnostics: Mapping) -> MetricRecord:
     Scalars become floats, tensors and arrays become flat lists of floats, lists of numbers
     stay lists; strings (e.g. FedOUI's ``fit_method``) and other objects are left out (they
     stay in :attr:`FlowerStrategy.diagnostics`); a dict of numbers becomes ``key.sub`` entries.
+
+    Args:
+        diagnostics: one round's diagnostics ``{name: value}`` (e.g. ``{"weights": Tensor[m]}``).
+
+    Returns:
+        The ``MetricRecord`` (empty tensors are left out too).
     """
     out = MetricRecord()
     for key, value in diagnostics.items():
@@ -225,7 +279,15 @@ def state_to_arrays(state: Mapping) -> ArrayRecord:
 
 
 def arrays_to_state(arrays: ArrayRecord, device: torch.device | str = "cpu") -> dict:
-    """Inverse of :func:`state_to_arrays`: the nested ``{name: Tensor[1, ...]}`` on ``device``."""
+    """Inverse of :func:`state_to_arrays`: the nested ``{name: Tensor[1, ...]}`` on ``device``.
+
+    Args:
+        arrays: the record, names joined with ``"/"``.
+        device: where the tensors go.
+
+    Returns:
+        The nested dict of tensors (``"personal/fc.weight"`` -> ``{"personal": {"fc.weight": ...}}``).
+    """
     state: dict = {}
     for name, value in arrays_to_params(arrays, device).items():
         *path, leaf = name.split(STATE_SEPARATOR)

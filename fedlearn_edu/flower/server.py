@@ -168,6 +168,20 @@ class FlowerStrategy(FlowerBaseStrategy):
 
         Round 1 starts the server state from ``arrays`` (theta_0); later rounds use the state
         kept here (``arrays``, Flower's copy of theta_t, then equals its model).
+
+        Args:
+            server_round: t (1-based).
+            arrays: Flower's current global parameters (read in round 1 only, as theta_0).
+            config: Flower's config of the round (unused: the round's settings come from this
+                object's hyper-parameters and the strategy's ``configure_local``).
+            grid: the grid whose connected nodes are sampled (seeded, ``fraction_train``).
+
+        Returns:
+            ``list[Message]``, one ``train`` message per sampled node: ``"arrays"`` the
+            strategy's ``client_view`` and ``"config"`` the round's settings.
+
+        Raises:
+            TimeoutError: fewer than ``min_available_nodes`` nodes connected within ``wait_s``.
         """
         nodes = self._sample(grid, self.fraction_train, self.min_train_nodes, server_round, salt=0x7EA1)
         if not self._started:
@@ -190,6 +204,18 @@ class FlowerStrategy(FlowerBaseStrategy):
         A reply that is an error (the node failed) or whose update is not finite is left out
         of the round and recorded; a reply that lacks what the strategy needs (parameters,
         sizes, a client signal such as FedOUI's ``oui``) raises ``ValueError``.
+
+        Args:
+            server_round: t.
+            replies: the nodes' ``train`` replies (layout in :mod:`fedlearn_edu.flower.records`).
+
+        Returns:
+            ``(theta_{t+1} as an ArrayRecord, the round's diagnostics as a MetricRecord)``, or
+            ``(None, None)`` when no reply is usable (theta stays as it was).
+
+        Raises:
+            RuntimeError: called before :meth:`configure_train`.
+            ValueError: a reply is malformed or lacks what the strategy needs.
         """
         if self.server_state is None:
             raise RuntimeError("aggregate_train was called before configure_train; run the strategy with start().")
@@ -229,7 +255,18 @@ class FlowerStrategy(FlowerBaseStrategy):
     def configure_evaluate(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
-        """Ask the sampled nodes to evaluate their models (from the clients' view of the server state)."""
+        """Ask the sampled nodes to evaluate their models (from the clients' view of the server state).
+
+        Args:
+            server_round: t; nodes evaluate only every ``eval_every`` rounds and after the last.
+            arrays: Flower's current global parameters (unused: the view is of the server state kept here).
+            config: Flower's config of the round (unused).
+            grid: the grid whose nodes are sampled (seeded, ``fraction_evaluate``, at least one).
+
+        Returns:
+            ``list[Message]``, one ``evaluate`` message per sampled node; ``[]`` when evaluation
+            is off (``fraction_evaluate=0``), not due this round, or before any training round.
+        """
         due = server_round % self.eval_every == 0 or server_round == self._rounds
         if self.fraction_evaluate == 0 or not due or self.server_state is None:
             return []
@@ -245,6 +282,15 @@ class FlowerStrategy(FlowerBaseStrategy):
         The accuracy is of the model the strategy evaluates each client on (Ditto: the
         node's personal model); the others a node reports (``accuracy.global``) are kept in
         ``evaluations[-1]["other_accuracy"]``.
+
+        Args:
+            server_round: t.
+            replies: the nodes' ``evaluate`` replies; errors and replies without
+                ``accuracy``/``partition-id`` metrics are skipped.
+
+        Returns:
+            ``MetricRecord`` of ``mean``, ``std``, ``worst10``, ``best10`` and ``num-clients``
+            (also appended to :attr:`evaluations`), or ``None`` without a usable (non-NaN) accuracy.
         """
         accuracy, other = {}, {}
         for msg in replies:
@@ -276,9 +322,20 @@ class FlowerStrategy(FlowerBaseStrategy):
     def run(self, grid: Grid, rounds: int, timeout: float = 3600) -> Result:
         """Run ``rounds`` rounds from the model's parameters (theta_0) with Flower's ``start``.
 
+        Resets :attr:`server_state`, :attr:`diagnostics` and :attr:`evaluations` first.
+
+        Args:
+            grid: the Flower ``Grid`` (a :class:`~fedlearn_edu.flower.LocalGrid`, or the
+                ServerApp's grid).
+            rounds: the number of rounds (a positive integer).
+            timeout: seconds Flower's ``start`` waits for the nodes' replies.
+
         Returns:
             Flower's ``Result`` (``result.arrays`` holds the final global parameters; see
             :meth:`final_params`).
+
+        Raises:
+            ValueError: ``rounds`` is not a positive integer.
         """
         if int(rounds) != rounds or rounds < 1:
             raise ValueError(f"rounds must be a positive integer, got {rounds}.")

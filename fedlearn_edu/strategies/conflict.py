@@ -37,7 +37,19 @@ class ConFIG(Strategy):
         self.layerwise = bool(layerwise)
 
     def direction(self, server_state: dict, updates: ClientUpdates) -> tuple[Params, dict, dict]:
-        """ConFIG's direction from the pseudo-gradients ``-Delta_i``; the state unchanged."""
+        """ConFIG's direction from the pseudo-gradients ``-Delta_i``; the state unchanged.
+
+        Args:
+            server_state: the server state; ``"params"`` (``{name: Tensor}``) names the
+                parameters of the whole-model group.
+            updates: the round's updates, ``deltas`` ``{name: Tensor[m, ...]}``; ``model``
+                gives CRAFT's layer groups with ``layerwise=True`` (``None``: one group per
+                parameter tensor).
+
+        Returns:
+            ``(g, server_state, {})``: ``g`` ``{name: Tensor}`` shaped like theta_t, the state
+            as given, no diagnostics.
+        """
         params = server_state["params"]
         pseudo = {k: -v for k, v in updates.deltas.items()}
         if self.layerwise and updates.model is not None:
@@ -57,7 +69,17 @@ class GlobalLossSignal(Strategy):
     def client_signals(
         self, model: nn.Module, global_params: Params, local: LocalResult, datasets: Sequence[tuple[Tensor, Tensor]]
     ) -> dict:
-        """``{"global_loss": Tensor[m]}``: ``F_k(theta_t)`` on each client's training data."""
+        """``{"global_loss": Tensor[m]}``: ``F_k(theta_t)`` on each client's training data.
+
+        Args:
+            model: the architecture.
+            global_params: theta_t ``{name: Tensor}``, the model whose loss is reported.
+            local: the clients' local training (unused).
+            datasets: the m clients' training sets ``(x: Tensor[n_i, ...], y: Tensor[n_i])``.
+
+        Returns:
+            ``{"global_loss": Tensor[m]}``.
+        """
         return {"global_loss": global_model_loss(model, global_params, datasets)}
 
 
@@ -96,11 +118,31 @@ class FedFV(GlobalLossSignal):
         return Needs(signals={"global_loss"}) if self.loss == "global" else Needs()
 
     def client_signals(self, model, global_params, local, datasets) -> dict:
-        """The global model's losses with ``loss="global"`` (else none)."""
+        """The global model's losses with ``loss="global"`` (else none).
+
+        Args:
+            model: the architecture.
+            global_params: theta_t ``{name: Tensor}``.
+            local: the clients' local training (unused).
+            datasets: the m clients' training sets.
+
+        Returns:
+            ``{"global_loss": Tensor[m]}`` with ``loss="global"``, ``{}`` with ``loss="local"``.
+        """
         return super().client_signals(model, global_params, local, datasets) if self.loss == "global" else {}
 
     def direction(self, server_state: dict, updates: ClientUpdates) -> tuple[Params, dict, dict]:
-        """FedFV's projected, rescaled mean; the state unchanged; diagnostics ``losses``."""
+        """FedFV's projected, rescaled mean; the state unchanged; diagnostics ``losses``.
+
+        Args:
+            server_state: the server state (returned as given).
+            updates: the round's updates: ``deltas`` ``{name: Tensor[m, ...]}`` and the losses
+                that sort the clients, ``signals["global_loss"]`` (``loss="global"``) or
+                ``train_loss`` (``loss="local"``), ``Tensor[m]``.
+
+        Returns:
+            ``(g, server_state, {"losses": Tensor[m]})``, ``g`` ``{name: Tensor}`` shaped like theta_t.
+        """
         losses = updates.signals["global_loss"] if self.loss == "global" else updates.train_loss
         pseudo = {k: -v for k, v in updates.deltas.items()}
         return fedfv_direction(pseudo, losses, self.alpha), server_state, {"losses": losses}
@@ -130,7 +172,19 @@ class QFedAvg(GlobalLossSignal):
         self.q = float(q)
 
     def direction(self, server_state: dict, updates: ClientUpdates) -> tuple[Params, dict, dict]:
-        """q-FedAvg's step (as a direction); the state unchanged; diagnostics ``losses``."""
+        """q-FedAvg's step (as a direction); the state unchanged; diagnostics ``losses``.
+
+        Args:
+            server_state: the server state (returned as given).
+            updates: the round's updates: ``deltas`` ``{name: Tensor[m, ...]}``,
+                ``signals["global_loss"]`` ``Tensor[m]`` (``F_k(theta_t)``) and ``config.lr``.
+
+        Returns:
+            ``(g, server_state, {"losses": Tensor[m]})``, ``g`` ``{name: Tensor}`` shaped like theta_t.
+
+        Raises:
+            ValueError: ``updates.config`` is ``None`` or ``updates.signals`` has no ``"global_loss"``.
+        """
         if updates.config is None:
             raise ValueError(
                 "QFedAvg needs the clients' lr: pass ClientUpdates(..., config=LocalTraining(lr=...)) "

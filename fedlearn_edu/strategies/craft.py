@@ -100,8 +100,14 @@ class CRAFT(Strategy):
     def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[dict, dict]:
         """FedAvg's server state plus ``reference`` (``g_hat``; ``None``: zero, round 1).
 
+        Args:
+            params: theta_0, ``{name: Tensor}`` on the run's device.
+            model: the architecture (unused here).
+            num_clients: N (no client state).
+            seed: the run's seed (unused here).
+
         Returns:
-            ``(server_state, {})``.
+            ``(server_state, {})``: ``{"params": theta_0, "optimizer": ..., "reference": None}``.
         """
         server, clients = super().init_state(params, model, num_clients, seed)
         return {**server, "reference": None}, clients

@@ -112,8 +112,14 @@ class _Decentralised(Strategy):
     def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[dict, dict]:
         """``models``: N copies of theta_0 (no client state).
 
+        Args:
+            params: theta_0, ``{name: Tensor}`` on the run's device.
+            model: the architecture (unused here).
+            num_clients: N, the number of models kept.
+            seed: the run's seed (unused here).
+
         Returns:
-            ``(server_state, {})``.
+            ``(server_state, {})``: ``{"models": {name: Tensor[N, ...]}, "optimizer": ...}``.
         """
         models = repeat_params(params, num_clients)
         return {"models": models, "optimizer": self.optimizer.init_state(models)}, {}
@@ -204,8 +210,17 @@ class Gossip(_Decentralised):
     def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[dict, dict]:
         """``models`` plus ``mixing``: the fixed Metropolis--Hastings ``W`` (``Tensor[N, N]``), or ``None``.
 
+        Args:
+            params: theta_0, ``{name: Tensor}``, copied N times.
+            model: the architecture (unused here).
+            num_clients: N, the graph's number of nodes.
+            seed: the run's seed; the graph is drawn from ``derive_seed(seed, GOSSIP_SEED_TAG)``.
+
         Returns:
-            ``(server_state, {})``.
+            ``(server_state, {})``: ``mixing`` is ``None`` with ``num_neighbours`` (sampled each round).
+
+        Raises:
+            ValueError: ``num_neighbours`` is not below ``num_clients``.
         """
         mixing = None
         if self.num_neighbours is None:
@@ -217,7 +232,17 @@ class Gossip(_Decentralised):
         return {**server, "mixing": mixing}, clients
 
     def mixing(self, work: ClientWork, server_state: dict) -> tuple[Tensor, dict]:
-        """The fixed W, or this round's sampled neighbours averaged by data size."""
+        """The fixed W, or this round's sampled neighbours averaged by data size.
+
+        Args:
+            work: the round's clients (``seed``, ``round``, ``client_ids`` and
+                ``all_num_samples``, ``Tensor[N]``, for the size weights).
+            server_state: with ``models`` and ``mixing``.
+
+        Returns:
+            ``(W: Tensor[N, N], signals)``: the fixed W and ``{}``, or with ``num_neighbours``
+            the size-weighted average over sampled neighbours and ``{"neighbours": Tensor[m, n]}``.
+        """
         if self.num_neighbours is None:
             return server_state["mixing"], {}
         n = next(iter(server_state["models"].values())).shape[0]
@@ -283,8 +308,17 @@ class DAC(_Decentralised):
     def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[dict, dict]:
         """``models`` plus ``similarity`` (zeros) and ``contacted`` (false), ``Tensor[N, N]`` each.
 
+        Args:
+            params: theta_0, ``{name: Tensor}``, copied N times.
+            model: the architecture (unused here).
+            num_clients: N.
+            seed: the run's seed (unused here; each round's draw uses ``derive_seed(seed, t, DAC_SEED_TAG)``).
+
         Returns:
-            ``(server_state, {})``.
+            ``(server_state, {})``; ``similarity`` is float64, ``contacted`` bool.
+
+        Raises:
+            ValueError: ``num_neighbours`` is not below ``num_clients``.
         """
         n = int(num_clients)
         if self.num_neighbours >= n:
@@ -319,7 +353,18 @@ class DAC(_Decentralised):
         return dac_tau_schedule(max(self.scoring_round(round_index) - 1, 0), self.tau, self.tau_rate)
 
     def mixing(self, work: ClientWork, server_state: dict) -> tuple[Tensor, dict]:
-        """DAC's neighbour draw and scoring; the selected clients' new score rows as signals."""
+        """DAC's neighbour draw and scoring; the selected clients' new score rows as signals.
+
+        Args:
+            work: the round's clients (their models' losses on ``work.datasets`` score the
+                neighbours; ``all_num_samples``, ``Tensor[N]``, weighs the average).
+            server_state: with ``models``, ``similarity`` and ``contacted`` (``Tensor[N, N]``).
+
+        Returns:
+            ``(W: Tensor[N, N], signals)``: in the warm-up round the identity and
+            ``{"neighbours": Tensor[m, 0]}``; then the size-weighted neighbour average and
+            ``{"neighbours": Tensor[m, n], "similarity": Tensor[m, N], "contacted": Tensor[m, N]}``.
+        """
         models, similarity = server_state["models"], server_state["similarity"].cpu()  # scores: on the CPU
         n = similarity.shape[0]
         ids = work.client_ids

@@ -111,8 +111,15 @@ class SCAFFOLD(Strategy):
     def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[dict, dict]:
         """Server state ``params``, ``optimizer``, ``control`` (c = 0) and ``num_clients``; client state ``control``.
 
+        Args:
+            params: theta_0, ``{name: Tensor}``; the controls are zeros shaped like it.
+            model: the architecture (unused here).
+            num_clients: N, the rows of the client controls (and the 1/N of the server's update of c).
+            seed: the run's seed (unused here).
+
         Returns:
-            ``(server_state, {"control": {name: Tensor[N, ...]}})``.
+            ``(server_state, {"control": {name: Tensor[N, ...]}})``, the server's ``control``
+            ``{name: Tensor}`` and the clients' zero.
         """
         server, _ = super().init_state(params, model, num_clients, seed)
         control = {k: torch.zeros_like(v) for k, v in params.items()}
@@ -121,7 +128,14 @@ class SCAFFOLD(Strategy):
         }
 
     def client_view(self, server_state: dict) -> dict:
-        """theta_t and c: what the clients read."""
+        """theta_t and c: what the clients read.
+
+        Args:
+            server_state: with ``params`` and ``control``.
+
+        Returns:
+            ``{"params": {name: Tensor}, "control": {name: Tensor}}``.
+        """
         return {"params": server_state["params"], "control": server_state["control"]}
 
     def client_update(self, work: ClientWork, server_state: dict, state: dict) -> ClientOutput:
@@ -203,15 +217,28 @@ class FedDyn(Strategy):
     def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[dict, dict]:
         """Server state ``params``, ``optimizer``, ``h`` (0) and ``num_clients``; client state ``gradient``.
 
+        Args:
+            params: theta_0, ``{name: Tensor}``; ``h`` and the ``phi_k`` are zeros shaped like it.
+            model: the architecture (unused here).
+            num_clients: N, the rows of ``gradient`` (and the 1/N of the server's update of h).
+            seed: the run's seed (unused here).
+
         Returns:
-            ``(server_state, {"gradient": {name: Tensor[N, ...]}})``.
+            ``(server_state, {"gradient": {name: Tensor[N, ...]}})``, both zero.
         """
         server, _ = super().init_state(params, model, num_clients, seed)
         h = {k: torch.zeros_like(v) for k, v in params.items()}
         return {**server, "h": h, "num_clients": int(num_clients)}, {"gradient": _zeros_stacked(params, num_clients)}
 
     def configure_local(self, config: LocalTraining) -> LocalTraining:
-        """The clients' settings with ``prox_mu = alpha``."""
+        """The clients' settings with ``prox_mu = alpha``.
+
+        Args:
+            config: the run's settings for the round (not modified).
+
+        Returns:
+            A copy of ``config`` with ``prox_mu = alpha``.
+        """
         return config.replace(prox_mu=self.alpha)
 
     def client_update(self, work: ClientWork, server_state: dict, state: dict) -> ClientOutput:
@@ -286,7 +313,17 @@ class FedNova(FedAvg):
         self.prox_tau_eff = prox_tau_eff
 
     def client_update(self, work: ClientWork, server_state: dict, state: dict) -> ClientOutput:
-        """FedAvg's client update plus ``signals["num_steps"]`` (``Tensor[m]``)."""
+        """FedAvg's client update plus ``signals["num_steps"]`` (``Tensor[m]``).
+
+        Args:
+            work: the round's clients.
+            server_state: with ``params`` (theta_t, ``{name: Tensor}``).
+            state: unused (FedNova keeps no client state).
+
+        Returns:
+            The :class:`ClientOutput`: ``deltas`` ``{name: Tensor[m, ...]}``, ``train_loss``
+            ``Tensor[m]`` and ``signals["num_steps"]``, the local step counts ``Tensor[m]``.
+        """
         params = server_state["params"]
         local = work.train(params)
         deltas = {k: local.params[k] - params[k].unsqueeze(0) for k in params}

@@ -81,6 +81,12 @@ class AFL(GlobalLossSignal):
     def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[dict, dict]:
         """FedAvg's server state plus uniform ``lambdas``, ``average = None``, ``num_averaged = 0``.
 
+        Args:
+            params: theta_0, ``{name: Tensor}`` on the run's device.
+            model: the architecture (unused here).
+            num_clients: N; ``lambdas`` is ``Tensor[N]`` (float64), each ``1/N``.
+            seed: the run's seed (unused here).
+
         Returns:
             ``(server_state, {})``.
         """
@@ -107,7 +113,17 @@ class AFL(GlobalLossSignal):
         return {k: -v for k, v in step.items()}, {**server_state, "lambdas": lambdas}, diag
 
     def aggregate(self, server_state: dict, updates: ClientUpdates) -> tuple[dict, dict]:
-        """The server step, then (``iterate="average"``) the running average ``theta^A``; pure."""
+        """The server step, then (``iterate="average"``) the running average ``theta^A``; pure.
+
+        Args:
+            server_state: the server state at round t (not modified), with ``lambdas``,
+                ``average`` (``{name: Tensor}`` or ``None``) and ``num_averaged`` (T).
+            updates: the round's updates, with ``signals["global_loss"]`` (not modified).
+
+        Returns:
+            ``(server_state at t + 1, diagnostics)``; with ``iterate="average"`` the state's
+            ``average`` includes theta_{t+1} and ``num_averaged`` is T + 1.
+        """
         server_state, diag = super().aggregate(server_state, updates)
         if self.iterate == "average":  # theta^A_T = ((T - 1) theta^A_{T-1} + theta_T) / T
             new, average, t = server_state["params"], server_state["average"], server_state["num_averaged"]
@@ -119,7 +135,18 @@ class AFL(GlobalLossSignal):
         return server_state, diag
 
     def eval_models(self, model: nn.Module, server_state: dict, state: dict, train_sets) -> dict:
-        """theta_t (``iterate="last"``), or ``{"average": theta^A, "last": theta_t}``."""
+        """theta_t (``iterate="last"``), or ``{"average": theta^A, "last": theta_t}``.
+
+        Args:
+            model: the architecture (unused here).
+            server_state: with ``params`` and ``average`` (``None`` before the first step:
+                theta_t stands in for it).
+            state: the client state (unused, empty).
+            train_sets: the clients' training sets (unused).
+
+        Returns:
+            ``{"global": (theta_t, None)}``, or ``{"average": (theta^A, None), "last": (theta_t, None)}``.
+        """
         if self.iterate == "last":
             return super().eval_models(model, server_state, state, train_sets)
         params, average = server_state["params"], server_state["average"]
@@ -178,7 +205,22 @@ class FedLF(GlobalLossSignal):
         return Needs(signals={"global_loss"}) if self.fairness else Needs()
 
     def direction(self, server_state: dict, updates: ClientUpdates) -> tuple[Params, dict, dict]:
-        """FedLF's layer-wise fair direction; the state unchanged; diagnostics ``losses``."""
+        """FedLF's layer-wise fair direction; the state unchanged; diagnostics ``losses``.
+
+        Args:
+            server_state: with ``params`` (``{name: Tensor}``; its names form the one group
+                with ``layerwise=False``); returned as given.
+            updates: the round's updates: ``deltas`` ``{name: Tensor[m, ...]}``, with
+                ``fairness=True`` ``signals["global_loss"]`` ``Tensor[m]``, and ``model`` for
+                ``groups="module"``.
+
+        Returns:
+            ``(d, server_state, diagnostics)``: ``d`` ``{name: Tensor}`` shaped like theta_t;
+            ``{"losses": Tensor[m]}`` with the fairness row, else ``{}``.
+
+        Raises:
+            ValueError: ``fairness=True`` and ``updates.signals`` has no ``"global_loss"``.
+        """
         params = server_state["params"]
         losses = _losses(updates, "FedLF") if self.fairness else None
         if not self.layerwise:

@@ -103,7 +103,14 @@ class FedProx(FedAvg):
         self.mu = float(mu)
 
     def configure_local(self, config: LocalTraining) -> LocalTraining:
-        """The clients' settings with ``prox_mu = mu``."""
+        """The clients' settings with ``prox_mu = mu``.
+
+        Args:
+            config: the run's settings for the round (not modified).
+
+        Returns:
+            A copy of ``config`` with ``prox_mu = mu``.
+        """
         return config.replace(prox_mu=self.mu)
 
 

@@ -82,7 +82,18 @@ class FedOUI(Strategy):
     def client_signals(
         self, model: nn.Module, global_params: Params, local: LocalResult, datasets: Sequence[tuple[Tensor, Tensor]]
     ) -> dict:
-        """``{"oui": Tensor[m]}``: each client's OUI on its own fixed probe batch."""
+        """``{"oui": Tensor[m]}``: each client's OUI on its own fixed probe batch.
+
+        Args:
+            model: the architecture (its features, or the hooked ``layer``, give the OUI).
+            global_params: theta_t (unused: the OUI is of the locally trained models).
+            local: the clients' local training; ``local.params`` ``{name: Tensor[m, ...]}``.
+            datasets: the m clients' training sets ``(x: Tensor[n_i, ...], y)``; each probe is
+                ``probe_size`` rows of ``x`` drawn with ``probe_seed``.
+
+        Returns:
+            ``{"oui": Tensor[m]}``.
+        """
         probes = torch.stack([probe_batch(x, self.probe_size, self.probe_seed) for x, _ in datasets])
         return {"oui": client_oui(model, local.params, probes, layer=self.layer)}
 
@@ -144,7 +155,16 @@ class FedAlign(Strategy):
         self.eps = float(eps)
 
     def direction(self, server_state: dict, updates: ClientUpdates) -> tuple[Params, dict, dict]:
-        """``g = -sum_k w_k Delta_k`` with FedAlign's weights; the state unchanged."""
+        """``g = -sum_k w_k Delta_k`` with FedAlign's weights; the state unchanged.
+
+        Args:
+            server_state: the server state (returned as given).
+            updates: the round's updates: ``deltas`` ``{name: Tensor[m, ...]}`` and
+                ``num_samples`` ``Tensor[m]``.
+
+        Returns:
+            ``(g, server_state, {"weights": Tensor[m]})``, ``g`` ``{name: Tensor}`` shaped like theta_t.
+        """
         w = fedalign_weights(updates.deltas, updates.num_samples, self.eps)
         step = fedavg(updates.deltas, w)
         return {k: -v for k, v in step.items()}, server_state, {"weights": w.cpu()}

@@ -150,6 +150,14 @@ class FedVG(Strategy):
         ``FedProx(mu)`` gives FedProx's clients; ``FedAvgM(server_lr, momentum)`` its momentum;
         ``FedAdam()`` its adaptive server step. Other keyword arguments go to :class:`FedVG`.
 
+        Args:
+            base: the base strategy (one global model, not personalised: see :func:`check_base`).
+            val_data: the server's validation set ``(x: Tensor[n, ...], y: Tensor[n])``.
+            **kwargs: FedVG's other arguments (``norm_order``, ``mode``, ``optimizer``, ...).
+
+        Returns:
+            The :class:`FedVG`.
+
         Example:
             >>> import torch
             >>> from fedlearn_edu import FedProx
@@ -178,8 +186,15 @@ class FedVG(Strategy):
     def init_state(self, params: Params, model, num_clients: int, seed: int) -> tuple[dict, dict]:
         """FedAvg's server state, or ``{"base": the base's}`` with FedVG's optimizer's moments.
 
+        Args:
+            params: theta_0, ``{name: Tensor}`` on the run's device.
+            model: the architecture (passed to the base).
+            num_clients: N (passed to the base).
+            seed: the run's seed (passed to the base).
+
         Returns:
-            ``(server_state, client_state)`` (the base's client state, if any).
+            ``(server_state, client_state)`` (the base's client state ``{name: Tensor[N, ...]}``,
+            if any); with a base, its ``"optimizer"`` entry is FedVG's optimizer's state.
         """
         if self.base is None:
             return super().init_state(params, model, num_clients, seed)
@@ -191,29 +206,70 @@ class FedVG(Strategy):
         return server_state if self.base is None else server_state["base"]
 
     def server_params(self, server_state: dict) -> Params:
-        """theta_t (the base's, with a base)."""
+        """theta_t (the base's, with a base).
+
+        Args:
+            server_state: FedVG's server state (``{"base": ...}`` with a base).
+
+        Returns:
+            theta_t, ``{name: Tensor}``.
+        """
         return self._own(server_state)["params"]
 
     def client_view(self, server_state: dict) -> dict:
-        """theta_t, or ``{"base": what the base's clients read}``."""
+        """theta_t, or ``{"base": what the base's clients read}``.
+
+        Args:
+            server_state: FedVG's server state.
+
+        Returns:
+            ``{"params": theta_t}`` without a base, else ``{"base": base.client_view(server_state["base"])}``.
+        """
         if self.base is None:
             return super().client_view(server_state)
         return {"base": self.base.client_view(server_state["base"])}
 
     def configure_local(self, config: LocalTraining) -> LocalTraining:
-        """The base's client settings, then FedVG's ``prox_mu`` if set."""
+        """The base's client settings, then FedVG's ``prox_mu`` if set.
+
+        Args:
+            config: the run's settings for the round (not modified).
+
+        Returns:
+            The base's settings (``config`` without a base), with ``prox_mu`` replaced when
+            FedVG's own ``prox_mu`` is non-zero.
+        """
         if self.base is not None:
             config = self.base.configure_local(config)
         return config.replace(prox_mu=self._prox_mu) if self._prox_mu else config
 
     def client_update(self, work: ClientWork, server_state: dict, state: dict) -> ClientOutput:
-        """The base's client update (on its state), else plain local SGD from theta_t."""
+        """The base's client update (on its state), else plain local SGD from theta_t.
+
+        Args:
+            work: the round's clients.
+            server_state: FedVG's server state, or its :meth:`client_view`.
+            state: the selected clients' rows of the (base's) client state ``{name: Tensor[m, ...]}``.
+
+        Returns:
+            The :class:`ClientOutput` of the m clients.
+        """
         if self.base is not None:
             return self.base.client_update(work, server_state["base"], state)
         return super().client_update(work, server_state, state)
 
     def eval_models(self, model, server_state: dict, state: dict, train_sets) -> dict:
-        """theta_t (the base's evaluation, with a base)."""
+        """theta_t (the base's evaluation, with a base).
+
+        Args:
+            model: the architecture.
+            server_state: FedVG's server state.
+            state: the client state ``{name: Tensor[N, ...]}``.
+            train_sets: the clients' training sets.
+
+        Returns:
+            ``{"global": (theta_t, None)}``, or the base's :meth:`eval_models` on ``server_state["base"]``.
+        """
         if self.base is not None:
             return self.base.eval_models(model, server_state["base"], state, train_sets)
         return super().eval_models(model, server_state, state, train_sets)
@@ -270,7 +326,15 @@ class FedVG(Strategy):
         return {k: -v for k, v in step.items()}, server_state, diag
 
     def aggregate(self, server_state: dict, updates: ClientUpdates) -> tuple[dict, dict]:
-        """:meth:`direction`, then FedVG's optimizer steps theta (under ``"base"``, with a base); pure."""
+        """:meth:`direction`, then FedVG's optimizer steps theta (under ``"base"``, with a base); pure.
+
+        Args:
+            server_state: FedVG's server state at round t (not modified).
+            updates: the round's updates (not modified).
+
+        Returns:
+            ``(server_state at t + 1, diagnostics)``.
+        """
         if self.base is None:
             return super().aggregate(server_state, updates)
         g, server_state, diag = self.direction(server_state, updates)

@@ -90,13 +90,26 @@ class LocalOnly(Strategy):
     def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[dict, dict]:
         """No server state; client state ``personal`` (N copies of theta_0).
 
+        Args:
+            params: theta_0, ``{name: Tensor}``, every client's starting model.
+            model: the architecture (unused here).
+            num_clients: N.
+            seed: the run's seed (unused here).
+
         Returns:
             ``({}, {"personal": {name: Tensor[N, ...]}})``.
         """
         return {}, {"personal": repeat_params(params, num_clients)}
 
     def client_view(self, server_state: dict) -> dict:
-        """Nothing: the clients read no server state."""
+        """Nothing: the clients read no server state.
+
+        Args:
+            server_state: the (empty) server state.
+
+        Returns:
+            ``{}``.
+        """
         return {}
 
     def client_update(self, work: ClientWork, server_state: dict, state: dict) -> ClientOutput:
@@ -116,11 +129,29 @@ class LocalOnly(Strategy):
         return ClientOutput(deltas, local.train_loss, state={"personal": local.params})
 
     def aggregate(self, server_state: dict, updates: ClientUpdates) -> tuple[dict, dict]:
-        """No server step: the (empty) state unchanged, no diagnostics."""
+        """No server step: the (empty) state unchanged, no diagnostics.
+
+        Args:
+            server_state: the (empty) server state, returned as given.
+            updates: the round's updates (unused).
+
+        Returns:
+            ``(server_state, {})``.
+        """
         return server_state, {}
 
     def eval_models(self, model: nn.Module, server_state: dict, state: dict, train_sets) -> dict:
-        """Each client's personal model."""
+        """Each client's personal model.
+
+        Args:
+            model: the architecture (unused here).
+            server_state: the (empty) server state (unused).
+            state: the client state, with ``personal`` ``{name: Tensor[N, ...]}``.
+            train_sets: the N clients' training sets (only their number is used).
+
+        Returns:
+            ``{"personal": (personal, arange(N))}``: client i uses row i.
+        """
         personal = state["personal"]
         return {"personal": (personal, _own_models(len(train_sets), next(iter(personal.values())).device))}
 
@@ -187,6 +218,12 @@ class IFCA(Strategy):
     def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[dict, dict]:
         """The K cluster models (cluster 0 is theta_0) and the client state ``cluster`` (-1).
 
+        Args:
+            params: theta_0, ``{name: Tensor}`` on the run's device (cluster 0).
+            model: the architecture; clusters 1..K-1 are fresh initialisations of it.
+            num_clients: N, the length of ``cluster``.
+            seed: the run's seed; cluster j is initialised from ``derive_seed(seed, IFCA_SEED_TAG, j)``.
+
         Returns:
             ``({"clusters": {name: Tensor[K, ...]}, "optimizer": ...}, {"cluster": Tensor[N]})``.
         """
@@ -249,7 +286,19 @@ class IFCA(Strategy):
         return g, server_state, {"assignment": assign.cpu(), "cluster_sizes": counts.cpu()}
 
     def eval_models(self, model: nn.Module, server_state: dict, state: dict, train_sets) -> dict:
-        """Every client's best cluster on its training data."""
+        """Every client's best cluster on its training data.
+
+        Args:
+            model: the architecture.
+            server_state: with ``clusters`` ``{name: Tensor[K, ...]}``.
+            state: the client state (unused: the pick is made afresh, not the last one).
+            train_sets: the N clients' training sets, on which each client's cluster
+                losses are computed.
+
+        Returns:
+            ``{"cluster": (clusters, which)}``, ``which`` ``Tensor[N]`` the argmin of each
+            client's mean training loss over the K clusters.
+        """
         clusters = server_state["clusters"]
         return {"cluster": (clusters, client_losses(model, clusters, train_sets).argmin(1))}
 
@@ -309,22 +358,50 @@ class Ditto(Strategy):
     def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[dict, dict]:
         """``{"base": the base's server state}``; the base's client state plus ``personal`` (theta_0).
 
+        Args:
+            params: theta_0, ``{name: Tensor}`` on the run's device.
+            model: the architecture (passed to the base).
+            num_clients: N, the rows of ``personal``.
+            seed: the run's seed (passed to the base).
+
         Returns:
-            ``(server_state, client_state)``.
+            ``(server_state, client_state)``: ``personal`` is ``{name: Tensor[N, ...]}``, N
+            copies of the base's initial global model.
         """
         base, state = self.base.init_state(params, model, num_clients, seed)
         return {"base": base}, {**state, "personal": repeat_params(self.base.server_params(base), num_clients)}
 
     def server_params(self, server_state: dict) -> Params:
-        """The base's global model."""
+        """The base's global model.
+
+        Args:
+            server_state: Ditto's server state ``{"base": ...}``.
+
+        Returns:
+            theta_t, ``{name: Tensor}``.
+        """
         return self.base.server_params(server_state["base"])
 
     def client_view(self, server_state: dict) -> dict:
-        """``{"base": what the base's clients read}``."""
+        """``{"base": what the base's clients read}``.
+
+        Args:
+            server_state: Ditto's server state ``{"base": ...}``.
+
+        Returns:
+            ``{"base": base.client_view(server_state["base"])}``.
+        """
         return {"base": self.base.client_view(server_state["base"])}
 
     def configure_local(self, config: LocalTraining) -> LocalTraining:
-        """The base's client settings."""
+        """The base's client settings.
+
+        Args:
+            config: the run's settings for the round.
+
+        Returns:
+            ``base.configure_local(config)`` (the personal step sets its own ``prox_mu = lam``).
+        """
         return self.base.configure_local(config)
 
     def client_update(self, work: ClientWork, server_state: dict, state: dict) -> ClientOutput:
@@ -357,17 +434,43 @@ class Ditto(Strategy):
         )
 
     def direction(self, server_state: dict, updates: ClientUpdates) -> tuple[Params, dict, dict]:
-        """The base's direction on the ``"base"`` entry."""
+        """The base's direction on the ``"base"`` entry.
+
+        Args:
+            server_state: Ditto's server state ``{"base": ...}`` (not modified).
+            updates: the round's updates of the global part (not modified).
+
+        Returns:
+            ``(g, server_state with the base's new state under "base", the base's diagnostics)``.
+        """
         g, base, diag = self.base.direction(server_state["base"], updates)
         return g, {**server_state, "base": base}, diag
 
     def aggregate(self, server_state: dict, updates: ClientUpdates) -> tuple[dict, dict]:
-        """The base's server step on the ``"base"`` entry."""
+        """The base's server step on the ``"base"`` entry.
+
+        Args:
+            server_state: Ditto's server state ``{"base": ...}`` at round t (not modified).
+            updates: the round's updates of the global part (not modified).
+
+        Returns:
+            ``(server_state at t + 1, the base's diagnostics)``.
+        """
         base, diag = self.base.aggregate(server_state["base"], updates)
         return {**server_state, "base": base}, diag
 
     def eval_models(self, model: nn.Module, server_state: dict, state: dict, train_sets) -> dict:
-        """The personal models first, then the base's (``"global"``)."""
+        """The personal models first, then the base's (``"global"``).
+
+        Args:
+            model: the architecture.
+            server_state: Ditto's server state ``{"base": ...}``.
+            state: the client state, with ``personal`` ``{name: Tensor[N, ...]}``.
+            train_sets: the N clients' training sets.
+
+        Returns:
+            ``{"personal": (personal, arange(N)), **base.eval_models(...)}``.
+        """
         personal = state["personal"]
         return {
             "personal": (personal, _own_models(len(train_sets), next(iter(personal.values())).device)),

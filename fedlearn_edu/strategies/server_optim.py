@@ -96,7 +96,16 @@ class ServerSGD(ServerOptimizer):
     """
 
     def step(self, params: Params, direction: Params, state: dict) -> tuple[Params, dict]:
-        """``theta - eta g``; the state stays ``{}``."""
+        """``theta - eta g``; the state stays ``{}``.
+
+        Args:
+            params: theta_t, ``{name: Tensor[...]}``.
+            direction: ``g``, shaped like ``params``.
+            state: ``{}`` (SGD keeps no state); returned as given.
+
+        Returns:
+            ``(theta_t - eta g, state)``.
+        """
         return {k: v - self.lr * direction[k] for k, v in params.items()}, state
 
 
@@ -116,11 +125,27 @@ class ServerMomentum(ServerOptimizer):
         super().__init__(lr)
 
     def init_state(self, params: Params) -> dict:
-        """``{"velocity": zeros like params}``."""
+        """``{"velocity": zeros like params}``.
+
+        Args:
+            params: the parameters it will step, ``{name: Tensor[...]}``.
+
+        Returns:
+            ``{"velocity": {name: zeros shaped like params[name]}}``.
+        """
         return {"velocity": {k: torch.zeros_like(v) for k, v in params.items()}}
 
     def step(self, params: Params, direction: Params, state: dict) -> tuple[Params, dict]:
-        """``v <- beta v + g``; ``theta - eta v``."""
+        """``v <- beta v + g``; ``theta - eta v``.
+
+        Args:
+            params: theta_t, ``{name: Tensor[...]}``.
+            direction: ``g``, shaped like ``params``.
+            state: ``{"velocity": {name: Tensor[...]}}`` (not modified).
+
+        Returns:
+            ``(theta_t - eta v, {"velocity": v})`` with the new velocity ``v``.
+        """
         velocity = {k: self.momentum * state["velocity"][k] + g for k, g in direction.items()}
         return {k: v - self.lr * velocity[k] for k, v in params.items()}, {"velocity": velocity}
 
