@@ -25,8 +25,8 @@ Every (N, runtime) cell runs in a fresh worker process: one untimed round, then
 ``--rounds`` timed rounds; all end after the same number of rounds, and the table gives
 each runtime's largest parameter difference from the ``vmap`` run. Columns: seconds per
 round; the speed-up of ``vmap`` over the row (``vmap x``); the worker's peak resident
-memory during the timed rounds above its level before them (CPU; on CUDA torch's peak
-allocated); the round's FLOPs (forward and backward on the real samples, counted by
+memory during the rounds (the untimed one included) above its level before them (CPU; on
+CUDA torch's peak allocated during the timed rounds); the round's FLOPs (forward and backward on the real samples, counted by
 ``torch.utils.flop_counter``) and the seconds they take at the machine's float32 matmul
 rate measured in the same run (``FLOP s``); last, the row's time over that limit.
 
@@ -177,16 +177,19 @@ def worker(data: str, n: int, runtime: str, rounds: int, device_name: str, threa
         seconds, final = run(fed, model, rounds)
         peak = status_mib("VmHWM") - base
     else:
+        # Peak memory from here on (the untimed round included): with the tuned allocator the
+        # first round's memory stays in the process for reuse, so a peak counted only over the
+        # timed rounds would miss it.
+        if device.type == "cpu":
+            base = status_mib("VmRSS")
+            with open("/proc/self/clear_refs", "w") as f:  # "5" resets the peak resident set
+                f.write("5")
         timed = run_plain(fed, model, rounds, device) if runtime == "plain" else None
         if timed is None:
             timed = run_simulate(fed, model, runtime, rounds, device)
         sync()
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats()
-        else:
-            base = status_mib("VmRSS")
-            with open("/proc/self/clear_refs", "w") as f:  # "5" resets the peak resident set
-                f.write("5")
         t0 = time.perf_counter()
         final = timed()
         sync()

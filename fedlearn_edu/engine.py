@@ -426,6 +426,24 @@ class VmapEngine:
         order = torch.argsort(steps, descending=True, stable=True).tolist()
         device = datasets[0][1].device
         m = len(datasets)
+        if chunk >= m:  # one chunk: its result, put back in the callers' order (no scatter into a copy)
+            part = self._train_chunk(
+                model,
+                global_params,
+                [datasets[j] for j in order],
+                config,
+                [seeds[j] for j in order],
+                None if start is None else {k: v[order] for k, v in start.items()},
+                None if linear is None else {k: v[order] for k, v in linear.items()},
+            )
+            if order == list(range(m)):
+                return part
+            back = torch.argsort(torch.tensor(order))
+            return LocalResult(
+                {k: v.index_select(0, back.to(v.device)) for k, v in part.params.items()},
+                part.train_loss.index_select(0, back.to(device)),
+                part.num_steps.index_select(0, back),
+            )
         out = LocalResult(
             {k: torch.empty((m, *v.shape), dtype=v.dtype, device=v.device) for k, v in global_params.items()},
             torch.empty(m, dtype=sample.dtype, device=device),
