@@ -64,9 +64,9 @@ def tune_cpu_allocator(mmap_threshold: int = 32 * 2**20, trim_threshold: int = 2
     refuses more than 32 MiB on 64-bit systems), and up to ``trim_threshold`` free bytes
     stay in the process. With ``heap_only`` (``M_MMAP_MAX = 0``) larger blocks come from the
     heap too: a stacked tensor of 1,000 digits MLPs, or of 100 MNIST MLPs, is 40-200 MB,
-    and glibc would map every such allocation afresh. Measured on the 2-core machine: 1.5-1.6x
+    and glibc would map every such allocation afresh. Measured on the 2-core machine: 1.5-1.7x
     faster rounds at N = 1,000 (digits) and 1.2-1.6x at N = 100 (MNIST), bitwise the same
-    results, peak memory 7-12 % higher. It is process-wide and
+    results, peak memory 7-17 % higher. It is process-wide and
     harmless to tensors; it only changes when memory goes back to the OS. Called once by
     :class:`~fedlearn_edu.engine.VmapEngine` on the CPU (``VmapEngine(tune_allocator=False)``
     leaves the allocator alone); later calls do nothing.
