@@ -26,9 +26,10 @@ Every (N, runtime) cell runs in a fresh worker process: one untimed round, then
 each runtime's largest parameter difference from the ``vmap`` run. Columns: seconds per
 round; the speed-up of ``vmap`` over the row (``vmap x``); the worker's peak resident
 memory during the rounds (the untimed one included) above its level before them (CPU; on
-CUDA torch's peak allocated during the timed rounds); the round's FLOPs (forward and backward on the real samples, counted by
-``torch.utils.flop_counter``) and the seconds they take at the machine's float32 matmul
-rate measured in the same run (``FLOP s``); last, the row's time over that limit.
+CUDA torch's peak allocated during the timed rounds); the round's FLOPs (forward and
+backward on the real samples, counted by ``torch.utils.flop_counter``) and the seconds they
+take at the machine's float32 matmul rate measured in the same run (``FLOP s``); last, the
+row's time over that limit.
 
 After the table: the padded share of the vmap engine's batch schedule (slots computed on
 padding, over all slots computed) for this IID split and for Dirichlet(0.5) splits of the
@@ -103,7 +104,6 @@ def run_plain(fed, model, rounds: int, device):
 
 def run_simulate(fed, model, engine: str, rounds: int, device):
     from fedlearn_edu import FedAvg, simulate
-
     from fedlearn_edu.engine import VmapEngine
 
     engine = VmapEngine(trim_padding=True) if engine == "vmap-trim" else engine
