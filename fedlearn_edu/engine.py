@@ -342,6 +342,15 @@ class VmapEngine:
     40 m-client steps. Clients are processed in chunks whose size comes from a memory
     budget.
 
+    The only padding left is each client's short batch (the last of an epoch), padded to
+    ``batch_size``. With ``trim_padding=True`` a step is computed only as wide as the fullest
+    batch among the clients still training (an IID split of 14 samples a client, batch 10:
+    the second step is 4 wide instead of 10, and the padded share of the round drops from
+    30 % to 0). Every client still sees exactly its own batches, so the result agrees with
+    the loop engine as before, but not bitwise with ``trim_padding=False``: the batched
+    matmul's kernel, and with it the last bits, depends on the width. It is off by default
+    so that results stay where they are.
+
     Args:
         memory_budget: bytes one chunk may use (default: 2 GiB on the CPU, half the free
             memory on CUDA).
@@ -349,11 +358,18 @@ class VmapEngine:
         tune_allocator: on the CPU, call :func:`~fedlearn_edu.utils.tune_cpu_allocator`
             before the first round (glibc keeps freed memory for reuse: measured 1.5x
             faster vectorised rounds); ``False`` leaves the process's allocator alone.
+        trim_padding: compute each step only as wide as its fullest batch (see above).
     """
 
     name = "vmap"
 
-    def __init__(self, memory_budget: int | None = None, max_chunk: int = 256, tune_allocator: bool = True):
+    def __init__(
+        self,
+        memory_budget: int | None = None,
+        max_chunk: int = 256,
+        tune_allocator: bool = True,
+        trim_padding: bool = False,
+    ):
         if memory_budget is not None and memory_budget <= 0:
             raise ValueError(f"memory_budget must be a positive number of bytes, got {memory_budget}.")
         if max_chunk < 1:
@@ -361,6 +377,9 @@ class VmapEngine:
         self.memory_budget = memory_budget
         self.max_chunk = int(max_chunk)
         self.tune_allocator = bool(tune_allocator)
+        if not isinstance(trim_padding, bool):
+            raise TypeError(f"trim_padding must be True or False, got {trim_padding!r}.")
+        self.trim_padding = trim_padding
         # model -> {(input shape, device, batch size): clients per chunk}. Keyed by the model
         # object itself, held weakly: a new model can never inherit a freed model's entry
         # (as it could with id(model)), and a dropped model's entry goes with it.
@@ -407,6 +426,24 @@ class VmapEngine:
         order = torch.argsort(steps, descending=True, stable=True).tolist()
         device = datasets[0][1].device
         m = len(datasets)
+        if chunk >= m:  # one chunk: its result, put back in the callers' order (no scatter into a copy)
+            part = self._train_chunk(
+                model,
+                global_params,
+                [datasets[j] for j in order],
+                config,
+                [seeds[j] for j in order],
+                None if start is None else {k: v[order] for k, v in start.items()},
+                None if linear is None else {k: v[order] for k, v in linear.items()},
+            )
+            if order == list(range(m)):
+                return part
+            back = torch.argsort(torch.tensor(order))
+            return LocalResult(
+                {k: v.index_select(0, back.to(v.device)) for k, v in part.params.items()},
+                part.train_loss.index_select(0, back.to(device)),
+                part.num_steps.index_select(0, back),
+            )
         out = LocalResult(
             {k: torch.empty((m, *v.shape), dtype=v.dtype, device=v.device) for k, v in global_params.items()},
             torch.empty(m, dtype=sample.dtype, device=device),
@@ -437,6 +474,8 @@ class VmapEngine:
         x_all = torch.cat([x for x, _ in datasets])
         y_all = torch.cat([y for _, y in datasets])
         index, mask, steps = _padded_schedule([y.shape[0] for _, y in datasets], config.epochs, bs, seeds)
+        # width[s]: the slots step s computes; a batch's real samples fill its first slots.
+        width = mask.sum(2).amax(0).long().tolist() if self.trim_padding else [bs] * index.shape[1]
         index, mask = index.to(device), mask.to(device, x_all.dtype)
         # running[s]: how many clients (a prefix, by the sort) still train at step s.
         running = (steps.unsqueeze(0) > torch.arange(int(steps[0])).unsqueeze(1)).sum(1).tolist()
@@ -453,9 +492,9 @@ class VmapEngine:
             # Views of the running prefix, updated in place (the same arithmetic as sgd_step),
             # every tensor in one foreach call per operation.
             live = {name: params[name][:k] for name in names}
-            idx = index[:k, s]
+            idx, w = index[:k, s, : width[s]], width[s]
             lin = None if linear is None else {name: v[:k] for name, v in linear.items()}
-            grads, ce = stacked_grads(model, live, x_all[idx], y_all[idx], mask[:k, s], anchor, config.prox_mu, lin)
+            grads, ce = stacked_grads(model, live, x_all[idx], y_all[idx], mask[:k, s, :w], anchor, config.prox_mu, lin)
             if config.weight_decay:
                 grads = {name: g + config.weight_decay * live[name] for name, g in grads.items()}
             step = [grads[name] for name in names]

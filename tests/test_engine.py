@@ -269,3 +269,68 @@ def test_tune_cpu_allocator_is_applied_once_and_says_so():
         tune_cpu_allocator(trim_threshold=-1)
     with pytest.raises(ValueError, match="mmap_threshold"):
         tune_cpu_allocator(mmap_threshold=2**40)
+
+
+def test_tuned_allocator_reuses_a_large_freed_block_without_page_faults():
+    """A 128 MiB tensor (above glibc's 32 MiB mmap ceiling) freed and allocated again: with the
+    heap-only setting the second one reuses the freed memory (no fresh page for each 4 KiB);
+    glibc's default maps it afresh, 32,768 page faults."""
+    import resource
+
+    if not tune_cpu_allocator():
+        pytest.skip("the allocator setting needs Linux with glibc")
+    n = 32 * 2**20  # float32 entries: 128 MiB
+    a, b = torch.ones(n), torch.ones(n)  # allocated, touched and freed (two: an aligned block
+    del a, b  # asks a little more than its size, so one freed block of the same size is too small)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    again = torch.ones(n)
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+    assert float(again[-1]) == 1.0
+    assert faults < n * 4 // 4096 // 10, faults
+
+
+@pytest.mark.parametrize("trim_padding", [False, True])
+@pytest.mark.parametrize("name", ["mlp", "cnn"])
+def test_vmap_engine_equals_loop_with_very_unequal_clients(name, trim_padding):
+    """Clients of 1 to 120 samples (1 to 24 steps an epoch, ragged last batches, several clients of
+    one size): every row back in its place, each client its own steps, with or without trimming."""
+    model = make_model(name, (1, 8, 8), 10, seed=1).double()
+    params = get_params(model)
+    sizes = [120, 1, 2, 5, 5, 37, 3, 64, 1, 11]
+    data = _datasets(sizes, seed=5)
+    cfg = LocalTraining(epochs=2, batch_size=5, lr=0.05, momentum=0.3, prox_mu=0.1)
+    seeds = list(range(20, 30))
+    a = LoopEngine().train(model, params, data, cfg, seeds)
+    b = VmapEngine(trim_padding=trim_padding).train(model, params, data, cfg, seeds)
+    assert b.num_steps.tolist() == a.num_steps.tolist() == [2 * -(-n // 5) for n in sizes]
+    torch.testing.assert_close(b.train_loss, a.train_loss, rtol=1e-9, atol=1e-11)
+    for k in params:
+        torch.testing.assert_close(b.params[k], a.params[k], rtol=1e-9, atol=1e-11)
+
+
+def test_trim_padding_computes_only_the_real_samples_of_equal_clients(monkeypatch):
+    """14 samples a client, batch 10: steps of 10 and 4 real samples. Untrimmed, the second step is
+    padded to 10 wide (30 % of the slots); trimmed, every slot computed is a real sample."""
+    import fedlearn_edu.engine as engine_module
+
+    model = make_model("mlp", (1, 8, 8), 10, hidden=(8,), seed=0).double()
+    params = get_params(model)
+    data = _datasets([14] * 6, seed=1)
+    cfg = LocalTraining(batch_size=10)
+    widths = []
+    real = engine_module.stacked_grads
+
+    def counting(model_, live, x, y, mask, *args):
+        widths.append((tuple(y.shape), int(mask.sum())))
+        return real(model_, live, x, y, mask, *args)
+
+    monkeypatch.setattr(engine_module, "stacked_grads", counting)
+    full = VmapEngine().train(model, params, data, cfg, list(range(6)))
+    assert widths == [((6, 10), 60), ((6, 10), 24)]
+    widths.clear()
+    trimmed = VmapEngine(trim_padding=True).train(model, params, data, cfg, list(range(6)))
+    assert widths == [((6, 10), 60), ((6, 4), 24)]
+    for k in params:
+        torch.testing.assert_close(trimmed.params[k], full.params[k], rtol=1e-12, atol=1e-14)
+    with pytest.raises(TypeError, match="trim_padding"):
+        VmapEngine(trim_padding="yes")
