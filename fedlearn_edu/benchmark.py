@@ -629,7 +629,7 @@ class _Store:
     def frame(self, keys):
         import pandas as pd
 
-        frames = [pd.read_csv(self.runs / f"{k}.csv", float_precision="round_trip") for k in keys]
+        frames = [pd.read_csv(self.runs / f"{k}.csv") for k in keys]
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
@@ -696,10 +696,12 @@ def run_configs(
     root=None,
     progress: bool = True,
     desc: str = "runs",
+    redone: list | None = None,
 ) -> dict:
     """Run the configurations not yet done under ``out``; return ``{key: status}``.
 
-    Statuses: ``"cached"`` (done before), ``"done"``, ``"failed"``.
+    Statuses: ``"cached"`` (done before), ``"done"``, ``"failed"``. The keys of corrupt or
+    partial files found (and redone) are appended to ``redone``.
     """
     store = _Store(out)
     meta = {"package_version": _version(), "git_commit": git_commit()}
@@ -713,6 +715,8 @@ def run_configs(
         else:
             statuses[key] = "todo"
             todo.append((i, cfg))
+    if redone is not None:
+        redone.extend(store.redone)
     bar = None
     if progress:
         from tqdm.auto import tqdm
@@ -825,8 +829,9 @@ def run(
     factories = {m.name: m.factory for m in ms if m.factory is not None}
     roots = {f.root for f in feds}
     data_root = roots.pop() if len(roots) == 1 else None
+    redone: list = []
     opts = dict(engine=engine, n_jobs=n_jobs, client=client if client is not None else scheduler,
-                factories=factories, root=data_root, progress=progress)  # fmt: skip
+                factories=factories, root=data_root, progress=progress, redone=redone)  # fmt: skip
     started = time.perf_counter()
     tune_cfgs = [
         _config(m, f, protocol, s, seed, "tune")
@@ -848,6 +853,7 @@ def run(
     statuses.update(run_configs(eval_cfgs, out, desc="evaluation", **opts))
     result = BenchmarkResult.collect(out, tune_cfgs + eval_cfgs, statuses, ms, feds, protocol, picks)
     result.wall_seconds = time.perf_counter() - started
+    result.redone = redone
     result.save()
     return result
 
@@ -1079,7 +1085,7 @@ class BenchmarkResult:
         if len(records):
             records = records.sort_values(["phase", "federation", "method", "settings", "seed", "round"], kind="stable")
             records = records.reset_index(drop=True)
-        return cls(Path(out), records, pd.DataFrame(rows), picks, protocol, failed, list(store.redone))
+        return cls(Path(out), records, pd.DataFrame(rows), picks, protocol, failed)
 
     def summary(self, baseline: str = "fedavg"):
         """:func:`summarize` of the evaluation runs, in the grid's order (methods are not ranked)."""
@@ -1139,7 +1145,7 @@ def load(out) -> BenchmarkResult:
     picks = {(p["federation"], p["method"]): p["settings"] for p in proto.pop("picks")}
     fields = {f.name for f in dataclasses.fields(Protocol)}
     protocol = Protocol(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in proto.items() if k in fields})
-    records = pd.read_csv(out / "records.csv.gz", float_precision="round_trip", keep_default_na=True)
+    records = pd.read_csv(out / "records.csv.gz", keep_default_na=True)
     runs = pd.read_csv(out / "runs.csv", keep_default_na=False)
     failed = runs[runs["status"] != "ok"].to_dict("records")
     return BenchmarkResult(out, records, runs, picks, protocol, failed)
