@@ -54,7 +54,6 @@ import subprocess
 import sys
 import time
 import traceback
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import product
@@ -191,9 +190,24 @@ METHODS: dict[str, Method] = {
 
 # The chapter's grid: every method the book teaches with a server step.
 CLASSROOM_METHODS = (
-    "fedavg", "fedavgm", "fedprox", "scaffold", "feddyn", "fednova", "fedadam", "fedyogi",
-    "qfedavg", "afl", "fedfv", "fedlf", "craft", "fedvg", "fedoui", "ditto", "ifca",
-)  # fmt: skip
+    "fedavg",
+    "fedavgm",
+    "fedprox",
+    "scaffold",
+    "feddyn",
+    "fednova",
+    "fedadam",
+    "fedyogi",
+    "qfedavg",
+    "afl",
+    "fedfv",
+    "fedlf",
+    "craft",
+    "fedvg",
+    "fedoui",
+    "ditto",
+    "ifca",
+)
 CLASSROOM_FEDERATIONS = ("quantity:1.0", "dirichlet:0.1", "shards:2", "noisy:0.8")
 
 
@@ -299,9 +313,13 @@ def parse_federation(text, **common) -> FederationSpec:
         if number is None or number > 1:
             raise ValueError(f"Federation {text!r}: give the flipped share in (0, 1], e.g. 'noisy:0.8'.")
         return FederationSpec(
-            text, partition="dirichlet", partition_params={"alpha": 1.0}, noisy_clients=0.3, noise_fraction=number,
+            text,
+            partition="dirichlet",
+            partition_params={"alpha": 1.0},
+            noisy_clients=0.3,
+            noise_fraction=number,
             **common,
-        )  # fmt: skip
+        )
     raise ValueError(
         f"Unknown federation {text!r}; use iid, dirichlet:ALPHA, shards:PER_CLIENT, quantity:SIGMA or noisy:FRACTION."
     )
@@ -385,9 +403,13 @@ def git_commit() -> str:
             ["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=10, check=True
         ).stdout.strip()
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=here, capture_output=True, text=True,
-            timeout=10, check=True,
-        ).stdout.strip()  # fmt: skip
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=here,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return head + ("-dirty" if dirty else "")
@@ -436,9 +458,14 @@ def _federation(spec: dict, seed: int, root):
     key = (json.dumps(spec, sort_keys=True), seed, root)
     if key not in _FED_CACHE:
         fed = federated_dataset(
-            spec["dataset"], spec["partition"], num_clients=spec["num_clients"], seed=seed, root=root,
-            num_samples=spec["num_samples"], **spec["partition_params"],
-        )  # fmt: skip
+            spec["dataset"],
+            spec["partition"],
+            num_clients=spec["num_clients"],
+            seed=seed,
+            root=root,
+            num_samples=spec["num_samples"],
+            **spec["partition_params"],
+        )
         if len(_FED_CACHE) > 16:
             _FED_CACHE.clear()
         _FED_CACHE[key] = fed
@@ -492,10 +519,20 @@ def execute(config: dict, factory: Callable | None = None, root=None) -> dict:
             fed = add_label_noise(fed, noisy, spec["noise_fraction"], seed=seed)
         model = make_model(spec["model"], fed.input_shape, fed.num_classes, seed=seed)
         history = simulate(
-            fed, model, strategy, rounds=config["rounds"], clients_per_round=config["clients_per_round"],
-            local_epochs=config["local_epochs"], batch_size=config["batch_size"], lr=config["lr"],
-            eval_every=1, seed=seed, device="cpu", engine=config["engine"], progress=False,
-        )  # fmt: skip
+            fed,
+            model,
+            strategy,
+            rounds=config["rounds"],
+            clients_per_round=config["clients_per_round"],
+            local_epochs=config["local_epochs"],
+            batch_size=config["batch_size"],
+            lr=config["lr"],
+            eval_every=1,
+            seed=seed,
+            device="cpu",
+            engine=config["engine"],
+            progress=False,
+        )
     except Exception as err:  # a failed run is a result: recorded, and the sweep goes on
         return {
             "status": "failed",
@@ -830,8 +867,15 @@ def run(
     roots = {f.root for f in feds}
     data_root = roots.pop() if len(roots) == 1 else None
     redone: list = []
-    opts = dict(engine=engine, n_jobs=n_jobs, client=client if client is not None else scheduler,
-                factories=factories, root=data_root, progress=progress, redone=redone)  # fmt: skip
+    opts = dict(
+        engine=engine,
+        n_jobs=n_jobs,
+        client=client if client is not None else scheduler,
+        factories=factories,
+        root=data_root,
+        progress=progress,
+        redone=redone,
+    )
     started = time.perf_counter()
     tune_cfgs = [
         _config(m, f, protocol, s, seed, "tune")
@@ -1016,7 +1060,9 @@ def format_table(summary, metrics=("lastk", "worst10"), percent: bool = True) ->
         for _, r in summary.iterrows():
             text = f"{scale * r[metric]:.1f}+-{scale * r[metric + '_ci']:.1f}"
             if f"vs_{metric}" in r and r[f"vs_{metric}"] not in ("baseline", "n/a"):
-                text += f" ({scale * r['d_' + metric]:+.1f}+-{scale * r['d_' + metric + '_ci']:.1f} {r['vs_' + metric]})"
+                text += (
+                    f" ({scale * r['d_' + metric]:+.1f}+-{scale * r['d_' + metric + '_ci']:.1f} {r['vs_' + metric]})"
+                )
             cells[(r["federation"], r["method"])] = text
         colw = max([len(c) for c in cells.values()] + [len(f) for f in feds]) + 2
         lines.append("".ljust(width) + "".join(f.ljust(colw) for f in feds))
@@ -1159,7 +1205,6 @@ def rerun(records, key: str, root=None) -> dict:
     return execute(json.loads(row["config"].iloc[0]), root=root)
 
 
-
 # --------------------------------------------------------------------------- plots and report
 
 
@@ -1211,8 +1256,9 @@ def plot_intervals(summary, metric: str = "lastk"):
 
     feds = list(dict.fromkeys(summary["federation"]))
     meths = list(dict.fromkeys(summary["method"]))
-    fig, axes = plt.subplots(1, len(feds), figsize=(3.6 * len(feds), 0.28 * len(meths) + 1.2), squeeze=False,
-                             sharey=True)  # fmt: skip
+    fig, axes = plt.subplots(
+        1, len(feds), figsize=(3.6 * len(feds), 0.28 * len(meths) + 1.2), squeeze=False, sharey=True
+    )
     colour = {"better": "tab:green", "worse": "tab:red", "tie": "0.55", "baseline": "black", "n/a": "white"}
     for j, fed in enumerate(feds):
         ax = axes[0][j]
@@ -1272,7 +1318,9 @@ def markdown_report(result: BenchmarkResult, command: str = "") -> str:
         lines.append(f"| {m} | " + " | ".join(cells) + " |")
     lines += ["", "Picked settings (tuning seeds):", ""]
     for (f, m), settings in result.picks.items():
-        lines.append(f"- {f}, {m}: {json.dumps(settings, sort_keys=True) if settings is not None else 'every candidate failed'}")
+        lines.append(
+            f"- {f}, {m}: {json.dumps(settings, sort_keys=True) if settings is not None else 'every candidate failed'}"
+        )
     report = result.failure_report()
     lines += ["", report if report else "No run failed.", ""]
     return "\n".join(lines)

@@ -210,13 +210,27 @@ def _benchmark(args) -> int:
     evals = tuple(range(args.tune_seeds, args.tune_seeds + args.seeds))
     try:
         result = benchmark.run(
-            names, feds, out=out, dataset=args.dataset, num_clients=args.clients, model=args.model,
-            num_samples=args.num_samples, root=args.data_root, n_jobs=args.jobs,
-            scheduler=args.dask_scheduler, progress=not args.no_progress,
-            tuning_seeds=tune, eval_seeds=evals, rounds=args.rounds, clients_per_round=args.clients_per_round,
-            local_epochs=args.local_epochs, batch_size=args.batch_size, lr=args.lr, last_k=args.last_k,
+            names,
+            feds,
+            out=out,
+            dataset=args.dataset,
+            num_clients=args.clients,
+            model=args.model,
+            num_samples=args.num_samples,
+            root=args.data_root,
+            n_jobs=args.jobs,
+            scheduler=args.dask_scheduler,
+            progress=not args.no_progress,
+            tuning_seeds=tune,
+            eval_seeds=evals,
+            rounds=args.rounds,
+            clients_per_round=args.clients_per_round,
+            local_epochs=args.local_epochs,
+            batch_size=args.batch_size,
+            lr=args.lr,
+            last_k=args.last_k,
             target=args.target,
-        )  # fmt: skip
+        )
     except FileNotFoundError as err:
         args.error(str(err).splitlines()[0])
     except (ValueError, TypeError) as err:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import os
 import signal
 import subprocess
@@ -23,7 +22,10 @@ from fedlearn_edu.cli import main
 ROOT = Path(__file__).resolve().parents[1]
 # A tiny grid: 2 methods x 2 step candidates x 1 tuning seed + 2 x 2 evaluation seeds = 8 runs.
 TINY = dict(
-    methods=[benchmark.METHODS["fedavg"].with_tune(server_lr=[1.0, 2.0]), benchmark.METHODS["scaffold"].with_tune(server_lr=[0.5, 1.0])],
+    methods=[
+        benchmark.METHODS["fedavg"].with_tune(server_lr=[1.0, 2.0]),
+        benchmark.METHODS["scaffold"].with_tune(server_lr=[0.5, 1.0]),
+    ],
     federations=["dirichlet:0.5"],
     num_clients=4,
     num_samples=300,
@@ -33,7 +35,7 @@ TINY = dict(
     tuning_seeds=(0,),
     eval_seeds=(1, 2),
     progress=False,
-)  # fmt: skip
+)
 TIMING = ["sec_per_round"]  # wall-clock: the one column that differs between identical runs
 
 
@@ -74,8 +76,23 @@ def test_pick_is_the_best_tuning_candidate(reference):
 
 def test_records_are_tidy_with_every_setting(reference):
     rec = reference.records
-    for col in ("method", "federation", "partition", "num_clients", "seed", "rounds", "lr", "param_server_lr",
-                "round", "mean", "worst10", "std", "package_version", "git_commit", "phase"):  # fmt: skip
+    for col in (
+        "method",
+        "federation",
+        "partition",
+        "num_clients",
+        "seed",
+        "rounds",
+        "lr",
+        "param_server_lr",
+        "round",
+        "mean",
+        "worst10",
+        "std",
+        "package_version",
+        "git_commit",
+        "phase",
+    ):
         assert col in rec.columns, col
     assert len(rec) == 8 * 4  # rounds 0..3 per run
     assert rec.groupby("run_key").size().eq(4).all()
@@ -117,8 +134,21 @@ def test_t_interval_and_ties():
     for seed, (base, win, tie) in enumerate([(0.5, 0.7, 0.45), (0.6, 0.8, 0.7), (0.55, 0.76, 0.55)], start=1):
         for method, acc in (("fedavg", base), ("a", win), ("b", tie)):
             for r in range(3):
-                rows.append(dict(phase="eval", federation="f", method=method, seed=seed, round=r, mean=acc,
-                                 worst10=acc, std=0.0, sec_per_round=1.0, settings="{}", evaluated="global"))  # fmt: skip
+                rows.append(
+                    dict(
+                        phase="eval",
+                        federation="f",
+                        method=method,
+                        seed=seed,
+                        round=r,
+                        mean=acc,
+                        worst10=acc,
+                        std=0.0,
+                        sec_per_round=1.0,
+                        settings="{}",
+                        evaluated="global",
+                    )
+                )
     s = benchmark.summarize(pd.DataFrame(rows), benchmark.Protocol(rounds=3, last_k=2, target=0.75))
     verdict = dict(zip(s.method, s.vs_lastk))
     assert verdict == {"fedavg": "baseline", "a": "better", "b": "tie"}
@@ -210,8 +240,12 @@ def test_engines_agree_joblib_and_dask_localcluster(reference, tmp_path):
 
     joblib_run = benchmark.run(out=tmp_path / "joblib", engine="joblib", n_jobs=2, **TINY)
     _same(joblib_run.records, reference.records)
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                      dashboard_address=None) as cluster, Client(cluster) as client:  # fmt: skip
+    with (
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None
+        ) as cluster,
+        Client(cluster) as client,
+    ):
         dask_run = benchmark.run(out=tmp_path / "dask", client=client, **TINY)
         assert len(client.scheduler_info()["workers"]) == 2
     _same(dask_run.records, reference.records)
@@ -219,9 +253,30 @@ def test_engines_agree_joblib_and_dask_localcluster(reference, tmp_path):
 
 def test_cli_benchmark_writes_everything(tmp_path, capsys):
     out = tmp_path / "cli"
-    argv = ["benchmark", "--methods", "fedavg,craft", "--partitions", "shards:2", "--clients", "4",
-            "--num-samples", "300", "--rounds", "3", "--last-k", "2", "--seeds", "2", "--clients-per-round", "2",
-            "--jobs", "1", "--out", str(out), "--no-progress"]  # fmt: skip
+    argv = [
+        "benchmark",
+        "--methods",
+        "fedavg,craft",
+        "--partitions",
+        "shards:2",
+        "--clients",
+        "4",
+        "--num-samples",
+        "300",
+        "--rounds",
+        "3",
+        "--last-k",
+        "2",
+        "--seeds",
+        "2",
+        "--clients-per-round",
+        "2",
+        "--jobs",
+        "1",
+        "--out",
+        str(out),
+        "--no-progress",
+    ]
     assert main(argv) == 0
     text = capsys.readouterr().out
     assert "craft" in text and "+-" in text
