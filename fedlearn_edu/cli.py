@@ -132,7 +132,134 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--plot", default=None, metavar="PNG", help="save the accuracy curves to this file")
     run.add_argument("--no-progress", action="store_true")
     run.set_defaults(error=run.error)  # errors found after parsing are reported like argparse's own
+    _benchmark_parser(sub)
     return parser
+
+
+BENCHMARK_EPILOG = """\
+protocol: every method's settings (its server step eta_s and its own knob) are tuned on the
+tuning seeds (pick: the best mean over the last 5 rounds of the mean client accuracy), then the
+pick runs on --seeds fresh seeds. The table shows mean +- 95 % t-interval over those seeds and
+the paired difference to FedAvg; a difference whose interval contains 0 is a tie.
+Reruns skip the runs already under --out.
+
+partitions: iid, dirichlet:ALPHA, shards:PER_CLIENT, quantity:SIGMA, noisy:FRACTION
+
+example:
+  python -m fedlearn_edu benchmark --methods fedavg,fedprox,craft --partitions dirichlet:0.1,shards:2 \\
+      --seeds 3 --rounds 30 --jobs 2 --out runs/
+"""
+
+
+def _benchmark_parser(sub) -> None:
+    bench = sub.add_parser(
+        "benchmark",
+        help="a fair comparison: tune each method, evaluate on fresh seeds, table with intervals",
+        description="Tune every method's step on tuning seeds, evaluate the picks on fresh seeds, "
+        "and write the records, plots and a Markdown report.",
+        epilog=BENCHMARK_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    bench.add_argument("--methods", default="fedavg,fedprox,scaffold,craft", help="comma-separated, or 'all'")
+    bench.add_argument("--partitions", default="dirichlet:0.1", help="comma-separated federations")
+    bench.add_argument("--dataset", default="digits")
+    bench.add_argument("--data-root", default=None)
+    bench.add_argument("--model", default="mlp")
+    bench.add_argument("--clients", type=_POSITIVE_INT, default=20)
+    bench.add_argument("--num-samples", type=_POSITIVE_INT, default=None, help="use a random subset")
+    bench.add_argument("--clients-per-round", type=_POSITIVE_INT, default=10)
+    bench.add_argument("--rounds", type=_POSITIVE_INT, default=30)
+    bench.add_argument("--local-epochs", type=_POSITIVE_INT, default=1)
+    bench.add_argument("--batch-size", type=_POSITIVE_INT, default=10)
+    bench.add_argument("--lr", type=_POSITIVE, default=0.1, help="client learning rate (shared)")
+    bench.add_argument("--seeds", type=_POSITIVE_INT, default=3, help="number of evaluation seeds (>= 2)")
+    bench.add_argument("--tune-seeds", type=_POSITIVE_INT, default=1, help="number of tuning seeds")
+    bench.add_argument("--last-k", type=_POSITIVE_INT, default=5)
+    bench.add_argument("--target", type=_FRACTION, default=0.8, help="accuracy of 'rounds to target'")
+    bench.add_argument("--jobs", type=_POSITIVE_INT, default=None, help="worker processes (default: all cores)")
+    bench.add_argument("--dask-scheduler", default=None, metavar="ADDRESS", help="run on a Dask cluster")
+    bench.add_argument("--out", default="benchmark_runs", help="results folder (reruns resume)")
+    bench.add_argument("--no-plots", action="store_true")
+    bench.add_argument("--no-progress", action="store_true")
+    bench.set_defaults(error=bench.error)
+
+
+def _benchmark(args) -> int:
+    from . import benchmark
+
+    names = [m.strip() for m in args.methods.split(",") if m.strip()]
+    if names == ["all"]:
+        names = list(benchmark.CLASSROOM_METHODS)
+    if not names:
+        args.error("argument --methods: give at least one method")
+    for name in names:
+        try:
+            benchmark.method(name)
+        except (ValueError, TypeError) as err:
+            args.error(f"argument --methods: {err}")
+    feds = [f.strip() for f in args.partitions.split(",") if f.strip()]
+    if not feds:
+        args.error("argument --partitions: give at least one federation")
+    for f in feds:
+        try:
+            benchmark.parse_federation(f)
+        except (ValueError, TypeError) as err:
+            args.error(f"argument --partitions: {err}")
+    if args.seeds < 2:
+        args.error("argument --seeds: at least 2 evaluation seeds are needed for an interval")
+    if args.last_k > args.rounds:
+        args.error(f"argument --last-k: {args.last_k} exceeds --rounds {args.rounds}")
+    if args.jobs is not None and args.dask_scheduler:
+        args.error("argument --jobs: not allowed with --dask-scheduler (the cluster has its own workers)")
+    out = Path(args.out).expanduser()
+    if out.exists() and not out.is_dir():
+        args.error(f"argument --out: {out} exists and is not a folder")
+    if not out.absolute().parent.is_dir():
+        args.error(f"argument --out: folder {out.absolute().parent} does not exist")
+    tune = tuple(range(args.tune_seeds))
+    evals = tuple(range(args.tune_seeds, args.tune_seeds + args.seeds))
+    try:
+        result = benchmark.run(
+            names,
+            feds,
+            out=out,
+            dataset=args.dataset,
+            num_clients=args.clients,
+            model=args.model,
+            num_samples=args.num_samples,
+            root=args.data_root,
+            n_jobs=args.jobs,
+            scheduler=args.dask_scheduler,
+            progress=not args.no_progress,
+            tuning_seeds=tune,
+            eval_seeds=evals,
+            rounds=args.rounds,
+            clients_per_round=args.clients_per_round,
+            local_epochs=args.local_epochs,
+            batch_size=args.batch_size,
+            lr=args.lr,
+            last_k=args.last_k,
+            target=args.target,
+        )
+    except FileNotFoundError as err:
+        args.error(str(err).splitlines()[0])
+    except (ValueError, TypeError) as err:
+        args.error(" ".join(str(err).split()))
+    print(result.table())
+    command = "python -m fedlearn_edu benchmark " + " ".join(sys.argv[2:] if args.argv is None else args.argv)
+    (out / "report.md").write_text(benchmark.markdown_report(result, command), encoding="utf-8")
+    if not args.no_plots and len(result.records):
+        import matplotlib
+
+        matplotlib.use("Agg")
+        benchmark.plot_curves(result).savefig(out / "curves.png", dpi=110)
+        benchmark.plot_intervals(result.summary()).savefig(out / "intervals.png", dpi=110)
+    n = len(result.runs)
+    print(f"{n} runs ({len(result.failed)} failed) in {result.wall_seconds:.0f} s; records, report and plots in {out}/")
+    report = result.failure_report()
+    if report:
+        print(report)
+    return 0
 
 
 def main(argv=None) -> int:
@@ -145,6 +272,9 @@ def main(argv=None) -> int:
         ``0`` after a run; bad input exits through ``SystemExit(2)`` instead.
     """
     args = build_parser().parse_args(argv)
+    if args.command == "benchmark":
+        args.argv = None if argv is None else list(argv)[1:]
+        return _benchmark(args)
     if args.plot:
         folder = Path(args.plot).expanduser().absolute().parent
         if not folder.is_dir():

@@ -41,6 +41,8 @@ __all__ = [
     "check_craft_direction",
     "check_scaffold_control_update",
     "check_fednova",
+    "check_fair_comparison",
+    "check_interval_reading",
     "collapsed_output",
 ]
 
@@ -56,6 +58,11 @@ CHECKERS = {
     "check_oui": "the OUI of a layer: how evenly each unit's activity splits the batch (chapter 5)",
     "check_beta_moments": "the Beta distribution with a given mean and variance, by the method of moments (chapter 5)",
     "check_pca_fingerprint": "a client's PCA fingerprint: its top covariance eigenvalues over their total (chapter 6)",
+    "check_fair_comparison": (
+        "whether a comparison plan is fair: disjoint tuning and evaluation seeds, >= 3 evaluation seeds, "
+        "every method's server step tuned (chapter 8)"
+    ),
+    "check_interval_reading": "reading a paired difference and its interval: better, worse or a tie (chapter 8)",
 }
 """Every checker of this module and what it checks, in the book's order."""
 
@@ -776,3 +783,116 @@ def check_fednova(your_function: Callable, seed: int = 0) -> bool:
         ),
     ]
     return run_cases("check_fednova", your_function, cases, rtol=1e-6, atol=1e-9, mistakes=mistakes)
+
+
+def _fair_plan(plan) -> bool:
+    """The benchmark protocol's test of a plan (see :mod:`fedlearn_edu.benchmark`)."""
+    tune, ev = set(plan["tuning_seeds"]), set(plan["eval_seeds"])
+    steps = plan["server_lr"]
+    return bool(
+        tune and len(ev) >= 3 and not tune & ev and len(steps) > 0 and all(len(set(v)) >= 2 for v in steps.values())
+    )
+
+
+def check_fair_comparison(your_function: Callable, seed: int = 0) -> bool:
+    """Check ``your_function(plan) -> bool``: is a comparison plan fair?
+
+    ``plan`` is ``{"tuning_seeds": [...], "eval_seeds": [...], "server_lr": {method: [candidates]}}``.
+    Fair (the protocol of :mod:`fedlearn_edu.benchmark`): at least one tuning seed, at least 3
+    evaluation seeds, no seed in both, and every method (the baseline included) tries at least
+    2 different server steps.
+    """
+    good = {"fedavg": [0.5, 1.0, 2.0], "new": [0.3, 1.0, 3.0]}
+    inputs = [
+        (
+            "a fair plan: disjoint seeds, 3 evaluation seeds, every step tuned",
+            {"tuning_seeds": [0], "eval_seeds": [1, 2, 3], "server_lr": good},
+            "",
+        ),
+        (
+            "evaluation seeds reuse a tuning seed",
+            {"tuning_seeds": [0, 1], "eval_seeds": [1, 2, 3], "server_lr": good},
+            "a seed used to pick the step cannot judge it: tuning and evaluation seeds must be disjoint",
+        ),
+        (
+            "only two evaluation seeds",
+            {"tuning_seeds": [0], "eval_seeds": [1, 2], "server_lr": good},
+            "the protocol asks for >= 3 evaluation seeds",
+        ),
+        (
+            "the new method's step is tuned, the baseline's is not",
+            {"tuning_seeds": [0], "eval_seeds": [1, 2, 3], "server_lr": {"fedavg": [1.0], "new": [0.3, 1.0, 3.0]}},
+            "every method, the baseline too, tries >= 2 steps",
+        ),
+        (
+            "a step listed twice is one candidate",
+            {"tuning_seeds": [0], "eval_seeds": [4, 5, 6], "server_lr": {"fedavg": [1.0, 1.0], "new": [1.0, 2.0]}},
+            "count *different* candidate steps",
+        ),
+        (
+            "no tuning seed at all",
+            {"tuning_seeds": [], "eval_seeds": [1, 2, 3], "server_lr": good},
+            "the steps must be picked on some seed",
+        ),
+        (
+            "five evaluation seeds, two tuning seeds",
+            {"tuning_seeds": [10, 11], "eval_seeds": [0, 1, 2, 3, 4], "server_lr": good},
+            "more seeds than the minimum, still disjoint: fair",
+        ),
+    ]
+    cases = [Case(name, (plan,), _fair_plan(plan), hint) for name, plan, hint in inputs]
+    mistakes = [
+        Mistake(
+            "checking the seeds but not the steps",
+            lambda p: (
+                bool(p["tuning_seeds"])
+                and len(p["eval_seeds"]) >= 3
+                and not set(p["tuning_seeds"]) & set(p["eval_seeds"])
+            ),
+        ),
+        Mistake(
+            "checking the steps but not the seeds", lambda p: all(len(set(v)) >= 2 for v in p["server_lr"].values())
+        ),
+    ]
+    return run_cases("check_fair_comparison", your_function, cases, mistakes=mistakes)
+
+
+def _verdict(diff: float, half_width: float) -> str:
+    return "tie" if abs(diff) <= half_width else ("better" if diff > 0 else "worse")
+
+
+def check_interval_reading(your_function: Callable, seed: int = 0) -> bool:
+    """Check ``your_function(diff, half_width) -> str``: the verdict on a paired difference
+    ``diff +- half_width`` (a method minus FedAvg, higher is better): ``"better"`` when the
+    whole interval lies above 0, ``"worse"`` when it lies below, ``"tie"`` when it contains 0
+    (an interval that touches 0 contains it).
+    """
+    inputs = [
+        ("interval above zero", (0.03, 0.01), ""),
+        ("interval below zero", (-0.05, 0.02), "a negative difference with an interval below 0 is 'worse'"),
+        (
+            "positive mean, interval containing zero",
+            (0.04, 0.06),
+            "a positive mean is not enough: does the interval contain 0?",
+        ),
+        (
+            "negative mean, interval containing zero",
+            (-0.01, 0.03),
+            "a negative mean is not enough: does the interval contain 0?",
+        ),
+        ("interval touching zero", (0.02, 0.02), "[0, 2h] contains 0: a tie"),
+        ("zero difference, zero width", (0.0, 0.0), "no difference at all is a tie"),
+        ("large difference, wide interval", (0.2, 0.1), "[0.1, 0.3] lies above 0: 'better'"),
+    ]
+    cases = [Case(name, args, _verdict(*args), hint) for name, args, hint in inputs]
+    mistakes = [
+        Mistake(
+            "the sign of the mean difference alone", lambda d, h: "better" if d > 0 else ("worse" if d < 0 else "tie")
+        ),
+        Mistake("half the half-width (a 2 x too narrow interval)", lambda d, h: _verdict(d, h / 2)),
+        Mistake(
+            "an interval that touches 0 read as not containing it",
+            lambda d, h: "tie" if abs(d) < h else ("better" if d > 0 else "worse"),
+        ),
+    ]
+    return run_cases("check_interval_reading", your_function, cases, mistakes=mistakes)

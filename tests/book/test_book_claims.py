@@ -52,6 +52,16 @@ QUOTED: dict[str, dict[str, str]] = {
         "0.277": "FedOUI authors' report: mean OUI of the worked example",
         "0.257": "FedOUI authors' report: OUI of client 9 in the worked example",
     },
+    "ch08_compare": {
+        "80.6": "CRAFT authors' log: CIFAR-10 ResNet-20 mean accuracy, round 500 (%)",
+        "23.1": "FedOUI paper: FedOUI final accuracy, noisy clients (%)",
+        "27.3": "FedOUI paper: FedAvg final accuracy, noisy clients (%)",
+        "23.4": "FedOUI paper: FedOUI final accuracy, Dirichlet 0.1 (%)",
+        "21.6": "FedOUI paper: FedAvg final accuracy, Dirichlet 0.1 (%)",
+        "79.75": "FL-Simulator's table: FedAvg, CIFAR-10, Dirichlet 0.3 (%)",
+        "82.75": "FL-Simulator's table: SCAFFOLD, CIFAR-10, Dirichlet 0.3 (%)",
+        "83.22": "FL-Simulator's table: FedDyn, CIFAR-10, Dirichlet 0.3 (%)",
+    },
     "ch06_conditional": {
         "25.9": "client-conditional paper: IFCA's accuracy loss under sparsity (%)",
         "39.9": "client-conditional paper: Ditto's accuracy loss under sparsity (%)",

@@ -1,0 +1,1328 @@
+"""A fair, resumable benchmark of the strategies: tune each method's step, evaluate on fresh seeds.
+
+The protocol (issue "which method, when"; chapter *Comparing the methods*):
+
+1. **Grid.** Methods (a name -> a strategy factory, fixed settings and the settings to
+   tune with their candidate values: every method's server step ``server_lr`` and its own
+   knob where it has one) x federations (dataset, partition and its parameters, number of
+   clients, model) x seeds, with the rounds and the local training shared by all methods.
+2. **Tune** every method on every federation over the *tuning seeds*; pick the candidate
+   with the highest criterion (default: the mean over the last ``last_k`` evaluations of
+   the mean client accuracy, averaged over the tuning seeds; a failed run scores
+   ``-inf``; ties go to the first candidate in the grid's order).
+3. **Evaluate** the pick on the *evaluation seeds*, disjoint from the tuning seeds (the
+   records say which run was which: column ``phase``).
+4. **Summarise** per method x federation over the evaluation seeds: final and last-k mean
+   accuracy, worst-10 %, std across clients, rounds to a target accuracy, seconds per round,
+   each as the mean with a 95 % Student-t interval over seeds, and the paired difference to
+   FedAvg on the same seeds with its t-interval. A difference whose interval contains 0 is a
+   **tie**, and ties are never ranked.
+
+A seed ``s`` seeds everything of one run: the partition (and label noise, and FedVG's
+server validation split), the model's initial parameters and :func:`~fedlearn_edu.simulate`'s
+client sampling and batch orders. All methods see the same federations on the same seed, so
+differences between methods on one seed are paired.
+
+Records are tidy: one row per run x evaluation round, with every setting as a column. Each
+run is stored under ``<out>/runs/<key>.csv`` + ``<key>.json`` where ``key`` hashes the run's
+full configuration and the package version; the ``.json`` is written last and holds the
+SHA-256 of the ``.csv``, so a run killed while writing, or a file changed afterwards, is
+detected and redone. A rerun of the same sweep skips every run that is done.
+
+Runs execute in this process (``engine="sequential"``), in ``n_jobs`` worker processes
+(``engine="joblib"``, loky backend) or on a Dask cluster (``engine="dask"``, a
+``distributed.Client`` or a scheduler address). Each run uses one torch thread, on the CPU;
+the results are identical whichever engine ran them.
+
+>>> from fedlearn_edu import benchmark
+>>> sorted(benchmark.METHODS)[:3]
+['afl', 'config', 'craft']
+>>> benchmark.parse_federation("dirichlet:0.1").partition_params
+{'alpha': 0.1}
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import hashlib
+import io
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from itertools import product
+from pathlib import Path
+
+import numpy as np
+
+__all__ = [
+    "Method",
+    "FederationSpec",
+    "Protocol",
+    "METHODS",
+    "CLASSROOM_METHODS",
+    "CLASSROOM_FEDERATIONS",
+    "parse_federation",
+    "method",
+    "run_configs",
+    "run",
+    "execute",
+    "load",
+    "select",
+    "summarize",
+    "t_interval",
+    "format_table",
+    "BenchmarkResult",
+    "METRICS",
+    "plot_curves",
+    "plot_intervals",
+    "markdown_report",
+    "rerun",
+    "git_commit",
+]
+
+RECORD_VERSION = 1
+METRICS = ("final", "lastk", "worst10", "std", "rounds_to_target", "sec_per_round")
+# Columns of a run's rows that are computed by the run (the rest are its settings).
+VALUE_COLUMNS = ("round", "mean", "std", "worst10", "best10", "loss", "train_loss")
+
+
+# --------------------------------------------------------------------------- the grid
+
+
+@dataclass(frozen=True)
+class Method:
+    """One method of the grid: how to build its strategy and what to tune.
+
+    Args:
+        name: the label in the records and tables (e.g. ``"fedprox"``).
+        strategy: a key of :data:`fedlearn_edu.strategies.STRATEGIES`, or ``"ditto"`` /
+            ``"ifca"`` (personalised / clustered), used when ``factory`` is ``None``.
+        fixed: settings passed to the strategy as they are.
+        tune: ``{setting: [candidates]}``; the tuning step tries the full product.
+        factory: for a method outside the package: a module-level function
+            ``factory(**settings) -> Strategy`` (picklable, so that worker processes can call it).
+        server_validation: FedVG's share of every client's training data pooled as the
+            server's validation set (taken *before* label noise: a clean, curated set).
+        note: what the method's accuracy is of, when it is not the global model's.
+    """
+
+    name: str
+    strategy: str | None = None
+    fixed: Mapping = field(default_factory=dict)
+    tune: Mapping = field(default_factory=dict)
+    factory: Callable | None = None
+    server_validation: float = 0.0
+    note: str = ""
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"Method name must be a non-empty string, got {self.name!r}.")
+        if self.factory is None and self.strategy is None:
+            object.__setattr__(self, "strategy", self.name)
+        if self.factory is not None and not callable(self.factory):
+            raise TypeError(f"Method factory must be callable, got {self.factory!r}.")
+        for key, values in dict(self.tune).items():
+            if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or len(values) == 0:
+                raise ValueError(f"Method {self.name!r}: tune[{key!r}] must be a non-empty list, got {values!r}.")
+        object.__setattr__(self, "fixed", dict(self.fixed))
+        object.__setattr__(self, "tune", {k: list(v) for k, v in dict(self.tune).items()})
+
+    def candidates(self) -> list[dict]:
+        """Every candidate setting (fixed + one value per tuned setting), in the grid's order."""
+        keys = list(self.tune)
+        return [{**self.fixed, **dict(zip(keys, values))} for values in product(*(self.tune[k] for k in keys))]
+
+    def builder(self) -> str:
+        """What builds the strategy, as stored in the records."""
+        if self.factory is not None:
+            return f"{self.factory.__module__}.{self.factory.__qualname__}"
+        return str(self.strategy)
+
+    def with_tune(self, **tune) -> Method:
+        """A copy with other candidate values (``None`` drops a tuned setting)."""
+        new = {k: v for k, v in {**self.tune, **tune}.items() if v is not None}
+        return dataclasses.replace(self, tune=new)
+
+
+_STEP = [0.5, 1.0, 2.0, 4.0]
+# Every method of the book, its server step (and own knob) with candidates around the value its
+# chapter found good for a few dozen rounds, reaching far enough up that a short run's pick is
+# not the largest step tried (with 30 rounds at client lr 0.1 most picks are large steps).
+METHODS: dict[str, Method] = {
+    m.name: m
+    for m in (
+        Method("fedavg", tune={"server_lr": _STEP}),
+        Method("fedavgm", tune={"server_lr": [0.1, 0.3, 0.6], "momentum": [0.5, 0.9]}),
+        Method("fedprox", tune={"server_lr": [1.0, 2.0, 4.0], "mu": [0.01, 0.1]}),
+        Method("scaffold", tune={"server_lr": _STEP}),
+        Method("feddyn", tune={"server_lr": [0.5, 1.0, 2.0], "alpha": [0.01, 0.1]}),
+        Method("fednova", tune={"server_lr": _STEP}),
+        Method("fedadam", tune={"server_lr": [0.003, 0.01, 0.03, 0.1]}),
+        Method("fedyogi", tune={"server_lr": [0.003, 0.01, 0.03, 0.1]}),
+        Method("fedadagrad", tune={"server_lr": [0.003, 0.01, 0.03, 0.1]}),
+        Method("qfedavg", tune={"server_lr": [1.0, 2.0, 4.0], "q": [0.1, 1.0]}),
+        Method("afl", tune={"server_lr": [1.0, 2.0, 4.0], "lambda_lr": [0.01, 0.1]}),
+        Method("fedfv", tune={"server_lr": _STEP}),
+        Method("fedlf", tune={"server_lr": _STEP}),
+        Method("craft", tune={"server_lr": [0.3, 1.0, 3.0]}),
+        Method("config", tune={"server_lr": [0.05, 0.1, 0.3]}),
+        Method("fedvg", tune={"server_lr": _STEP}, server_validation=0.1),
+        Method("fedoui", tune={"server_lr": _STEP}),
+        Method("fedalign", tune={"server_lr": _STEP}),
+        Method(
+            "ditto",
+            tune={"server_lr": [1.0, 2.0, 4.0], "lam": [0.1, 1.0]},
+            note="personal: each client's own model (Ditto), not the global one",
+        ),
+        Method(
+            "ifca",
+            tune={"server_lr": [1.0, 2.0, 4.0], "num_clusters": [2, 4]},
+            note="cluster: each client's cluster model (IFCA), not one global model",
+        ),
+    )
+}
+
+# The chapter's grid: every method the book teaches with a server step.
+CLASSROOM_METHODS = (
+    "fedavg",
+    "fedavgm",
+    "fedprox",
+    "scaffold",
+    "feddyn",
+    "fednova",
+    "fedadam",
+    "fedyogi",
+    "qfedavg",
+    "afl",
+    "fedfv",
+    "fedlf",
+    "craft",
+    "fedvg",
+    "fedoui",
+    "ditto",
+    "ifca",
+)
+CLASSROOM_FEDERATIONS = ("quantity:1.0", "dirichlet:0.1", "shards:2", "noisy:0.8")
+
+
+def method(spec) -> Method:
+    """A :class:`Method` from a name of :data:`METHODS` (or a Method, returned as it is)."""
+    if isinstance(spec, Method):
+        return spec
+    if not isinstance(spec, str):
+        raise TypeError(f"A method is a name or a benchmark.Method, got {spec!r}.")
+    key = spec.lower().replace("-", "").replace("_", "")
+    if key not in METHODS:
+        raise ValueError(f"Unknown method {spec!r}; choose one of {sorted(METHODS)} or pass a benchmark.Method.")
+    return METHODS[key]
+
+
+@dataclass(frozen=True)
+class FederationSpec:
+    """One federation of the grid (built anew for every seed).
+
+    Args:
+        name: the label in the records (e.g. ``"dirichlet:0.1"``).
+        dataset: a name :func:`~fedlearn_edu.data.load_dataset` accepts.
+        partition: ``"iid"``, ``"dirichlet"``, ``"shards"`` or ``"quantity"``.
+        partition_params: ``alpha`` / ``shards_per_client`` / ``sigma`` / ``min_size``.
+        num_clients: N.
+        model: a name :func:`~fedlearn_edu.make_model` accepts.
+        noisy_clients: share of the clients whose training labels are flipped (0: none).
+        noise_fraction: share of a noisy client's training labels flipped.
+        num_samples: keep a random subset of this many samples (quick runs).
+        root: the dataset folder (not part of the run's key).
+    """
+
+    name: str
+    dataset: str = "digits"
+    partition: str = "dirichlet"
+    partition_params: Mapping = field(default_factory=dict)
+    num_clients: int = 20
+    model: str = "mlp"
+    noisy_clients: float = 0.0
+    noise_fraction: float = 0.0
+    num_samples: int | None = None
+    root: str | None = field(default=None, compare=False)
+
+    def __post_init__(self):
+        from .data import PARTITIONS
+
+        if self.partition not in PARTITIONS:
+            raise ValueError(f"Unknown partition {self.partition!r}; choose one of {list(PARTITIONS)}.")
+        if not isinstance(self.num_clients, int) or isinstance(self.num_clients, bool) or self.num_clients < 2:
+            raise ValueError(f"num_clients must be an integer >= 2, got {self.num_clients!r}.")
+        if not 0 <= self.noisy_clients <= 1 or not 0 <= self.noise_fraction <= 1:
+            raise ValueError(
+                f"noisy_clients and noise_fraction must be in [0, 1], got {self.noisy_clients!r}, "
+                f"{self.noise_fraction!r}."
+            )
+        object.__setattr__(self, "partition_params", dict(self.partition_params))
+
+    def config(self) -> dict:
+        """The settings that define the federation (the run key hashes them)."""
+        d = dataclasses.asdict(self)
+        d.pop("root")
+        return d
+
+
+_PARAM = {"dirichlet": "alpha", "shards": "shards_per_client", "quantity": "sigma"}
+
+
+def parse_federation(text, **common) -> FederationSpec:
+    """A :class:`FederationSpec` from a short string.
+
+    ``"iid"``, ``"dirichlet:ALPHA"``, ``"shards:PER_CLIENT"``, ``"quantity:SIGMA"`` (log-normal
+    client sizes, IID labels), or ``"noisy:FRACTION"``: Dirichlet alpha = 1 where 30 % of the
+    clients have ``FRACTION`` of their training labels flipped (test labels stay clean).
+
+    Args:
+        text: the string (or a FederationSpec, returned with ``common`` applied).
+        common: other FederationSpec fields (``dataset``, ``num_clients``, ``model`` ...).
+    """
+    if isinstance(text, FederationSpec):
+        return dataclasses.replace(text, **common) if common else text
+    if not isinstance(text, str):
+        raise TypeError(f"A federation is a string like 'dirichlet:0.1' or a FederationSpec, got {text!r}.")
+    kind, _, value = text.strip().partition(":")
+    kind = kind.lower()
+    try:
+        number = float(value) if value else None
+    except ValueError:
+        raise ValueError(f"Federation {text!r}: {value!r} is not a number.") from None
+    if number is not None and (not math.isfinite(number) or number <= 0):
+        raise ValueError(f"Federation {text!r}: the parameter must be a positive number.")
+    if kind == "iid":
+        if value:
+            raise ValueError(f"Federation {text!r}: 'iid' takes no parameter.")
+        return FederationSpec(text, partition="iid", **common)
+    if kind in _PARAM:
+        if number is None:
+            raise ValueError(f"Federation {text!r}: give the parameter, e.g. '{kind}:1'.")
+        param = int(number) if kind == "shards" else number
+        if kind == "shards" and param != number:
+            raise ValueError(f"Federation {text!r}: shards per client must be an integer.")
+        return FederationSpec(text, partition=kind, partition_params={_PARAM[kind]: param}, **common)
+    if kind == "noisy":
+        if number is None or number > 1:
+            raise ValueError(f"Federation {text!r}: give the flipped share in (0, 1], e.g. 'noisy:0.8'.")
+        return FederationSpec(
+            text,
+            partition="dirichlet",
+            partition_params={"alpha": 1.0},
+            noisy_clients=0.3,
+            noise_fraction=number,
+            **common,
+        )
+    raise ValueError(
+        f"Unknown federation {text!r}; use iid, dirichlet:ALPHA, shards:PER_CLIENT, quantity:SIGMA or noisy:FRACTION."
+    )
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """The shared settings: seeds, rounds, local training, selection criterion and summary.
+
+    Args:
+        tuning_seeds: seeds of the tuning runs.
+        eval_seeds: seeds of the evaluation runs (at least 2; disjoint from ``tuning_seeds``).
+        rounds, clients_per_round, local_epochs, batch_size, lr: shared by every method.
+        last_k: the criterion and the ``lastk`` metrics average the last ``last_k`` evaluations.
+        target: the accuracy of ``rounds_to_target``.
+        engine: :func:`~fedlearn_edu.simulate`'s engine (``"auto"``: vmap where it applies).
+    """
+
+    tuning_seeds: tuple = (0,)
+    eval_seeds: tuple = (1, 2, 3)
+    rounds: int = 30
+    clients_per_round: int = 10
+    local_epochs: int = 1
+    batch_size: int = 10
+    lr: float = 0.1
+    last_k: int = 5
+    target: float = 0.8
+    engine: str = "auto"
+
+    def __post_init__(self):
+        for name in ("tuning_seeds", "eval_seeds"):
+            seeds = tuple(getattr(self, name))
+            if any(not isinstance(s, (int, np.integer)) or isinstance(s, bool) or s < 0 for s in seeds):
+                raise ValueError(f"{name} must be non-negative integers, got {seeds!r}.")
+            if len(set(seeds)) != len(seeds):
+                raise ValueError(f"{name} holds a seed twice: {seeds!r}.")
+            object.__setattr__(self, name, tuple(int(s) for s in seeds))
+        if not self.tuning_seeds:
+            raise ValueError("tuning_seeds must hold at least one seed.")
+        if len(self.eval_seeds) < 2:
+            raise ValueError(f"eval_seeds must hold at least 2 seeds for an interval, got {self.eval_seeds!r}.")
+        both = set(self.tuning_seeds) & set(self.eval_seeds)
+        if both:
+            raise ValueError(f"tuning_seeds and eval_seeds must be disjoint; both hold {sorted(both)}.")
+        for name in ("rounds", "clients_per_round", "local_epochs", "batch_size", "last_k"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
+                raise ValueError(f"{name} must be a positive integer, got {v!r}.")
+        if self.last_k > self.rounds:
+            raise ValueError(f"last_k={self.last_k} exceeds rounds={self.rounds}.")
+        if not (isinstance(self.lr, (int, float)) and self.lr > 0 and math.isfinite(self.lr)):
+            raise ValueError(f"lr must be a positive number, got {self.lr!r}.")
+        if not 0 < self.target <= 1:
+            raise ValueError(f"target must be in (0, 1], got {self.target!r}.")
+
+    def local(self) -> dict:
+        return {
+            "rounds": int(self.rounds),
+            "clients_per_round": int(self.clients_per_round),
+            "local_epochs": int(self.local_epochs),
+            "batch_size": int(self.batch_size),
+            "lr": float(self.lr),
+            "engine": self.engine,
+        }
+
+
+# --------------------------------------------------------------------------- one run
+
+
+def _version() -> str:
+    from . import __version__
+
+    return __version__
+
+
+def git_commit() -> str:
+    """The package's git commit (with ``-dirty`` when the tree has changes), or ``"unknown"``."""
+    here = Path(__file__).resolve().parent
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=here,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return head + ("-dirty" if dirty else "")
+
+
+def _plain(value):
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return float(value)
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def run_key(config: Mapping) -> str:
+    """The run's key: a hash of its full configuration and the package version."""
+    text = json.dumps({"config": _plain(config), "version": _version()}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _config(m: Method, fed: FederationSpec, protocol: Protocol, settings: dict, seed: int, phase: str) -> dict:
+    return {
+        "method": m.name,
+        "builder": m.builder(),
+        "settings": _plain(settings),
+        "server_validation": float(m.server_validation),
+        "federation": fed.config(),
+        "seed": int(seed),
+        **protocol.local(),
+        "phase": phase,
+    }
+
+
+_FED_CACHE: dict = {}
+
+
+def _federation(spec: dict, seed: int, root):
+    """The federation of one spec and seed (cached per process; never modified by a run)."""
+    from .data import federated_dataset
+
+    key = (json.dumps(spec, sort_keys=True), seed, root)
+    if key not in _FED_CACHE:
+        fed = federated_dataset(
+            spec["dataset"],
+            spec["partition"],
+            num_clients=spec["num_clients"],
+            seed=seed,
+            root=root,
+            num_samples=spec["num_samples"],
+            **spec["partition_params"],
+        )
+        if len(_FED_CACHE) > 16:
+            _FED_CACHE.clear()
+        _FED_CACHE[key] = fed
+    return _FED_CACHE[key]
+
+
+def _strategy(config: dict, factory: Callable | None):
+    from .strategies import STRATEGIES, FedAvg
+    from .strategies.personalized import IFCA, Ditto
+
+    settings = dict(config["settings"])
+    builder = config["builder"]
+    if factory is not None:
+        return factory(**settings)
+    if builder == "ditto":
+        lam = settings.pop("lam", 0.1)
+        return Ditto(lam, base=FedAvg(**settings))
+    if builder == "ifca":
+        return IFCA(**settings)
+    if builder not in STRATEGIES:
+        raise ValueError(f"Unknown strategy {builder!r}; choose one of {sorted(STRATEGIES)}, 'ditto', 'ifca'.")
+    return STRATEGIES[builder](**settings)
+
+
+def execute(config: dict, factory: Callable | None = None, root=None) -> dict:
+    """Run one configuration; never raises (a failure is returned with its traceback).
+
+    Returns:
+        ``{"status": "ok", "rows": [...], "seconds": s, "evaluated": ...}`` or
+        ``{"status": "failed", "error": "...", "traceback": "..."}``.
+    """
+    import torch
+
+    from .data import add_label_noise, server_validation_split
+    from .models import make_model
+    from .simulation import simulate
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        seed = config["seed"]
+        spec = config["federation"]
+        fed = _federation(spec, seed, root)
+        settings = config["settings"]
+        if config["server_validation"] > 0:  # a clean server set: split before the label noise
+            fed, val = server_validation_split(fed, config["server_validation"], seed=seed)
+            settings = {**settings, "val_data": val}
+        strategy = _strategy({**config, "settings": settings}, factory)
+        if spec["noisy_clients"] > 0:
+            noisy = int(round(spec["noisy_clients"] * fed.num_clients))
+            fed = add_label_noise(fed, noisy, spec["noise_fraction"], seed=seed)
+        model = make_model(spec["model"], fed.input_shape, fed.num_classes, seed=seed)
+        history = simulate(
+            fed,
+            model,
+            strategy,
+            rounds=config["rounds"],
+            clients_per_round=config["clients_per_round"],
+            local_epochs=config["local_epochs"],
+            batch_size=config["batch_size"],
+            lr=config["lr"],
+            eval_every=1,
+            seed=seed,
+            device="cpu",
+            engine=config["engine"],
+            progress=False,
+        )
+    except Exception as err:  # a failed run is a result: recorded, and the sweep goes on
+        return {
+            "status": "failed",
+            "error": f"{type(err).__name__}: {' '.join(str(err).split())}"[:500],
+            "traceback": traceback.format_exc()[-4000:],
+        }
+    finally:
+        torch.set_num_threads(threads)
+    from .metrics import fairness_metrics
+
+    rows = []
+    for e, r in enumerate(history.eval_rounds):
+        fm = fairness_metrics(history.client_accuracy[e])
+        rows.append(
+            {
+                "round": int(r),
+                "mean": fm["mean"],
+                "std": fm["std"],
+                "worst10": fm["worst10"],
+                "best10": fm["best10"],
+                "loss": float(np.nanmean(history.client_loss[e])),
+                "train_loss": float(history.train_loss[r - 1]) if r > 0 else float("nan"),
+            }
+        )
+    return {"status": "ok", "rows": rows, "seconds": float(history.seconds), "evaluated": history.evaluated}
+
+
+# --------------------------------------------------------------------------- storage
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def _flat(config: dict, key: str) -> dict:
+    """The run's settings as columns."""
+    fed = config["federation"]
+    out = {
+        "run_key": key,
+        "phase": config["phase"],
+        "method": config["method"],
+        "builder": config["builder"],
+        "settings": json.dumps(config["settings"], sort_keys=True),
+        "federation": fed["name"],
+        "dataset": fed["dataset"],
+        "partition": fed["partition"],
+        "partition_params": json.dumps(fed["partition_params"], sort_keys=True),
+        "num_clients": fed["num_clients"],
+        "model": fed["model"],
+        "noisy_clients": fed["noisy_clients"],
+        "noise_fraction": fed["noise_fraction"],
+        "num_samples": fed["num_samples"],
+        "server_validation": config["server_validation"],
+        "seed": config["seed"],
+        **{k: config[k] for k in ("rounds", "clients_per_round", "local_epochs", "batch_size", "lr", "engine")},
+    }
+    for name, value in config["settings"].items():
+        out[f"param_{name}"] = value
+    return out
+
+
+def _csv_bytes(config: dict, key: str, result: dict, meta: dict) -> bytes:
+    import pandas as pd
+
+    flat = _flat(config, key)
+    rounds = config["rounds"]
+    rows = [
+        {**flat, **row, "evaluated": result["evaluated"], "sec_per_round": result["seconds"] / rounds, **meta}
+        for row in result["rows"]
+    ]
+    buf = io.StringIO()
+    pd.DataFrame(rows).to_csv(buf, index=False)
+    return buf.getvalue().encode()
+
+
+class _Store:
+    """``<out>/runs/<key>.csv`` + ``<key>.json`` (written last, holding the csv's SHA-256)."""
+
+    def __init__(self, out):
+        self.out = Path(out)
+        self.runs = self.out / "runs"
+        self.runs.mkdir(parents=True, exist_ok=True)
+        self.redone: list[str] = []
+
+    def status(self, key: str) -> str:
+        """``"done"``, ``"failed"``, ``"missing"`` or ``"corrupt"`` (then the files are removed)."""
+        meta_path, csv_path = self.runs / f"{key}.json", self.runs / f"{key}.csv"
+        if not meta_path.exists():
+            if csv_path.exists():  # killed between the two writes
+                self._drop(key)
+                return "corrupt"
+            return "missing"
+        try:
+            meta = json.loads(meta_path.read_text())
+            if meta.get("key") != key:
+                raise ValueError("key")
+            if meta["status"] == "failed":
+                return "failed"
+            if _sha(csv_path.read_bytes()) != meta["csv_sha256"]:
+                raise ValueError("checksum")
+        except (OSError, ValueError, KeyError, TypeError):
+            self._drop(key)
+            return "corrupt"
+        return "done"
+
+    def _drop(self, key):
+        self.redone.append(key)
+        for suffix in (".json", ".csv"):
+            (self.runs / f"{key}{suffix}").unlink(missing_ok=True)
+
+    def write(self, key: str, config: dict, result: dict, meta: dict) -> None:
+        record = {"key": key, "record_version": RECORD_VERSION, "config": config, **meta, "status": result["status"]}
+        if result["status"] == "ok":
+            data = _csv_bytes(config, key, result, meta)
+            _atomic_write(self.runs / f"{key}.csv", data)
+            record.update(csv_sha256=_sha(data), num_rows=len(result["rows"]), seconds=result["seconds"])
+        else:
+            (self.runs / f"{key}.csv").unlink(missing_ok=True)
+            record.update(error=result["error"], traceback=result["traceback"])
+        _atomic_write(self.runs / f"{key}.json", json.dumps(record, indent=1, sort_keys=True).encode())
+
+    def meta(self, key: str) -> dict:
+        return json.loads((self.runs / f"{key}.json").read_text())
+
+    def frame(self, keys):
+        import pandas as pd
+
+        frames = [pd.read_csv(self.runs / f"{k}.csv") for k in keys]
+        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+# --------------------------------------------------------------------------- engines
+
+
+def _iterate(jobs: list, engine: str, n_jobs: int | None, client, factories: dict, root):
+    """Yield ``(index, result)`` as runs finish, whichever engine runs them."""
+    if not jobs:
+        return
+    if engine == "sequential":
+        for i, cfg in jobs:
+            yield i, execute(cfg, factories.get(cfg["method"]), root)
+    elif engine == "joblib":
+        from joblib import Parallel, delayed
+
+        workers = n_jobs or os.cpu_count() or 1
+        if workers == 1:
+            yield from _iterate(jobs, "sequential", 1, None, factories, root)
+            return
+        parallel = Parallel(n_jobs=workers, backend="loky", return_as="generator_unordered")
+        calls = (delayed(_indexed)(i, cfg, factories.get(cfg["method"]), root) for i, cfg in jobs)
+        yield from parallel(calls)
+    elif engine == "dask":
+        from distributed import Client, as_completed
+
+        own = None
+        if client is None:
+            raise ValueError("engine='dask' needs client= (a distributed.Client) or scheduler= (an address).")
+        if isinstance(client, str):
+            own = client = Client(client)
+        try:
+            futures = [
+                client.submit(_indexed, i, cfg, factories.get(cfg["method"]), root, pure=False) for i, cfg in jobs
+            ]
+            for future in as_completed(futures):
+                try:
+                    yield future.result()
+                except Exception as err:  # a worker lost: the run is recorded as failed
+                    i = futures.index(future)
+                    yield jobs[i][0], {"status": "failed", "error": f"{type(err).__name__}: {err}", "traceback": ""}
+        finally:
+            if own is not None:
+                own.close()
+    else:
+        raise ValueError(f"Unknown engine {engine!r}; choose 'sequential', 'joblib' or 'dask'.")
+
+
+def _indexed(i, cfg, factory, root):
+    return i, execute(cfg, factory, root)
+
+
+# --------------------------------------------------------------------------- the sweep
+
+
+def run_configs(
+    configs: Sequence[dict],
+    out,
+    *,
+    engine: str = "joblib",
+    n_jobs: int | None = None,
+    client=None,
+    factories: Mapping | None = None,
+    root=None,
+    progress: bool = True,
+    desc: str = "runs",
+    redone: list | None = None,
+) -> dict:
+    """Run the configurations not yet done under ``out``; return ``{key: status}``.
+
+    Statuses: ``"cached"`` (done before), ``"done"``, ``"failed"``. The keys of corrupt or
+    partial files found (and redone) are appended to ``redone``.
+    """
+    store = _Store(out)
+    meta = {"package_version": _version(), "git_commit": git_commit()}
+    keys = [run_key(c) for c in configs]
+    statuses, todo = {}, []
+    for i, (key, cfg) in enumerate(zip(keys, configs)):
+        if key in statuses:
+            continue
+        if store.status(key) == "done":
+            statuses[key] = "cached"
+        else:
+            statuses[key] = "todo"
+            todo.append((i, cfg))
+    if redone is not None:
+        redone.extend(store.redone)
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(statuses), desc=desc, leave=True, file=sys.stderr)
+        bar.update(sum(s == "cached" for s in statuses.values()))
+    counts = {"cached": sum(s == "cached" for s in statuses.values()), "done": 0, "failed": 0}
+    try:
+        for i, result in _iterate(todo, engine, n_jobs, client, dict(factories or {}), root):
+            key = keys[i]
+            store.write(key, configs[i], result, meta)
+            statuses[key] = "done" if result["status"] == "ok" else "failed"
+            counts[statuses[key]] += 1
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(counts, refresh=False)
+    finally:
+        if bar is not None:
+            bar.close()
+    return statuses
+
+
+def _methods(methods) -> list[Method]:
+    if methods is None:
+        methods = CLASSROOM_METHODS
+    if isinstance(methods, (str, Method)):
+        methods = [methods]
+    ms = [method(m) for m in methods]
+    if "fedavg" not in [m.name for m in ms]:
+        ms.insert(0, METHODS["fedavg"])  # the baseline of every paired difference
+    names = [m.name for m in ms]
+    if len(set(names)) != len(names):
+        raise ValueError(f"methods holds a name twice: {names!r}.")
+    return ms
+
+
+def _federations(federations, common) -> list[FederationSpec]:
+    if federations is None:
+        federations = ["dirichlet:0.1"]
+    if isinstance(federations, (str, FederationSpec)):
+        federations = [federations]
+    feds = [parse_federation(f, **common) for f in federations]
+    names = [f.name for f in feds]
+    if len(set(names)) != len(names):
+        raise ValueError(f"federations holds a name twice: {names!r}.")
+    return feds
+
+
+def run(
+    methods=None,
+    federations=None,
+    *,
+    out="benchmark_runs",
+    protocol: Protocol | None = None,
+    dataset: str = "digits",
+    num_clients: int = 20,
+    model: str = "mlp",
+    num_samples: int | None = None,
+    root=None,
+    engine: str | None = None,
+    n_jobs: int | None = None,
+    client=None,
+    scheduler: str | None = None,
+    progress: bool = True,
+    **protocol_kwargs,
+) -> BenchmarkResult:
+    """Tune, evaluate and summarise methods x federations with the fair protocol.
+
+    Args:
+        methods: names of :data:`METHODS` or :class:`Method` objects (default: the classroom
+            methods); ``"fedavg"`` is added when missing (the paired differences' baseline).
+        federations: strings for :func:`parse_federation` or :class:`FederationSpec` objects
+            (default: ``["dirichlet:0.1"]``).
+        out: the results folder (created; reruns skip what it holds).
+        protocol: a :class:`Protocol`, or its fields as keyword arguments (``rounds=20``,
+            ``eval_seeds=(1, 2, 3)`` ...).
+        dataset, num_clients, model, num_samples, root: applied to every string federation.
+        engine: ``"sequential"``, ``"joblib"`` (default; ``n_jobs`` processes, default all
+            cores) or ``"dask"`` (default when ``client`` or ``scheduler`` is given).
+        client: a ``distributed.Client``; scheduler: a Dask scheduler address.
+        progress: one progress bar over the runs of each phase.
+
+    Returns:
+        A :class:`BenchmarkResult` (records, picks, summary); it is also written to ``out``.
+
+    Example:
+        >>> result = benchmark.run(["fedavg", "craft"], ["dirichlet:0.1"], rounds=20)  # doctest: +SKIP
+        >>> print(result.table())  # doctest: +SKIP
+    """
+    if protocol is None:
+        protocol = Protocol(**protocol_kwargs)
+    elif protocol_kwargs:
+        protocol = dataclasses.replace(protocol, **protocol_kwargs)
+    if not isinstance(protocol, Protocol):
+        raise TypeError(f"protocol must be a benchmark.Protocol, got {protocol!r}.")
+    ms = _methods(methods)
+    common = {"dataset": dataset, "num_clients": num_clients, "model": model, "num_samples": num_samples}
+    common = {k: v for k, v in common.items() if v is not None}
+    if root is not None:
+        common["root"] = str(root)
+    feds = _federations(federations, common)
+    if client is not None and scheduler is not None:
+        raise ValueError("Pass client= or scheduler=, not both.")
+    if engine is None:
+        engine = "dask" if (client is not None or scheduler is not None) else "joblib"
+    if engine not in ("sequential", "joblib", "dask"):
+        raise ValueError(f"Unknown engine {engine!r}; choose 'sequential', 'joblib' or 'dask'.")
+    if n_jobs is not None and (not isinstance(n_jobs, int) or isinstance(n_jobs, bool) or n_jobs < 1):
+        raise ValueError(f"n_jobs must be a positive integer, got {n_jobs!r}.")
+    factories = {m.name: m.factory for m in ms if m.factory is not None}
+    roots = {f.root for f in feds}
+    data_root = roots.pop() if len(roots) == 1 else None
+    redone: list = []
+    opts = dict(
+        engine=engine,
+        n_jobs=n_jobs,
+        client=client if client is not None else scheduler,
+        factories=factories,
+        root=data_root,
+        progress=progress,
+        redone=redone,
+    )
+    started = time.perf_counter()
+    tune_cfgs = [
+        _config(m, f, protocol, s, seed, "tune")
+        for f in feds
+        for m in ms
+        for s in m.candidates()
+        for seed in protocol.tuning_seeds
+    ]
+    statuses = run_configs(tune_cfgs, out, desc="tuning", **opts)
+    store = _Store(out)
+    picks = select(_frame(store, tune_cfgs, statuses), ms, feds, protocol)
+    eval_cfgs = []
+    for (fname, mname), settings in picks.items():
+        if settings is None:
+            continue
+        m = next(x for x in ms if x.name == mname)
+        f = next(x for x in feds if x.name == fname)
+        eval_cfgs += [_config(m, f, protocol, settings, seed, "eval") for seed in protocol.eval_seeds]
+    statuses.update(run_configs(eval_cfgs, out, desc="evaluation", **opts))
+    result = BenchmarkResult.collect(out, tune_cfgs + eval_cfgs, statuses, ms, feds, protocol, picks)
+    result.wall_seconds = time.perf_counter() - started
+    result.redone = redone
+    result.save()
+    return result
+
+
+def _frame(store: _Store, configs, statuses):
+    keys = [k for k in dict.fromkeys(run_key(c) for c in configs) if statuses.get(k) in ("done", "cached")]
+    return store.frame(keys)
+
+
+def select(tune_records, methods, federations, protocol: Protocol) -> dict:
+    """``{(federation, method): settings}``: the tuning pick (``None`` when every candidate failed).
+
+    The criterion: the mean over the tuning seeds of the mean client accuracy averaged over the
+    last ``protocol.last_k`` evaluations; a failed or missing run scores ``-inf``; ties go to
+    the first candidate in the grid's order.
+    """
+    picks = {}
+    for f in federations:
+        for m in methods:
+            best, best_score = None, -math.inf
+            for settings in m.candidates():
+                text = json.dumps(_plain(settings), sort_keys=True)
+                scores = []
+                for seed in protocol.tuning_seeds:
+                    rows = (
+                        tune_records[
+                            (tune_records["federation"] == f.name)
+                            & (tune_records["method"] == m.name)
+                            & (tune_records["settings"] == text)
+                            & (tune_records["seed"] == seed)
+                        ]
+                        if len(tune_records)
+                        else []
+                    )
+                    if len(rows) == 0:
+                        scores.append(-math.inf)
+                        continue
+                    s = _lastk(rows.sort_values("round")["mean"].to_numpy(), protocol.last_k)
+                    scores.append(s if math.isfinite(s) else -math.inf)
+                score = float(np.mean(scores))
+                if score > best_score:
+                    best, best_score = settings, score
+            picks[(f.name, m.name)] = _plain(best) if best is not None else None
+    return picks
+
+
+def _lastk(values: np.ndarray, k: int) -> float:
+    return float(np.mean(values[-k:]))
+
+
+# --------------------------------------------------------------------------- statistics
+
+
+def t_interval(values, confidence: float = 0.95) -> tuple[float, float]:
+    """Mean and half-width of the Student-t confidence interval of the mean (n - 1 dof).
+
+    Args:
+        values: ``array[S]`` one measurement per seed, ``S >= 2``.
+        confidence: the interval's level.
+
+    Returns:
+        ``(mean, half_width)``; the interval is ``mean +- half_width``.
+
+    Example:
+        >>> m, h = t_interval([0.5, 0.7, 0.6])
+        >>> round(m, 3), round(h, 3)
+        (0.6, 0.248)
+    """
+    from scipy import stats
+
+    v = np.asarray(values, dtype=np.float64).reshape(-1)
+    if v.size < 2:
+        raise ValueError(f"t_interval needs at least 2 values, got {v.size}.")
+    half = stats.t.ppf(0.5 + confidence / 2, v.size - 1) * v.std(ddof=1) / math.sqrt(v.size)
+    return float(v.mean()), float(half)
+
+
+def _per_seed(rows, protocol: Protocol) -> dict:
+    rows = rows.sort_values("round")
+    mean = rows["mean"].to_numpy()
+    k = protocol.last_k
+    reached = rows["round"].to_numpy()[mean >= protocol.target]
+    return {
+        "final": float(mean[-1]),
+        "lastk": _lastk(mean, k),
+        "worst10": _lastk(rows["worst10"].to_numpy(), k),
+        "std": _lastk(rows["std"].to_numpy(), k),
+        "rounds_to_target": float(reached[0]) if reached.size else math.nan,
+        "sec_per_round": float(rows["sec_per_round"].iloc[0]),
+    }
+
+
+def summarize(records, protocol: Protocol | None = None, baseline: str = "fedavg", confidence: float = 0.95):
+    """The evaluation runs' summary: one row per federation x method.
+
+    Columns: ``federation, method, settings, n_seeds, evaluated``, then for every metric of
+    :data:`METRICS` its mean and 95 % t-interval half-width (``M`` and ``M_ci``;
+    ``rounds_to_target`` only over the seeds that reached the target, with ``reached`` saying
+    how many did), and for ``lastk``, ``final`` and ``worst10`` the paired difference to the
+    baseline on the same seeds (``d_M``, ``d_M_ci``) with ``vs_M``: ``"better"``, ``"worse"``
+    or ``"tie"`` (the interval contains 0).
+    """
+    import pandas as pd
+
+    protocol = protocol or Protocol()
+    ev = records[records["phase"] == "eval"]
+    per = {}
+    for (fed, meth), g in ev.groupby(["federation", "method"], sort=False):
+        per[(fed, meth)] = {int(seed): _per_seed(r, protocol) for seed, r in g.groupby("seed")}
+    out = []
+    for (fed, meth), seeds in per.items():
+        g = ev[(ev["federation"] == fed) & (ev["method"] == meth)]
+        row = {
+            "federation": fed,
+            "method": meth,
+            "settings": g["settings"].iloc[0],
+            "n_seeds": len(seeds),
+            "seeds": ",".join(str(s) for s in sorted(seeds)),
+            "evaluated": g["evaluated"].iloc[0],
+        }
+        for metric in METRICS:
+            vals = np.array([seeds[s][metric] for s in sorted(seeds)])
+            if metric == "rounds_to_target":
+                row["reached"] = int(np.isfinite(vals).sum())
+                vals = vals[np.isfinite(vals)]
+            if vals.size >= 2:
+                row[metric], row[f"{metric}_ci"] = t_interval(vals, confidence)
+            else:
+                row[metric], row[f"{metric}_ci"] = (float(vals[0]) if vals.size else math.nan), math.nan
+        base = per.get((fed, baseline))
+        for metric in ("lastk", "final", "worst10"):
+            common = sorted(set(seeds) & set(base)) if base else []
+            if meth == baseline or len(common) < 2:
+                row[f"d_{metric}"], row[f"d_{metric}_ci"], row[f"vs_{metric}"] = (
+                    (0.0, 0.0, "baseline") if meth == baseline else (math.nan, math.nan, "n/a")
+                )
+                continue
+            d = np.array([seeds[s][metric] - base[s][metric] for s in common])
+            mu, half = t_interval(d, confidence)
+            row[f"d_{metric}"], row[f"d_{metric}_ci"] = mu, half
+            row[f"vs_{metric}"] = "tie" if not abs(mu) > half else ("better" if mu > 0 else "worse")
+        out.append(row)
+    return pd.DataFrame(out)
+
+
+def format_table(summary, metrics=("lastk", "worst10"), percent: bool = True) -> str:
+    """The summary as text: ``mean +- half-width`` per method (rows) x federation (columns).
+
+    The paired difference to FedAvg follows each cell: ``(+d +- h, better/worse/tie)``. Rows
+    keep the grid's order: ties are not ranked.
+    """
+    scale = 100.0 if percent else 1.0
+    feds = list(dict.fromkeys(summary["federation"]))
+    meths = list(dict.fromkeys(summary["method"]))
+    lines = []
+    for metric in metrics:
+        lines.append(f"{metric} ({'%' if percent else 'fraction'}; mean +- 95% t-interval over seeds; vs FedAvg)")
+        width = max(len(m) for m in meths) + 2
+        cells = {}
+        for _, r in summary.iterrows():
+            text = f"{scale * r[metric]:.1f}+-{scale * r[metric + '_ci']:.1f}"
+            if f"vs_{metric}" in r and r[f"vs_{metric}"] not in ("baseline", "n/a"):
+                text += (
+                    f" ({scale * r['d_' + metric]:+.1f}+-{scale * r['d_' + metric + '_ci']:.1f} {r['vs_' + metric]})"
+                )
+            cells[(r["federation"], r["method"])] = text
+        colw = max([len(c) for c in cells.values()] + [len(f) for f in feds]) + 2
+        lines.append("".ljust(width) + "".join(f.ljust(colw) for f in feds))
+        for m in meths:
+            lines.append(m.ljust(width) + "".join(cells.get((f, m), "failed").ljust(colw) for f in feds))
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass
+class BenchmarkResult:
+    """What :func:`run` produced (and :func:`load` reads back).
+
+    Attributes:
+        out: the results folder.
+        records: the tidy records (one row per run x evaluation round).
+        runs: one row per run: key, phase, status, error, config (JSON), version, commit.
+        picks: ``{(federation, method): settings}`` picked on the tuning seeds.
+        protocol: the protocol used.
+        failed: the runs that failed (key, method, federation, seed, error).
+        redone: keys of corrupt or partial files found and redone.
+    """
+
+    out: Path
+    records: object
+    runs: object
+    picks: dict
+    protocol: Protocol
+    failed: list = field(default_factory=list)
+    redone: list = field(default_factory=list)
+    wall_seconds: float = math.nan
+
+    @classmethod
+    def collect(cls, out, configs, statuses, methods, feds, protocol, picks):
+        import pandas as pd
+
+        store = _Store(out)
+        rows, keys, failed = [], [], []
+        for cfg in configs:
+            key = run_key(cfg)
+            if key in keys:
+                continue
+            keys.append(key)
+            meta = store.meta(key) if (store.runs / f"{key}.json").exists() else {"status": "missing"}
+            rows.append(
+                {
+                    "run_key": key,
+                    "phase": cfg["phase"],
+                    "method": cfg["method"],
+                    "federation": cfg["federation"]["name"],
+                    "seed": cfg["seed"],
+                    "status": meta["status"],
+                    "error": meta.get("error", ""),
+                    "package_version": meta.get("package_version", ""),
+                    "git_commit": meta.get("git_commit", ""),
+                    "config": json.dumps(cfg, sort_keys=True),
+                }
+            )
+            if meta["status"] != "ok":
+                failed.append(rows[-1])
+        done = [r["run_key"] for r in rows if r["status"] == "ok"]
+        records = store.frame(done)
+        if len(records):
+            records = records.sort_values(["phase", "federation", "method", "settings", "seed", "round"], kind="stable")
+            records = records.reset_index(drop=True)
+        return cls(Path(out), records, pd.DataFrame(rows), picks, protocol, failed)
+
+    def summary(self, baseline: str = "fedavg"):
+        """:func:`summarize` of the evaluation runs, in the grid's order (methods are not ranked)."""
+        s = summarize(self.records, self.protocol, baseline)
+        if len(s) == 0:
+            return s
+        feds = list(dict.fromkeys(self.runs["federation"]))
+        meths = list(dict.fromkeys(self.runs["method"]))
+        order = s.apply(lambda r: (feds.index(r["federation"]), meths.index(r["method"])), axis=1)
+        return s.iloc[np.argsort([a * 10_000 + b for a, b in order], kind="stable")].reset_index(drop=True)
+
+    def table(self, metrics=("lastk", "worst10")) -> str:
+        return format_table(self.summary(), metrics)
+
+    def failure_report(self) -> str:
+        """What failed and how to rerun it ('' when nothing did)."""
+        if not self.failed:
+            return ""
+        lines = [f"{len(self.failed)} run(s) failed (recorded in {self.out / 'runs.csv'}):"]
+        for r in self.failed[:10]:
+            lines.append(f"  {r['method']} on {r['federation']}, seed {r['seed']} ({r['phase']}): {r['error']}")
+        if len(self.failed) > 10:
+            lines.append(f"  ... and {len(self.failed) - 10} more")
+        lines.append("Rerun the same command: runs that are done are skipped, failed ones are tried again.")
+        return "\n".join(lines)
+
+    def save(self) -> None:
+        """Write ``records.csv.gz``, ``runs.csv``, ``summary.csv`` and ``protocol.json`` to ``out``."""
+        out = Path(self.out)
+        if len(self.records):
+            buf = io.StringIO()
+            self.records.to_csv(buf, index=False)
+            data = io.BytesIO()
+            with gzip.GzipFile(fileobj=data, mode="wb", mtime=0) as gz:
+                gz.write(buf.getvalue().encode())
+            _atomic_write(out / "records.csv.gz", data.getvalue())
+            _atomic_write(out / "summary.csv", self.summary().to_csv(index=False).encode())
+        _atomic_write(out / "runs.csv", self.runs.to_csv(index=False).encode())
+        proto = {
+            **dataclasses.asdict(self.protocol),
+            "picks": [{"federation": f, "method": m, "settings": s} for (f, m), s in self.picks.items()],
+            "package_version": _version(),
+            "git_commit": git_commit(),
+        }
+        _atomic_write(out / "protocol.json", json.dumps(_plain(proto), indent=1).encode())
+
+
+def load(out) -> BenchmarkResult:
+    """Read a results folder written by :func:`run` (``records.csv.gz``, ``runs.csv``, ``protocol.json``)."""
+    import pandas as pd
+
+    out = Path(out)
+    for name in ("records.csv.gz", "runs.csv", "protocol.json"):
+        if not (out / name).exists():
+            raise FileNotFoundError(f"{out / name} does not exist: is {str(out)!r} a benchmark results folder?")
+    proto = json.loads((out / "protocol.json").read_text())
+    picks = {(p["federation"], p["method"]): p["settings"] for p in proto.pop("picks")}
+    fields = {f.name for f in dataclasses.fields(Protocol)}
+    protocol = Protocol(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in proto.items() if k in fields})
+    records = pd.read_csv(out / "records.csv.gz", keep_default_na=True)
+    runs = pd.read_csv(out / "runs.csv", keep_default_na=False)
+    failed = runs[runs["status"] != "ok"].to_dict("records")
+    return BenchmarkResult(out, records, runs, picks, protocol, failed)
+
+
+def rerun(records, key: str, root=None) -> dict:
+    """Run the configuration of one recorded run again (``runs`` row or its key) -> :func:`execute`'s result."""
+    row = records[records["run_key"] == key]
+    if len(row) == 0:
+        raise ValueError(f"No run with key {key!r} in the records.")
+    return execute(json.loads(row["config"].iloc[0]), root=root)
+
+
+# --------------------------------------------------------------------------- plots and report
+
+
+def plot_curves(result: BenchmarkResult, metrics=("mean", "worst10"), methods=None, confidence: float = 0.95):
+    """Per federation (columns) and metric (rows): the evaluation runs' curves, mean over seeds
+    with the 95 % t-interval as a band. Returns the matplotlib figure.
+    """
+    import matplotlib.pyplot as plt
+    from scipy import stats
+
+    ev = result.records[result.records["phase"] == "eval"]
+    feds = list(dict.fromkeys(result.runs["federation"]))
+    meths = [m for m in dict.fromkeys(result.runs["method"]) if methods is None or m in methods]
+    fig, axes = plt.subplots(len(metrics), len(feds), figsize=(4.2 * len(feds), 3.2 * len(metrics)), squeeze=False)
+    cmap = plt.get_cmap("tab20")
+    for j, fed in enumerate(feds):
+        for i, metric in enumerate(metrics):
+            ax = axes[i][j]
+            for c, meth in enumerate(meths):
+                g = ev[(ev["federation"] == fed) & (ev["method"] == meth)]
+                if len(g) == 0:
+                    continue
+                table = g.pivot(index="round", columns="seed", values=metric)
+                n = table.shape[1]
+                mu = table.mean(axis=1).to_numpy()
+                half = (
+                    stats.t.ppf(0.5 + confidence / 2, n - 1) * table.std(axis=1, ddof=1).to_numpy() / math.sqrt(n)
+                    if n > 1
+                    else np.zeros_like(mu)
+                )
+                x = table.index.to_numpy()
+                ax.plot(x, mu, color=cmap(c % 20), lw=1.2, label=meth)
+                ax.fill_between(x, mu - half, mu + half, color=cmap(c % 20), alpha=0.15, lw=0)
+            ax.set_title(f"{fed}: {metric}", fontsize=9)
+            ax.set_xlabel("round")
+            ax.set_ylim(0, 1)
+            ax.grid(alpha=0.3)
+    axes[0][-1].legend(fontsize=6, ncol=2, loc="lower right")
+    fig.tight_layout()
+    return fig
+
+
+def plot_intervals(summary, metric: str = "lastk"):
+    """Per federation: each method's paired difference to FedAvg with its 95 % t-interval.
+
+    Grey: a tie (the interval contains 0); green / red: better / worse than FedAvg. Methods keep
+    the grid's order: the plot reads as ties and differences, not as a ranking.
+    """
+    import matplotlib.pyplot as plt
+
+    feds = list(dict.fromkeys(summary["federation"]))
+    meths = list(dict.fromkeys(summary["method"]))
+    fig, axes = plt.subplots(
+        1, len(feds), figsize=(3.6 * len(feds), 0.28 * len(meths) + 1.2), squeeze=False, sharey=True
+    )
+    colour = {"better": "tab:green", "worse": "tab:red", "tie": "0.55", "baseline": "black", "n/a": "white"}
+    for j, fed in enumerate(feds):
+        ax = axes[0][j]
+        for y, meth in enumerate(meths):
+            r = summary[(summary["federation"] == fed) & (summary["method"] == meth)]
+            if len(r) == 0:
+                continue
+            r = r.iloc[0]
+            d, h, verdict = 100 * r[f"d_{metric}"], 100 * r[f"d_{metric}_ci"], r[f"vs_{metric}"]
+            if not math.isfinite(d):
+                continue
+            ax.errorbar(d, y, xerr=h if math.isfinite(h) else None, fmt="o", ms=3, capsize=2, color=colour[verdict])
+        ax.axvline(0, color="black", lw=0.8)
+        ax.set_title(fed, fontsize=9)
+        ax.set_xlabel(f"{metric} minus FedAvg's (points)")
+        ax.grid(alpha=0.3, axis="x")
+    axes[0][0].set_yticks(range(len(meths)), meths, fontsize=7)
+    axes[0][0].invert_yaxis()
+    fig.tight_layout()
+    return fig
+
+
+def markdown_report(result: BenchmarkResult, command: str = "") -> str:
+    """A short Markdown report: the protocol, the table with intervals, what failed."""
+    p = result.protocol
+    s = result.summary()
+    feds = list(dict.fromkeys(s["federation"]))
+    meths = list(dict.fromkeys(s["method"]))
+    lines = ["# Benchmark report", ""]
+    if command:
+        lines += ["Command:", "", f"    {command}", ""]
+    lines += [
+        f"Package {_version()}, commit {git_commit()}. Tuning seeds {list(p.tuning_seeds)}, evaluation seeds "
+        f"{list(p.eval_seeds)} (disjoint); {p.rounds} rounds, {p.clients_per_round} clients per round, "
+        f"{p.local_epochs} local epoch(s) of batch {p.batch_size} at lr {p.lr}. The pick maximises the mean over "
+        f"the last {p.last_k} rounds of the mean client accuracy on the tuning seeds.",
+        "",
+        f"Cells: mean over the evaluation seeds of the last-{p.last_k} mean accuracy (%) +- the 95 % Student-t "
+        "half-width; in brackets the paired difference to FedAvg on the same seeds and its verdict "
+        "(tie: the interval contains 0; ties are not ranked).",
+        "",
+        "| method | " + " | ".join(feds) + " |",
+        "|---|" + "---|" * len(feds),
+    ]
+    for m in meths:
+        cells = []
+        for f in feds:
+            r = s[(s["federation"] == f) & (s["method"] == m)]
+            if len(r) == 0:
+                cells.append("failed")
+                continue
+            r = r.iloc[0]
+            c = f"{100 * r['lastk']:.1f} +- {100 * r['lastk_ci']:.1f}"
+            if r["vs_lastk"] not in ("baseline", "n/a"):
+                c += f" ({100 * r['d_lastk']:+.1f} +- {100 * r['d_lastk_ci']:.1f}, {r['vs_lastk']})"
+            cells.append(c)
+        lines.append(f"| {m} | " + " | ".join(cells) + " |")
+    lines += ["", "Picked settings (tuning seeds):", ""]
+    for (f, m), settings in result.picks.items():
+        lines.append(
+            f"- {f}, {m}: {json.dumps(settings, sort_keys=True) if settings is not None else 'every candidate failed'}"
+        )
+    report = result.failure_report()
+    lines += ["", report if report else "No run failed.", ""]
+    return "\n".join(lines)

@@ -1,0 +1,74 @@
+"""The committed classroom benchmark (benchmarks/results/classroom) still matches the code.
+
+The comparison chapter reads these records instead of running the grid. Here a sample of runs
+other than the chapter's is run again from its recorded configuration and every recorded number
+must come out identical, bit for bit: a change to the code that changes the results fails this
+test, and the records are then regenerated with the command in their README.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fedlearn_edu import benchmark
+
+RECORDS = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "classroom"
+COLUMNS = ("mean", "std", "worst10", "best10", "loss", "train_loss")
+
+
+@pytest.fixture(scope="module")
+def result():
+    return benchmark.load(RECORDS)
+
+
+def test_the_records_follow_the_protocol(result):
+    runs, p = result.runs, result.protocol
+    assert (runs[runs.phase == "eval"].status == "ok").all()  # a tuning run may fail (a step too large)
+    assert not set(p.tuning_seeds) & set(p.eval_seeds) and len(p.eval_seeds) >= 3
+    ev = runs[runs.phase == "eval"]
+    assert (ev.groupby(["federation", "method"]).seed.nunique() == len(p.eval_seeds)).all()
+    configs = [json.loads(c) for c in runs.config]
+    assert [benchmark.run_key(c) for c in configs] == list(runs.run_key)  # the keys hash the configs
+    methods = [benchmark.METHODS[m] for m in dict.fromkeys(runs.method)]
+    feds = [benchmark.parse_federation(f, **_common(configs[0])) for f in dict.fromkeys(runs.federation)]
+    tune = result.records[result.records.phase == "tune"]
+    assert benchmark.select(tune, methods, feds, p) == result.picks  # the picks follow from the tuning runs
+    for key, cfg in zip(runs.run_key, configs):
+        if cfg["phase"] == "eval":
+            assert cfg["settings"] == result.picks[(cfg["federation"]["name"], cfg["method"])], key
+
+
+def _common(cfg):
+    fed = cfg["federation"]
+    return {"dataset": fed["dataset"], "num_clients": fed["num_clients"], "model": fed["model"]}
+
+
+def test_the_summary_follows_from_the_records(result):
+    committed = pd.read_csv(RECORDS / "summary.csv")
+    again = result.summary()
+    drop = [c for c in committed.columns if c.startswith("sec_per_round")]
+    pd.testing.assert_frame_equal(
+        committed.drop(columns=drop).reset_index(drop=True),
+        again.drop(columns=drop).reset_index(drop=True),
+        check_dtype=False,
+        rtol=1e-12,
+    )
+
+
+def test_a_sample_of_runs_is_reproduced_bit_for_bit(result):
+    runs = result.runs
+    rng = np.random.default_rng(21)  # not the chapter's sample (it draws evaluation runs with seed 2026)
+    light = runs[runs.method.isin(["fedavgm", "fednova", "fedprox", "fedadam", "qfedavg", "fedfv"])]
+    sample = light.iloc[np.sort(rng.choice(len(light), size=3, replace=False))]
+    for _, run in sample.iterrows():
+        live = benchmark.execute(json.loads(run.config))
+        assert live["status"] == "ok", live.get("error")
+        rec = result.records[result.records.run_key == run.run_key].sort_values("round")
+        for column in COLUMNS:
+            again = np.array([row[column] for row in live["rows"]])
+            assert np.array_equal(again, rec[column].to_numpy(), equal_nan=True), (run.method, run.run_key, column)
