@@ -28,6 +28,9 @@ __all__ = [
     "flatten_params",
     "tree_map",
     "layer_groups",
+    "repeat_params",
+    "select_rows",
+    "tree_leaves",
 ]
 
 
@@ -146,3 +149,42 @@ def layer_groups(names: Sequence[str] | Mapping[str, Tensor]) -> dict[str, list[
         module = name.rsplit(".", 1)[0] if "." in name else name
         groups.setdefault(module, []).append(name)
     return groups
+
+
+def repeat_params(params: Mapping[str, Tensor], n: int) -> Params:
+    """``n`` copies of one model stacked on a leading axis.
+
+    Args:
+        params: one model ``{name: Tensor[...]}``.
+        n: the number of copies.
+
+    Returns:
+        ``{name: Tensor[n, ...]}`` (fresh, detached tensors).
+    """
+    return {k: v.detach().unsqueeze(0).repeat(n, *([1] * v.dim())).clone() for k, v in params.items()}
+
+
+def select_rows(tree: Mapping, index: Tensor) -> dict:
+    """Rows ``index`` of every ``Tensor[N, ...]`` in a nested dict (a client state).
+
+    Args:
+        tree: ``{name: Tensor[N, ...] or a dict of them}``.
+        index: ``Tensor[m]`` client ids, or ``Tensor[N]`` (bool) a mask.
+
+    Returns:
+        The same nesting with ``Tensor[m, ...]`` leaves (moved with ``index`` to each leaf's device).
+    """
+    return {k: select_rows(v, index) if isinstance(v, Mapping) else v[index.to(v.device)] for k, v in tree.items()}
+
+
+def tree_leaves(tree: Mapping):
+    """The tensors of a nested dict whose values are tensors or dicts of tensors.
+
+    Args:
+        tree: ``{name: Tensor or a dict of them}``.
+
+    Yields:
+        Each tensor, depth first in key order.
+    """
+    for v in tree.values():
+        yield from (tree_leaves(v) if isinstance(v, Mapping) else (v,))

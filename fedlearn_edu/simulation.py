@@ -6,8 +6,8 @@ One round t:
 2. the strategy's client update trains them through the engine (the strategy may change
    the local config and the local objective, and reads/writes its per-client state);
 3. non-finite updates raise, or drop the client for the round (``on_nonfinite``);
-4. the strategy aggregates the updates into the server's parameters (direction +
-   server optimizer);
+4. the strategy aggregates the updates into the new server state (direction + server
+   optimizer; a pure function of the server state and the updates);
 5. every ``eval_every`` rounds the models the strategy names (the global model, or
    each client's personal / cluster model) are evaluated on *every* client's local
    test split (per-client accuracy and loss);
@@ -37,7 +37,7 @@ from .checks import check_float, check_int, check_model_data, check_seed, check_
 from .data.federation import Federation
 from .engine import LocalTraining, make_engine
 from .metrics import METRIC_NAMES, fairness_metrics
-from .params import Params, get_params
+from .params import Params, get_params, select_rows, tree_leaves
 from .strategies.base import ClientUpdates, ClientWork, Strategy
 from .utils import derive_seed, resolve_device
 
@@ -48,7 +48,7 @@ ON_NONFINITE = ("raise", "skip")
 # "conflicts" -- how many selected clients' updates have a negative inner product with the
 # applied update, whole model and per layer group (an extra pass over all the updates).
 DIAGNOSTICS = ("conflicts",)
-CHECKPOINT_VERSION = 1
+CHECKPOINT_VERSION = 2  # 2: the strategy's explicit server state (1: parameters + strategy.state_dict())
 
 
 @dataclass
@@ -70,7 +70,8 @@ class History:
         config: the simulation's settings; ``config["diagnostics"]`` names the optional
             diagnostics recorded (see ``simulate``'s ``diagnostics``).
         seconds: wall-clock time of the run.
-        final_params: the last global parameters (on the CPU); IFCA: the stacked cluster models.
+        final_params: the last global parameters (on the CPU); IFCA: the stacked cluster models;
+            decentralised methods: the N client models; ``None`` for local-only training.
         evaluated: which model ``client_accuracy`` is of: ``"global"``, ``"personal"`` (each
             client's own model), ``"cluster"`` (each client's cluster model) or ``"average"``
             (AFL with ``iterate="average"``: the averaged iterate of Mohri et al.).
@@ -81,6 +82,8 @@ class History:
         dropped: per round, ``{client id: reason}`` of the clients dropped by
             ``on_nonfinite="skip"`` (empty when none).
         final_state: the strategy's client state at the end, ``{name: Tensor[N, ...]}`` (CPU).
+        final_server_state: the strategy's server state at the end (CPU; see
+            :meth:`~fedlearn_edu.strategies.Strategy.init_state`).
     """
 
     strategy: str
@@ -98,6 +101,7 @@ class History:
     model_index: np.ndarray | None = None
     dropped: list = field(default_factory=list)
     final_state: dict = field(default_factory=dict)
+    final_server_state: dict = field(default_factory=dict)
 
     def metrics(self, index: int = -1) -> dict[str, float]:
         """Fairness metrics (mean, std, worst10, best10) at evaluation ``index`` (default: last)."""
@@ -186,19 +190,32 @@ def _plain(obj):
     return obj
 
 
-def _to(obj, device):
-    """Every tensor in a nested dict/list/tuple moved to ``device``."""
+def _map_tensors(fn, obj):
+    """``fn`` applied to every tensor in a nested dict/list/tuple (other values unchanged)."""
     if isinstance(obj, Tensor):
-        return obj.to(device)
+        return fn(obj)
     if isinstance(obj, dict):
-        return {k: _to(v, device) for k, v in obj.items()}
+        return {k: _map_tensors(fn, v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return type(obj)(_to(v, device) for v in obj)
+        return type(obj)(_map_tensors(fn, v) for v in obj)
     return obj
 
 
+def _to(obj, device):
+    """Every tensor in a nested dict/list/tuple moved to ``device``."""
+    return _map_tensors(lambda t: t.to(device), obj)
+
+
 def format_table(histories: dict[str, History], every: bool = False) -> str:
-    """Text table of fairness metrics; one row per strategy (final), or per evaluation with ``every``."""
+    """Text table of fairness metrics.
+
+    Args:
+        histories: ``{label: History}``.
+        every: one row per evaluation (at most ~8 per run) instead of the final one.
+
+    Returns:
+        The table as text.
+    """
     w = max([12, *(len(name) + 2 for name in histories)])
     head = f"{'strategy':<{w}}{'round':>6}{'mean':>8}{'std':>8}{'worst10':>9}{'best10':>8}"
     lines = [head, "-" * len(head)]
@@ -300,7 +317,7 @@ def check_run_arguments(
         model: when given, checked once against the data: no BatchNorm (see
             :func:`~fedlearn_edu.checks.check_trainable`), input shape, number of classes
             and dtype (:func:`~fedlearn_edu.checks.check_model_data`), and the strategy's
-            server validation set if it has one (FedVG).
+            server validation set if it declares one (``strategy.needs.validation``: FedVG).
         seed: non-negative integer.
         strategy: the strategy, for its validation set (``strategy.validation_data``).
 
@@ -312,18 +329,15 @@ def check_run_arguments(
         raise TypeError(f"federation must be a fedlearn_edu Federation, got {type(federation).__name__}.")
     for name, v in (("rounds", rounds), ("clients_per_round", clients_per_round), ("eval_every", eval_every)):
         check_int(v, name, 1)
-    lr_decay = check_float(lr_decay, "lr_decay")
-    if not 0 < lr_decay <= 1:
-        raise ValueError(f"lr_decay must be in (0, 1], got {lr_decay}.")
+    check_lr_decay(lr_decay)
     check_seed(seed)
     if model is None:
         return
     check_trainable(model)
     data_name = federation.name or "federation"
     check_model_data(model, federation.input_shape, federation.num_classes, data_name, federation[0].train_x.dtype)
-    val = getattr(strategy, "validation_data", None)
-    if val is not None:
-        x_val, y_val = val
+    if strategy is not None and strategy.needs.validation:
+        x_val, y_val = strategy.validation_data
         if tuple(x_val.shape[1:]) != tuple(federation.input_shape):
             raise ValueError(
                 f"The server validation set of {type(strategy).__name__} has inputs of shape "
@@ -336,19 +350,89 @@ def check_run_arguments(
             )
 
 
+def check_lr_decay(lr_decay) -> float:
+    """Check the client learning-rate decay (``simulate``'s and the Flower server's ``lr_decay``).
+
+    Args:
+        lr_decay: a number in ``(0, 1]``.
+
+    Returns:
+        ``lr_decay`` as a float.
+
+    Raises:
+        TypeError: not a number.
+        ValueError: outside ``(0, 1]``.
+    """
+    lr_decay = check_float(lr_decay, "lr_decay")
+    if not 0 < lr_decay <= 1:
+        raise ValueError(f"lr_decay must be in (0, 1], got {lr_decay}.")
+    return lr_decay
+
+
+def local_training(
+    local_epochs: int, batch_size: int, lr: float, lr_decay: float, momentum: float, weight_decay: float
+) -> tuple[LocalTraining, float]:
+    """The clients' settings of a run, checked (``simulate``'s and the Flower server's arguments).
+
+    Args:
+        local_epochs: local epochs per round (:class:`~fedlearn_edu.engine.LocalTraining` checks
+            this and the other local settings).
+        batch_size: local mini-batch size.
+        lr: the client learning rate of round 1.
+        lr_decay: the client rate of round t is ``lr * lr_decay**(t - 1)``; in ``(0, 1]``.
+        momentum: local SGD momentum.
+        weight_decay: local weight decay.
+
+    Returns:
+        ``(LocalTraining, lr_decay)``.
+
+    Raises:
+        TypeError, ValueError: a setting of the wrong type or out of range.
+    """
+    return LocalTraining(local_epochs, batch_size, lr, momentum, weight_decay), check_lr_decay(lr_decay)
+
+
+def round_config(strategy: Strategy, base: LocalTraining, lr_decay: float, round: int) -> LocalTraining:
+    """The local-training hyper-parameters of round ``round`` (1-based), for every caller.
+
+    The client rate decays as ``lr * lr_decay**(round - 1)``, then the strategy may change the
+    config (:meth:`~fedlearn_edu.strategies.Strategy.configure_local`: FedProx's mu).
+
+    Args:
+        strategy: the run's strategy.
+        base: the run's :class:`~fedlearn_edu.engine.LocalTraining`.
+        lr_decay: the decay in ``(0, 1]``.
+        round: t.
+
+    Returns:
+        The round's :class:`~fedlearn_edu.engine.LocalTraining`.
+    """
+    return strategy.configure_local(base.replace(lr=base.lr * lr_decay ** (round - 1)))
+
+
 def server_step(
-    strategy: Strategy, params: Params, updates: ClientUpdates, name: str, conflicts: bool = True
-) -> tuple[Params, dict]:
+    strategy: Strategy, server_state: dict, updates: ClientUpdates, name: str, conflicts: bool = True
+) -> tuple[dict, dict]:
     """One aggregation: ``strategy.aggregate`` plus (``conflicts``) the conflict counts of the applied update.
 
-    Returns the new (detached) global parameters and the round's diagnostics.
+    Args:
+        strategy: the run's strategy.
+        server_state: the server state at round t (not modified).
+        updates: the round's (finite) updates.
+        name: the strategy's name, for messages.
+        conflicts: count the clients whose update conflicts with the applied one (one-model
+            strategies only).
+
+    Returns:
+        ``(server state at t + 1, its tensors detached; the round's diagnostics on the CPU)``.
 
     Raises:
         FloatingPointError: the server parameters became NaN/Inf although every client update
             was finite (the server step, not local training, is at fault).
     """
-    new_params, diag = strategy.aggregate(params, updates)
-    new_params = {k: v.detach() for k, v in new_params.items()}
+    new_state, diag = strategy.aggregate(server_state, updates)
+    new_state = _map_tensors(Tensor.detach, new_state)
+    new_params = strategy.server_params(new_state) or {}
     bad = nonfinite_keys(new_params)
     if bad:
         raise FloatingPointError(
@@ -357,9 +441,10 @@ def server_step(
             f"(now {strategy.server_lr:g}) or use a bounded server optimizer."
         )
     diag = {k: (v.detach().cpu() if isinstance(v, Tensor) else v) for k, v in diag.items()}
-    if conflicts and strategy.single_model:
+    if conflicts and strategy.needs.server_model == "one":
+        params = strategy.server_params(server_state)
         diag.update(count_conflicts(updates.deltas, {k: new_params[k] - params[k] for k in params}))
-    return new_params, diag
+    return new_state, diag
 
 
 def _progress(iterable, enabled: bool, desc: str):
@@ -400,13 +485,18 @@ def simulate(
         federation: the clients (see :func:`fedlearn_edu.data.federated_dataset`).
         model: the architecture and the initial global parameters theta_0. Not modified and
             not moved: the run works on a copy on ``device``.
-        strategy: the method (e.g. ``FedAvg()``, ``FedAdam()``, ``Ditto(0.1)``, ``IFCA(4)``);
-            its state is reset first.
+        strategy: the method (e.g. ``FedAvg()``, ``FedAdam()``, ``Ditto(0.1)``, ``IFCA(4)``); it
+            holds no run state (its ``init_state`` starts the server and client state), so one
+            object can run several simulations.
         rounds: number of communication rounds T.
         clients_per_round: m, clients sampled uniformly without replacement each round
             (capped at the number of clients).
-        local_epochs, batch_size, lr, momentum, weight_decay: clients' local SGD
-            (see :class:`fedlearn_edu.engine.LocalTraining`).
+        local_epochs: the clients' local epochs per round (see
+            :class:`fedlearn_edu.engine.LocalTraining`).
+        batch_size: the clients' mini-batch size.
+        lr: the clients' learning rate (of round 1).
+        momentum: the clients' SGD momentum.
+        weight_decay: the clients' weight decay.
         lr_decay: the client learning rate in round t is ``lr * lr_decay**(t-1)``.
         eval_every: evaluate every k rounds (round 0 and the last round always).
         seed: one seed for client sampling and local batch orders: same seed, same History.
@@ -423,13 +513,14 @@ def simulate(
             round (the others are aggregated, the global model never sees the bad update,
             ``History.dropped`` says who and why; a round where every client is dropped
             is skipped with a warning).
-        checkpoint: a file to save the run to (global parameters, server-optimizer and
-            strategy state, client state, the sampler's RNG state, History so far), written
-            atomically (a temporary file, then ``os.replace``).
+        checkpoint: a file to save the run to (the strategy's server state -- parameters,
+            optimizer moments, its own tensors --, client state, the sampler's RNG state, History
+            so far), written atomically (a temporary file, then ``os.replace``).
         checkpoint_every: save every k rounds (and after the last round).
         resume: continue from ``checkpoint`` when the file exists (start afresh when it does
             not). The result is bit-identical to the uninterrupted run. A checkpoint written by
-            another configuration is refused, naming the first setting that differs.
+            another configuration, or by an older version of the package, is refused (naming
+            the first setting that differs, or telling to delete the file).
         diagnostics: optional per-round diagnostics to record in ``History.diagnostics``, from
             ``DIAGNOSTICS``: ``("conflicts",)`` counts, every round, the selected clients whose
             update conflicts with the applied one (``History.conflicts``). Added to those the
@@ -447,11 +538,11 @@ def simulate(
         >>> h.client_accuracy.shape
         (3, 10)
     """
+    if not isinstance(strategy, Strategy):
+        raise TypeError(f"strategy must be a fedlearn_edu Strategy (e.g. FedAvg()), got {type(strategy).__name__}.")
     check_run_arguments(
         federation, rounds, clients_per_round, eval_every, lr_decay, model=model, seed=seed, strategy=strategy
     )
-    if not isinstance(strategy, Strategy):
-        raise TypeError(f"strategy must be a fedlearn_edu Strategy (e.g. FedAvg()), got {type(strategy).__name__}.")
     if on_nonfinite not in ON_NONFINITE:
         raise ValueError(f"on_nonfinite must be one of {ON_NONFINITE}, got {on_nonfinite!r}.")
     if int(checkpoint_every) != checkpoint_every or checkpoint_every < 1:
@@ -459,7 +550,7 @@ def simulate(
     if resume and checkpoint is None:
         raise ValueError("resume=True needs checkpoint=PATH (the file to continue from).")
     wanted = _diagnostics(diagnostics, strategy)
-    base_config = LocalTraining(local_epochs, batch_size, lr, momentum, weight_decay)
+    base_config, lr_decay = local_training(local_epochs, batch_size, lr, lr_decay, momentum, weight_decay)
     dev = resolve_device(device)
     net = copy.deepcopy(model).to(dev)  # the caller's model is neither moved nor modified
     runner = make_engine(engine, net)
@@ -473,8 +564,8 @@ def simulate(
     num_samples = federation.num_train_samples
     test = _TestSet(federation, dev)
     sampler = torch.Generator().manual_seed(derive_seed(seed, 0xC11E47))
-    strategy.init(params0)
-    params, client_state = strategy.init_state(params0, net, num_clients, seed)
+    server_state, client_state = strategy.init_state(params0, net, num_clients, seed)
+    server_state = _to(server_state, dev)  # all of it on the run's device, as after a resume
     engine_name = getattr(runner, "name", type(runner).__name__)
     config = dict(
         rounds=rounds,
@@ -498,9 +589,8 @@ def simulate(
             raise ValueError(
                 f"The checkpoint {os.fspath(checkpoint)!r} is at round {saved['round']}, past rounds={rounds}."
             )
-        params = _to(saved["params"], dev)
+        server_state = _to(saved["server_state"], dev)
         client_state = _to(saved["client_state"], dev)
-        strategy.load_state_dict(_to(saved["strategy"], dev))
         sampler.set_state(saved["sampler"])
         history = History.from_state(saved["history"], config)
         first = saved["round"] + 1
@@ -508,7 +598,7 @@ def simulate(
             _drop_last_evaluation(history)  # the earlier run's final evaluation, off this run's grid
 
     def record(t: int) -> None:
-        models = strategy.eval_models(net, params, client_state, train_sets)
+        models = strategy.eval_models(net, server_state, client_state, train_sets)
         for i, (label, (p, which)) in enumerate(models.items()):
             acc, loss = evaluate_clients(net, p, federation, which=which, _test=test)
             if i == 0:
@@ -526,20 +616,11 @@ def simulate(
     bar = _progress(range(first, rounds + 1), progress, name)
     for t in bar:
         ids = torch.randperm(num_clients, generator=sampler)[:m].sort().values
-        work = ClientWork(
-            round=t,
-            client_ids=ids,
-            datasets=[train_sets[i] for i in ids.tolist()],
-            seeds=[derive_seed(seed, t, i) for i in ids.tolist()],
-            config=strategy.configure_local(base_config.replace(lr=lr * lr_decay ** (t - 1))),
-            model=net,
-            engine=runner,
-            seed=seed,
-            all_num_samples=num_samples,
-        )
+        config_t = round_config(strategy, base_config, lr_decay, t)
+        work = ClientWork.for_round(t, ids, train_sets, config_t, net, runner, seed, num_samples)
         dev_ids = ids.to(dev)
-        rows = _select_rows(client_state, dev_ids)
-        out = strategy.client_update(work, params, rows)
+        rows = select_rows(client_state, dev_ids)
+        out = strategy.client_update(work, server_state, rows)
         updates = ClientUpdates(t, ids, out.deltas, num_samples[ids], out.train_loss, net, out.signals, work.config)
         recorded = out.train_loss if out.recorded_loss is None else out.recorded_loss
         finite = _finite_rows(len(ids), out.deltas, out.state)
@@ -552,7 +633,7 @@ def simulate(
             keep = finite.cpu()
             updates = updates.subset(keep)
             recorded = recorded[keep.to(recorded.device)]
-            out.state = _select_rows(out.state, keep.to(dev))
+            out.state = select_rows(out.state, keep.to(dev))
             dev_ids = dev_ids[keep.to(dev)]
         history.selected.append(ids.numpy())
         history.dropped.append(dropped)
@@ -563,8 +644,8 @@ def simulate(
         else:
             # the updates were just checked (finite, or the bad rows dropped): the aggregators
             # do not scan them again
-            with known_finite(_leaves(updates.deltas)):
-                params, diag = server_step(strategy, params, updates, name, conflicts="conflicts" in wanted)
+            with known_finite(tree_leaves(updates.deltas)):
+                server_state, diag = server_step(strategy, server_state, updates, name, conflicts="conflicts" in wanted)
             _write_rows(client_state, dev_ids, out.state)
             history.train_loss.append(float(recorded.mean()))
             history.diagnostics.append(diag)
@@ -579,16 +660,17 @@ def simulate(
                     "version": CHECKPOINT_VERSION,
                     "settings": settings,
                     "round": t,
-                    "params": _to(params, "cpu"),
+                    "server_state": _to(_plain(server_state), "cpu"),
                     "client_state": _to(client_state, "cpu"),
-                    "strategy": _to(_plain(strategy.state_dict()), "cpu"),
                     "sampler": sampler.get_state(),
                     "history": history.to_state(),
                 },
             )
     history.seconds = time.perf_counter() - start
-    history.final_params = {k: v.cpu() for k, v in params.items()}
+    final = strategy.server_params(server_state)
+    history.final_params = None if final is None else {k: v.cpu() for k, v in final.items()}
     history.final_state = _to(client_state, "cpu")
+    history.final_server_state = _to(server_state, "cpu")
     return history
 
 
@@ -620,17 +702,6 @@ def _drop_last_evaluation(history: History) -> None:
     history.other_accuracy = {k: v[:-1] for k, v in history.other_accuracy.items()}
 
 
-def _leaves(tree: dict):
-    """The tensors of a client-state dict whose values are tensors or dicts of tensors."""
-    for v in tree.values():
-        yield from (_leaves(v) if isinstance(v, dict) else (v,))
-
-
-def _select_rows(tree: dict, index: Tensor) -> dict:
-    """Rows ``index`` (ids or a bool mask) of every ``Tensor[N, ...]`` in a client-state dict."""
-    return {k: _select_rows(v, index) if isinstance(v, dict) else v[index.to(v.device)] for k, v in tree.items()}
-
-
 def _write_rows(tree: dict, index: Tensor, rows: dict) -> None:
     """``tree[...][index] = rows[...]`` for every tensor of ``rows`` (in place)."""
     for k, v in rows.items():
@@ -647,7 +718,7 @@ def _finite_rows(m: int, *trees: dict) -> Tensor:
     the rows are looked at one by one only when it fails.
     """
     finite = torch.ones(m, dtype=torch.bool)
-    leaves = [v for tree in trees for v in _leaves(tree)]
+    leaves = [v for tree in trees for v in tree_leaves(tree)]
     if all_finite(leaves):
         return finite
     for v in leaves:
@@ -699,8 +770,14 @@ def _save_checkpoint(path, payload: dict) -> None:
 def _load_checkpoint(path, settings: dict) -> dict:
     """Load a checkpoint (``weights_only=True``: tensors and plain containers only) and check it."""
     saved = torch.load(os.fspath(path), map_location="cpu", weights_only=True)
-    if not isinstance(saved, dict) or saved.get("version") != CHECKPOINT_VERSION:
+    if not isinstance(saved, dict) or "version" not in saved or "settings" not in saved:
         raise ValueError(f"{os.fspath(path)!r} is not a fedlearn_edu checkpoint (version {CHECKPOINT_VERSION}).")
+    if saved["version"] != CHECKPOINT_VERSION:
+        raise ValueError(
+            f"The checkpoint {os.fspath(path)!r} was written in format version {saved['version']!r}; this version "
+            f"of fedlearn_edu reads version {CHECKPOINT_VERSION} (the strategy's explicit server state) and "
+            "cannot resume from it. Delete the file (the run then starts afresh), or pass another checkpoint path."
+        )
     for key, value in settings.items():
         if saved["settings"].get(key) != value:
             raise ValueError(

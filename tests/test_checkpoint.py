@@ -110,3 +110,69 @@ def test_a_checkpoint_of_another_configuration_is_refused(fed, tmp_path):
     # no file yet: resume starts afresh
     fresh = simulate(fed, _model(fed), FedAvg(), checkpoint=tmp_path / "new.pt", resume=True, **KW)
     assert fresh.eval_rounds == [0, 2, 4, 5] and (tmp_path / "new.pt").exists()
+
+
+def _assert_same_tree(a, b, path="state"):
+    """Nested dicts of tensors / plain values, bitwise equal."""
+    if isinstance(a, dict):
+        assert a.keys() == b.keys(), path
+        for k in a:
+            _assert_same_tree(a[k], b[k], f"{path}/{k}")
+    elif isinstance(a, torch.Tensor):
+        assert torch.equal(a, b), path
+    else:
+        assert a == b, path
+
+
+def _kill_resume_strategies(fed):
+    from fedlearn_edu import SCAFFOLD, FedDyn, FedVG
+    from fedlearn_edu.data import server_validation_split
+
+    _, val = server_validation_split(fed, fraction=0.2, seed=0)
+    return {
+        "fedavgm": lambda: FedAvgM(server_lr=0.5),
+        "scaffold": lambda: SCAFFOLD(),
+        "feddyn": lambda: FedDyn(alpha=0.1),
+        "ditto-fedvg": lambda: Ditto(0.3, base=FedVG(val, engine="loop")),
+        "ifca": lambda: IFCA(2, 1),
+    }
+
+
+@pytest.mark.parametrize("engine", ["loop", "vmap"])
+@pytest.mark.parametrize("name", ["fedavgm", "scaffold", "feddyn", "ditto-fedvg", "ifca"])
+def test_kill_and_resume_keeps_the_server_state_bit_identical(fed, tmp_path, monkeypatch, engine, name):
+    """Killed in round 4's server step, resumed: the server state (momentum, c, h, FedVG's base
+    state, the clusters), the client state and the History equal the uninterrupted run's."""
+    import fedlearn_edu.simulation as simulation
+
+    make = _kill_resume_strategies(fed)[name]
+    full = simulate(fed, _model(fed), make(), engine=engine, **KW)
+    path = tmp_path / "run.pt"
+    original = simulation.server_step
+
+    def crash_in_round_4(strategy, state, updates, *args, **kwargs):
+        if updates.round == 4:
+            raise _Killed("killed")
+        return original(strategy, state, updates, *args, **kwargs)
+
+    monkeypatch.setattr(simulation, "server_step", crash_in_round_4)
+    with pytest.raises(_Killed):
+        simulate(fed, _model(fed), make(), engine=engine, checkpoint=path, **KW)
+    monkeypatch.setattr(simulation, "server_step", original)
+    assert torch.load(path, weights_only=True)["round"] == 3
+    resumed = simulate(fed, _model(fed), make(), engine=engine, checkpoint=path, resume=True, **KW)
+    _assert_same_history(full, resumed)
+    _assert_same_tree(full.final_server_state, resumed.final_server_state)
+    _assert_same_tree(full.final_state, resumed.final_state)
+
+
+def test_a_checkpoint_of_an_older_format_is_refused_with_what_to_do(fed, tmp_path):
+    path = tmp_path / "old.pt"
+    simulate(fed, _model(fed), FedAvg(), checkpoint=path, **dict(KW, rounds=2))
+    saved = torch.load(path, weights_only=True)
+    torch.save({**saved, "version": 1}, path)
+    with pytest.raises(ValueError, match="format version 1") as err:
+        simulate(fed, _model(fed), FedAvg(), checkpoint=path, resume=True, **KW)
+    assert (
+        str(path) in str(err.value) and "Delete the file" in str(err.value) and "another checkpoint" in str(err.value)
+    )

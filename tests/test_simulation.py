@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from fedlearn_edu.data import Federation
+from tests.server_steps import Server
 
 matplotlib.use("Agg")
 
@@ -44,19 +45,19 @@ def test_fedavg_fedavgm_fedprox_formulas():
     params = {"w": torch.tensor([1.0, 2.0])}
     deltas = {"w": torch.tensor([[1.0, 0.0], [0.0, 4.0]])}
     n = [1, 3]
-    new, diag = FedAvg(server_lr=0.5).aggregate(params, _updates(deltas, n))
+    new, diag = Server(FedAvg(server_lr=0.5), params).aggregate(_updates(deltas, n))
     torch.testing.assert_close(new["w"], torch.tensor([1.0 + 0.5 * 0.25, 2.0 + 0.5 * 3.0]))
     torch.testing.assert_close(diag["weights"], torch.tensor([0.25, 0.75]))
 
     s = FedAvgM(server_lr=1.0, momentum=0.9)
-    s.init(params)
+    server_s = Server(s, params)
     mean = torch.tensor([0.25, 3.0])
-    p1, _ = s.aggregate(params, _updates(deltas, n))  # v1 = -mean
+    p1, _ = server_s.aggregate(_updates(deltas, n))  # v1 = -mean
     torch.testing.assert_close(p1["w"], params["w"] + mean)
-    p2, _ = s.aggregate(p1, _updates(deltas, n))  # v2 = 0.9 v1 - mean
+    p2, _ = server_s.aggregate(_updates(deltas, n))  # v2 = 0.9 v1 - mean
     torch.testing.assert_close(p2["w"], p1["w"] + 1.9 * mean)
-    s.init(params)  # init resets the momentum
-    p1b, _ = s.aggregate(params, _updates(deltas, n))
+    server_s = Server(s, params)  # a fresh server state resets the momentum
+    p1b, _ = server_s.aggregate(_updates(deltas, n))
     torch.testing.assert_close(p1b["w"], p1["w"])
 
     prox = FedProx(mu=0.3)

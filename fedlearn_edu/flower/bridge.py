@@ -9,34 +9,38 @@ The protocol (``fedlearn_edu/strategies/base.py``) and where the adapter uses it
 ============================  ==============================================================
 function here                 strategy call / data it depends on
 ============================  ==============================================================
-:func:`begin_run`             ``strategy.init(params)``, ``strategy.init_state(...)`` (server:
-                              its parameters; the client state it returns is dropped)
-:func:`round_config`          ``strategy.configure_local(config)`` (server side, each round)
+:func:`begin_run`             ``strategy.init_state(...)``: the server state the Flower server
+                              keeps (the client state it returns is dropped)
+:func:`round_config`          ``strategy.configure_local(config)`` (server side, each round;
+                              the simulator's own function)
 :func:`init_client_state`     ``strategy.init_state(...)``: the node's own row of the client
                               state, created on the node the first time it is needed
-:func:`train_client`          ``strategy.client_update(work, params, state_rows)`` for the one
-                              client of the node (a :class:`~fedlearn_edu.strategies.ClientWork`
+:func:`train_client`          ``strategy.client_update(work, server_view, state_rows)`` for the
+                              one client of the node (a :class:`~fedlearn_edu.strategies.ClientWork`
                               with m = 1): the same local objective as in ``simulate``
-:func:`needed_signals`        which ``signals`` today's strategies read in ``aggregate``
+:func:`needed_signals`        ``strategy.needs.signals``: what ``aggregate`` reads
 :func:`client_updates`        the fields of :class:`~fedlearn_edu.strategies.ClientUpdates`,
                               ``config`` included (the round's ``LocalTraining``)
-:func:`server_update`         ``strategy.aggregate(params, updates)`` (through the
+:func:`server_update`         ``strategy.aggregate(server_state, updates)`` (through the
                               simulator's :func:`~fedlearn_edu.simulation.server_step`)
 ============================  ==============================================================
 
 One round, as :func:`~fedlearn_edu.simulate` runs it, split at the network::
 
-    server: config = round_config(strategy, base, lr_decay, t)                        -> sent to the nodes
+    server: config = round_config(strategy, base, lr_decay, t)
+            view   = strategy.client_view(server_state)                          -> sent to the nodes
     node:   rows   = the node's client-state rows (init_client_state the first time)
-            reply, rows = train_client(strategy, model, theta_t, data, config, seed, t, i, rows)
+            reply, rows = train_client(strategy, model, view, data, config, seed, t, i, rows)
                                                              -> reply sent back, rows kept on the node
-    server: updates = client_updates(strategy, t, model, theta_t, replies, config)
-            theta_{t+1}, diagnostics = server_update(strategy, theta_t, updates)
+    server: updates = client_updates(strategy, t, model, strategy.server_params(server_state), replies, config)
+            server_state, diagnostics = server_update(strategy, server_state, updates)
 
-Client state (Ditto's personal models, SCAFFOLD's ``c_i``, ...) never leaves the node: each
-node keeps its own rows ``{name: Tensor[1, ...]}`` between rounds (in Flower's
-``Context.state``, see :mod:`fedlearn_edu.flower.client`), as ``simulate`` keeps row i of
-its ``Tensor[N, ...]``.
+The server state (the model, the optimizer's moments, the strategy's own tensors) stays on
+the server (:class:`~fedlearn_edu.flower.FlowerStrategy` keeps it between rounds); the nodes
+receive only ``strategy.client_view(server_state)`` (theta_t; SCAFFOLD adds c). Client state
+(Ditto's personal models, SCAFFOLD's ``c_i``, ...) never leaves the node: each node keeps its
+own rows ``{name: Tensor[1, ...]}`` between rounds (in Flower's ``Context.state``, see
+:mod:`fedlearn_edu.flower.client`), as ``simulate`` keeps row i of its ``Tensor[N, ...]``.
 """
 
 from __future__ import annotations
@@ -48,15 +52,13 @@ import torch
 from torch import Tensor, nn
 
 from ..engine import LocalTraining, make_engine
-from ..params import Params
-from ..simulation import server_step
-from ..strategies import FedFV, FedOUI, QFedAvg
+from ..params import Params, select_rows, tree_leaves
+from ..simulation import round_config, server_step
 from ..strategies.base import ClientUpdates, ClientWork, Strategy
-from ..utils import derive_seed
 
 __all__ = [
     "ClientReply",
-    "check_single_model",
+    "check_one_model",
     "begin_run",
     "round_config",
     "init_client_state",
@@ -91,45 +93,44 @@ class ClientReply:
     recorded_loss: Tensor | None = None
 
 
-def check_single_model(strategy: Strategy) -> None:
-    """Refuse a strategy whose server parameters are not one model (IFCA, local-only training).
+def check_one_model(strategy: Strategy) -> None:
+    """Refuse a strategy without one server model (IFCA, local-only, decentralised training).
+
+    Args:
+        strategy: the strategy.
 
     Raises:
-        ValueError: ``strategy.single_model`` is false.
+        ValueError: ``strategy.needs.server_model`` is not ``"one"``.
     """
-    if not getattr(strategy, "single_model", True):
+    kept = strategy.needs.server_model
+    if kept != "one":
         raise ValueError(
-            f"{type(strategy).__name__} keeps more than one server model (single_model=False); the Flower "
-            "adapter exchanges one global model per round. Run it with fedlearn_edu.simulate, or wrap a "
-            "single-model strategy (FedAvg, CRAFT, FedVG, FedOUI, Ditto, ...)."
+            f"{type(strategy).__name__} keeps {'K cluster models' if kept == 'clusters' else 'no global model'} "
+            f"(needs.server_model={kept!r}); the Flower adapter exchanges one global model per round. Run it "
+            "with fedlearn_edu.simulate, or wrap a one-model strategy (FedAvg, CRAFT, FedVG, FedOUI, Ditto, ...)."
         )
 
 
-def begin_run(strategy: Strategy, params: Params, model: nn.Module, num_clients: int, seed: int) -> Params:
-    """Reset the strategy's server state before round 1 and return the server's theta_0.
+def begin_run(strategy: Strategy, params: Params, model: nn.Module, num_clients: int, seed: int) -> dict:
+    """The server state at round 0, as :func:`~fedlearn_edu.simulate` starts it.
 
-    As :func:`~fedlearn_edu.simulate` does: ``strategy.init(params)``, then
-    ``strategy.init_state(params, model, num_clients, seed)``, whose parameters the server
-    keeps; the client state it returns is not kept on the server (each node makes its own
+    ``strategy.init_state(params, model, num_clients, seed)``: the server keeps its server
+    state; the client state it returns is not kept on the server (each node makes its own
     row, :func:`init_client_state`).
+
+    Args:
+        strategy: the run's strategy (one server model).
+        params: theta_0 on the server's device.
+        model: the architecture.
+        num_clients: N, the number of nodes.
+        seed: the run's seed.
+
+    Returns:
+        The server state.
     """
-    check_single_model(strategy)
-    strategy.init(params)
-    params, _ = strategy.init_state(params, model, int(num_clients), int(seed))
-    return params
-
-
-def round_config(strategy: Strategy, base: LocalTraining, lr_decay: float, round: int) -> LocalTraining:
-    """The local-training hyper-parameters of round ``round`` (1-based).
-
-    Same rule as :func:`~fedlearn_edu.simulate`: the client rate decays as
-    ``lr * lr_decay**(round - 1)``, then the strategy may change the config (FedProx's mu).
-    """
-    return strategy.configure_local(base.replace(lr=base.lr * lr_decay ** (round - 1)))
-
-
-def _rows(tree: dict, index: Tensor) -> dict:
-    return {k: _rows(v, index) if isinstance(v, dict) else v[index.to(v.device)] for k, v in tree.items()}
+    check_one_model(strategy)
+    server_state, _ = strategy.init_state(params, model, int(num_clients), int(seed))
+    return server_state
 
 
 def _merge(old: dict, new: dict) -> dict:
@@ -140,11 +141,6 @@ def _merge(old: dict, new: dict) -> dict:
     return out
 
 
-def _leaves(tree: dict):
-    for v in tree.values():
-        yield from (_leaves(v) if isinstance(v, dict) else (v,))
-
-
 def init_client_state(
     strategy: Strategy, model: nn.Module, params0: Params, client_id: int, num_clients: int, seed: int
 ) -> dict:
@@ -153,15 +149,26 @@ def init_client_state(
     Row ``client_id`` of ``strategy.init_state(params0, model, num_clients, seed)``: exactly the
     row :func:`~fedlearn_edu.simulate` starts client ``client_id`` with, when ``params0`` is the
     run's theta_0 (the node's own copy of the model, built like the server's).
+
+    Args:
+        strategy: the node's side of the run's strategy.
+        model: the node's model.
+        params0: theta_0.
+        client_id: i.
+        num_clients: N.
+        seed: the run's seed.
+
+    Returns:
+        ``{name: Tensor[1, ...]}``.
     """
     _, state = strategy.init_state(params0, model, int(num_clients), int(seed))
-    return _rows(state, torch.tensor([int(client_id)]))
+    return select_rows(state, torch.tensor([int(client_id)]))
 
 
 def train_client(
     strategy: Strategy,
     model: nn.Module,
-    global_params: Params,
+    server_view: dict,
     train_data: tuple[Tensor, Tensor],
     config: LocalTraining,
     run_seed: int,
@@ -174,14 +181,15 @@ def train_client(
 
     Builds the :class:`~fedlearn_edu.strategies.ClientWork` the simulator would build for the
     round's selected clients, restricted to this client (m = 1), and calls
-    ``strategy.client_update(work, global_params, state)``: the same local objective (prox
+    ``strategy.client_update(work, server_view, state)``: the same local objective (prox
     term, linear terms, per-client start) and the same batch orders as in
     :func:`~fedlearn_edu.simulate`.
 
     Args:
         strategy: the client side of the run's strategy (its ``client_update``).
         model: the architecture (used through ``functional_call``; not modified).
-        global_params: theta_t, ``{name: Tensor}`` on the model's device.
+        server_view: what the server sent, ``strategy.client_view(server_state)``
+            (``{"params": theta_t}`` for most strategies) on the model's device.
         train_data: the client's ``(x: Tensor[n, ...], y: Tensor[n])`` on that device.
         config: this round's hyper-parameters (from :func:`round_config` on the server).
         run_seed: the run's seed; with ``round`` and ``client_id`` it fixes the client's batch
@@ -199,17 +207,10 @@ def train_client(
         the simulator drops such a client for the round).
     """
     state = {} if state is None else state
-    work = ClientWork(
-        round=int(round),
-        client_ids=torch.tensor([int(client_id)]),
-        datasets=[train_data],
-        seeds=[derive_seed(run_seed, round, client_id)],
-        config=config,
-        model=model,
-        engine=make_engine(engine, model),
-        seed=int(run_seed),
-    )
-    out = strategy.client_update(work, global_params, state)
+    cid = int(client_id)
+    engine = make_engine(engine, model)
+    work = ClientWork.for_round(int(round), torch.tensor([cid]), {cid: train_data}, config, model, engine, run_seed)
+    out = strategy.client_update(work, server_view, state)
     name = type(strategy).__name__
     reply_signals = {}
     for key, value in out.signals.items():
@@ -229,22 +230,20 @@ def train_client(
         signals=reply_signals,
         recorded_loss=recorded,
     )
-    finite = all(bool(torch.isfinite(v).all()) for tree in (out.deltas, out.state) for v in _leaves(tree))
+    finite = all(bool(torch.isfinite(v).all()) for tree in (out.deltas, out.state) for v in tree_leaves(tree))
     return reply, (_merge(state, out.state) if finite else state)
 
 
 def needed_signals(strategy: Strategy) -> tuple[str, ...]:
     """The ``signals`` keys ``strategy.aggregate`` reads (so a reply without them is refused).
 
-    Today's protocol does not declare them; this lists the package's strategies that read
-    client signals: FedOUI (``"oui"``), q-FedAvg and FedFV with ``loss="global"``
-    (``"global_loss"``).
+    Args:
+        strategy: the server's strategy.
+
+    Returns:
+        ``strategy.needs.signals``, sorted (FedOUI: ``("oui",)``; q-FedAvg: ``("global_loss",)``).
     """
-    if isinstance(strategy, FedOUI):
-        return ("oui",)
-    if isinstance(strategy, QFedAvg) or (isinstance(strategy, FedFV) and strategy.loss == "global"):
-        return ("global_loss",)
-    return ()
+    return tuple(sorted(strategy.needs.signals))
 
 
 def client_updates(
@@ -261,6 +260,17 @@ def client_updates(
     deltas are moved to theta_t's device and dtype. ``config`` is the round's
     :class:`~fedlearn_edu.engine.LocalTraining` (what :func:`round_config` sent to the nodes;
     q-FedAvg reads its ``lr``), carried in ``ClientUpdates.config`` as the simulator does.
+
+    Args:
+        strategy: the server's strategy (its declared signals are required).
+        round: t.
+        model: the architecture.
+        global_params: theta_t (``strategy.server_params(server_state)``).
+        replies: the round's :class:`ClientReply` s.
+        config: the round's settings.
+
+    Returns:
+        The stacked :class:`~fedlearn_edu.strategies.ClientUpdates`.
 
     Raises:
         ValueError: no replies; two replies from one client; a reply whose parameters do not
@@ -323,6 +333,15 @@ def client_updates(
     )
 
 
-def server_update(strategy: Strategy, params: Params, updates: ClientUpdates) -> tuple[Params, dict]:
-    """theta_{t+1} and the round's diagnostics, exactly as the simulator's server step computes them."""
-    return server_step(strategy, params, updates, getattr(strategy, "name", type(strategy).__name__))
+def server_update(strategy: Strategy, server_state: dict, updates: ClientUpdates) -> tuple[dict, dict]:
+    """The next server state and the round's diagnostics, exactly as the simulator's server step.
+
+    Args:
+        strategy: the server's strategy.
+        server_state: the server state at round t (not modified).
+        updates: the round's updates (:func:`client_updates`).
+
+    Returns:
+        ``(server state at t + 1, diagnostics)``.
+    """
+    return server_step(strategy, server_state, updates, getattr(strategy, "name", type(strategy).__name__))

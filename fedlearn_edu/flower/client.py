@@ -16,7 +16,7 @@ from ..params import get_params
 from ..simulation import evaluate_clients
 from ..strategies.base import Strategy
 from . import bridge
-from .records import arrays_to_params, arrays_to_state, record_to_config, reply_to_record, state_to_arrays
+from .records import arrays_to_state, record_to_config, reply_to_record, state_to_arrays
 
 __all__ = ["Node", "make_client_app", "node_partition", "NODE_STATE_KEY", "CLIENT_STATE_KEY", "client_state"]
 
@@ -34,15 +34,16 @@ class Node:
     """What one node holds: its model architecture, its data and its client-side strategy.
 
     Attributes:
-        model: the architecture (the server's theta_t is loaded into it by name).
+        model: the architecture (the server's theta_t is used with it by name).
         data: the node's :class:`~fedlearn_edu.data.ClientData` (local train and test splits).
         client_id: the node's index in the federation (its ``partition-id``).
         num_classes: size of the label space (for evaluation).
         strategy: the client side of the run's strategy: its ``client_update`` trains
             (local objective, client signals such as FedOUI's OUI or q-FedAvg's losses,
             client state such as Ditto's personal model), its ``init_state`` gives the node's
-            initial client state and its ``eval_models`` the model the node is evaluated on.
-            Use the same kind of strategy the server runs (``Ditto(...)`` for Ditto). The
+            initial client state and its ``eval_models`` the model the node is evaluated on;
+            both read the server's ``client_view`` the messages carry. Use the same kind of
+            strategy the server runs (``Ditto(...)`` for Ditto). The
             default, the base ``Strategy()``, is plain local SGD from theta_t without signals:
             enough for FedAvg, CRAFT and FedVG, whose ``client_update`` is exactly that
             (FedProx's mu and other ``configure_local`` settings arrive in the round's config).
@@ -99,7 +100,8 @@ def make_client_app(
 ) -> ClientApp:
     """A Flower ``ClientApp`` that trains with the package's strategy protocol.
 
-    ``train`` messages: load theta_t and the node's client-state rows (from
+    ``train`` messages: load the server's view (theta_t, :mod:`fedlearn_edu.flower.records`)
+    and the node's client-state rows (from
     ``context.state[CLIENT_STATE_KEY]``; the strategy's ``init_state`` row the first time),
     call ``strategy.client_update`` for this one client with the round's hyper-parameters from
     the server (batch order ``derive_seed(seed, round, partition-id)``), exactly as
@@ -150,11 +152,11 @@ def make_client_app(
     def train(msg: Message, context: Context) -> Message:
         node = node_of(context)
         config, server_round, seed = record_to_config(msg.content["config"])
-        params = arrays_to_params(msg.content["arrays"], device)
+        view = arrays_to_state(msg.content["arrays"], device)
         reply, state = bridge.train_client(
             node.strategy,
             node.model,
-            params,
+            view,
             (node.data.train_x, node.data.train_y),
             config,
             seed,
@@ -177,12 +179,12 @@ def make_client_app(
     @app.evaluate()
     def evaluate(msg: Message, context: Context) -> Message:
         node = node_of(context)
-        params = arrays_to_params(msg.content["arrays"], device)
+        view = arrays_to_state(msg.content["arrays"], device)
         seed = int(msg.content["config"].get("seed", 0)) if "config" in msg.content else 0
         state = state_of(node, context, seed)
         one = Federation([node.data], node.num_classes)
         train_set = [(node.data.train_x, node.data.train_y)]
-        models = node.strategy.eval_models(node.model, params, state, train_set)
+        models = node.strategy.eval_models(node.model, view, state, train_set)
         metrics = MetricRecord({"num-examples": node.data.num_test, "partition-id": node.client_id})
         for i, (label, (p, which)) in enumerate(models.items()):
             accuracy, loss = evaluate_clients(node.model, p, one, which=which)

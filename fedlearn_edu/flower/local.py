@@ -51,6 +51,7 @@ class LocalGrid(Grid):
         run_id: int = 1,
         errors: str = "raise",
     ):
+        """Check the arguments (see the class docstring) and keep them."""
         if not isinstance(client_app, ClientApp):
             raise TypeError(f"client_app must be a flwr ClientApp, got {type(client_app).__name__}.")
         if len(node_configs) == 0:
@@ -75,25 +76,31 @@ class LocalGrid(Grid):
         self._saved: tuple | None = None
 
     def __enter__(self) -> LocalGrid:
+        """Stand in for the server's task identity while the grid is in use."""
         self._saved = (TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id)
         TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, self._run.run_id, SERVER_NODE_ID
         return self
 
     def __exit__(self, *exc) -> None:
+        """Restore the task identity saved by ``__enter__``."""
         TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = self._saved
         self._saved = None
 
     def set_run(self, run: Run) -> None:
+        """Flower's Grid API: the run the messages belong to."""
         self._run = run
 
     @property
     def run(self) -> Run:
+        """Flower's Grid API: the current run."""
         return self._run
 
     def create_message(self, content, message_type, dst_node_id, group_id, ttl=None) -> Message:
+        """Flower's Grid API: a ``Message`` to node ``dst_node_id``."""
         return Message(content, dst_node_id, message_type, ttl=ttl, group_id=group_id)
 
     def get_node_ids(self) -> Iterable[int]:
+        """Flower's Grid API: the ids of the grid's nodes."""
         return list(self.contexts)
 
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
@@ -116,7 +123,9 @@ class LocalGrid(Grid):
         return ids
 
     def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
+        """Flower's Grid API: the replies to the pushed messages ``message_ids`` (each once)."""
         return [self._replies.pop(i) for i in message_ids if i in self._replies]
 
     def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
+        """Flower's Grid API: push ``messages`` and return their replies (``timeout`` unused: replies are immediate)."""
         return self.pull_messages(self.push_messages(messages))

@@ -2,7 +2,10 @@
 
 The message layout both sides of :mod:`fedlearn_edu.flower` agree on:
 
-* server -> node (``train``): ``"arrays"`` theta_t, ``"config"`` the round's
+* server -> node (``train``): ``"arrays"`` the clients' view of the server state,
+  ``strategy.client_view(server_state)`` (:func:`state_to_arrays`: nested names joined with
+  ``"/"``, e.g. ``"params/fc.weight"`` for theta_t, ``"base/params/fc.weight"`` for Ditto's),
+  ``"config"`` the round's
   :class:`~fedlearn_edu.engine.LocalTraining` fields plus ``server-round`` and ``seed``;
 * node -> server (``train`` reply): ``"deltas"`` the client's update Delta_i (an
   ``ArrayRecord``, as ``strategy.client_update`` computed it on the node: the server adds
@@ -15,7 +18,8 @@ The message layout both sides of :mod:`fedlearn_edu.flower` agree on:
   theta_i) do not read it;
 * node (``Context.state``, never sent): ``"fedlearn-client-state"``, the node's rows of the
   strategy's client state (:func:`state_to_arrays`).
-* server -> node (``evaluate``): ``"arrays"`` theta_t; reply ``"metrics"`` with
+* server -> node (``evaluate``): ``"arrays"`` the clients' view of the server state (as for
+  ``train``); reply ``"metrics"`` with
   ``accuracy``, ``loss`` (mean cross-entropy) and ``num-examples`` of the node's test split,
   for the model the strategy evaluates the client on (``eval_models``: Ditto's personal
   model), and ``accuracy.<label>`` for the others (Ditto: ``accuracy.global``).
@@ -190,10 +194,19 @@ STATE_SEPARATOR = "/"
 
 
 def state_to_arrays(state: Mapping) -> ArrayRecord:
-    """A client's state rows ``{name: Tensor[1, ...]}`` (values may be dicts of tensors) as an ``ArrayRecord``.
+    """A nested dict of tensors as an ``ArrayRecord``: a client's state rows, or the clients' server view.
 
     Nested names are joined with ``"/"`` (``{"personal": {"fc.weight": ...}}`` ->
     ``"personal/fc.weight"``); dtypes and shapes are kept.
+
+    Args:
+        state: ``{name: Tensor or a dict of them}`` (e.g. ``{name: Tensor[1, ...]}``).
+
+    Returns:
+        The ``ArrayRecord`` (CPU copies).
+
+    Raises:
+        ValueError: a name contains ``"/"``.
     """
     flat = {}
 

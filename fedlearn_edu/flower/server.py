@@ -15,13 +15,20 @@ from flwr.serverapp.strategy import Strategy as FlowerBaseStrategy
 from flwr.supercore import log
 from torch import nn
 
-from ..engine import LocalTraining
 from ..metrics import fairness_metrics
 from ..params import Params, get_params
+from ..simulation import local_training
 from ..strategies.base import Strategy
 from ..utils import derive_seed
 from . import bridge
-from .records import arrays_to_params, config_to_record, diagnostics_to_metrics, params_to_arrays, record_to_reply
+from .records import (
+    arrays_to_params,
+    config_to_record,
+    diagnostics_to_metrics,
+    params_to_arrays,
+    record_to_reply,
+    state_to_arrays,
+)
 
 __all__ = ["FlowerStrategy"]
 
@@ -35,16 +42,19 @@ class FlowerStrategy(FlowerBaseStrategy):
     :class:`~fedlearn_edu.strategies.ClientUpdates` (``config`` = the round's
     hyper-parameters), and lets the wrapped strategy compute theta_{t+1} with
     ``aggregate`` (direction + server optimizer); its math is not copied here (see
-    :mod:`fedlearn_edu.flower.bridge`). Server-side signals, such as FedVG's validation
-    gradients, run here on the strategy's own data. Client state (Ditto's personal models,
-    SCAFFOLD's ``c_i``) stays on the nodes. With the same partition, seed, strategy and
-    hyper-parameters, and every client in every round, the global parameters equal those of
-    :func:`~fedlearn_edu.simulate` (``engine="loop"``).
+    :mod:`fedlearn_edu.flower.bridge`). The strategy's server state (the model, the
+    optimizer's moments, its own tensors) is kept here between rounds (:attr:`server_state`),
+    as the nodes keep their client state; the nodes receive ``strategy.client_view`` of it.
+    Server-side signals, such as FedVG's validation gradients, run here on the strategy's own
+    data. Client state (Ditto's personal models, SCAFFOLD's ``c_i``) stays on the nodes. With
+    the same partition, seed, strategy and hyper-parameters, and every client in every round,
+    the global parameters equal those of :func:`~fedlearn_edu.simulate` (``engine="loop"``).
 
     Args:
         strategy: any fedlearn_edu strategy with one server model (``FedAvg()``, ``CRAFT()``,
-            ``FedVG(val)``, ``Ditto()``, ...; not IFCA or local-only training, whose server
-            parameters are several models); its state is reset before round 1.
+            ``FedVG(val)``, ``Ditto()``, ...; not IFCA, local-only or decentralised training:
+            ``strategy.needs.server_model`` must be ``"one"``); its server state starts afresh
+            at round 1.
         model: the architecture (for server-side signals) and theta_0 (see :meth:`run`).
         local_epochs, batch_size, lr, lr_decay, momentum, weight_decay, seed: as in
             :func:`~fedlearn_edu.simulate`; sent to the nodes each round.
@@ -60,6 +70,7 @@ class FlowerStrategy(FlowerBaseStrategy):
         device: where the server keeps theta_t and runs the strategy.
 
     Attributes:
+        server_state: the strategy's server state (``None`` before round 1).
         diagnostics: ``list[dict]``, per round what the strategy reported plus
             ``conflicts``, ``clients`` (partition ids aggregated), ``failed`` (node ids
             whose reply was an error), ``dropped`` (partition ids with a non-finite
@@ -98,13 +109,13 @@ class FlowerStrategy(FlowerBaseStrategy):
         wait_s: float = 300.0,
         device: str | torch.device = "cpu",
     ):
+        """Check the arguments (see the class docstring) and keep them."""
         if not isinstance(strategy, Strategy):
             raise TypeError(f"strategy must be a fedlearn_edu Strategy (e.g. FedAvg()), got {type(strategy).__name__}.")
-        bridge.check_single_model(strategy)
+        bridge.check_one_model(strategy)
         if not isinstance(model, nn.Module):
             raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}.")
-        if not 0 < lr_decay <= 1:
-            raise ValueError(f"lr_decay must be in (0, 1], got {lr_decay}.")
+        base_config, lr_decay = local_training(local_epochs, batch_size, lr, lr_decay, momentum, weight_decay)
         for name, value in (("fraction_train", fraction_train), ("fraction_evaluate", fraction_evaluate)):
             if not 0 <= value <= 1:
                 raise ValueError(f"{name} must be in [0, 1], got {value}.")
@@ -119,8 +130,8 @@ class FlowerStrategy(FlowerBaseStrategy):
             raise ValueError(f"wait_s must be a finite number of seconds > 0, got {wait_s}.")
         self.strategy = strategy
         self.model = model
-        self.base_config = LocalTraining(local_epochs, batch_size, lr, momentum, weight_decay)
-        self.lr_decay = float(lr_decay)
+        self.base_config = base_config
+        self.lr_decay = lr_decay
         self.seed = int(seed)
         self.fraction_train = float(fraction_train)
         self.min_train_nodes = int(min_train_nodes)
@@ -132,8 +143,8 @@ class FlowerStrategy(FlowerBaseStrategy):
         self.device = torch.device(device)
         self.diagnostics: list[dict] = []
         self.evaluations: list[dict] = []
-        self._params: Params | None = None
-        self._config: LocalTraining | None = None
+        self.server_state: dict | None = None
+        self._config = None
         self._started = False
         self._round_start = 0.0
 
@@ -153,19 +164,22 @@ class FlowerStrategy(FlowerBaseStrategy):
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
-        """Send theta_t and round ``server_round``'s hyper-parameters to the sampled nodes."""
-        params = arrays_to_params(arrays, self.device)
+        """Send the clients' view of the server state and the round's hyper-parameters to the sampled nodes.
+
+        Round 1 starts the server state from ``arrays`` (theta_0); later rounds use the state
+        kept here (``arrays``, Flower's copy of theta_t, then equals its model).
+        """
         nodes = self._sample(grid, self.fraction_train, self.min_train_nodes, server_round, salt=0x7EA1)
         if not self._started:
             num_nodes = len(list(grid.get_node_ids()))
-            params = bridge.begin_run(self.strategy, params, self.model, num_nodes, self.seed)
-            arrays = params_to_arrays(params)
+            params = arrays_to_params(arrays, self.device)
+            self.server_state = bridge.begin_run(self.strategy, params, self.model, num_nodes, self.seed)
             self._started = True
-        self._params = params
         self._round_start = time.perf_counter()
         local = bridge.round_config(self.strategy, self.base_config, self.lr_decay, server_round)
         self._config = local
-        content = RecordDict({"arrays": arrays, "config": config_to_record(local, server_round, self.seed)})
+        view = state_to_arrays(self.strategy.client_view(self.server_state))
+        content = RecordDict({"arrays": view, "config": config_to_record(local, server_round, self.seed)})
         return [Message(content, node, MessageType.TRAIN, group_id=str(server_round)) for node in nodes]
 
     def aggregate_train(
@@ -177,7 +191,7 @@ class FlowerStrategy(FlowerBaseStrategy):
         of the round and recorded; a reply that lacks what the strategy needs (parameters,
         sizes, a client signal such as FedOUI's ``oui``) raises ``ValueError``.
         """
-        if self._params is None:
+        if self.server_state is None:
             raise RuntimeError("aggregate_train was called before configure_train; run the strategy with start().")
         failed, received = [], []
         for msg in replies:
@@ -195,10 +209,11 @@ class FlowerStrategy(FlowerBaseStrategy):
             self.diagnostics.append({"round": server_round, "clients": [], "failed": failed, "dropped": dropped})
             log(WARNING, "Round %d: no usable reply; theta stays as it was.", server_round)
             return None, None
-        updates = bridge.client_updates(self.strategy, server_round, self.model, self._params, finite, self._config)
+        params = self.strategy.server_params(self.server_state)
+        updates = bridge.client_updates(self.strategy, server_round, self.model, params, finite, self._config)
         recorded = [r.train_loss if r.recorded_loss is None else r.recorded_loss for r in finite]
-        new_params, diag = bridge.server_update(self.strategy, self._params, updates)
-        self._params = new_params
+        self.server_state, diag = bridge.server_update(self.strategy, self.server_state, updates)
+        new_params = self.strategy.server_params(self.server_state)
         diag = {
             **diag,
             "round": server_round,
@@ -214,13 +229,14 @@ class FlowerStrategy(FlowerBaseStrategy):
     def configure_evaluate(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
-        """Ask the sampled nodes to evaluate theta on their local test splits."""
+        """Ask the sampled nodes to evaluate their models (from the clients' view of the server state)."""
         due = server_round % self.eval_every == 0 or server_round == self._rounds
-        if self.fraction_evaluate == 0 or not due:
+        if self.fraction_evaluate == 0 or not due or self.server_state is None:
             return []
         nodes = self._sample(grid, self.fraction_evaluate, 1, server_round, salt=0xE7A1)
         config = ConfigRecord({"server-round": int(server_round), "seed": self.seed})
-        content = RecordDict({"arrays": arrays, "config": config})
+        view = state_to_arrays(self.strategy.client_view(self.server_state))
+        content = RecordDict({"arrays": view, "config": config})
         return [Message(content, node, MessageType.EVALUATE, group_id=str(server_round)) for node in nodes]
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
@@ -267,15 +283,16 @@ class FlowerStrategy(FlowerBaseStrategy):
         if int(rounds) != rounds or rounds < 1:
             raise ValueError(f"rounds must be a positive integer, got {rounds}.")
         self._started = False
+        self.server_state = None
         self._rounds = int(rounds)
         self.diagnostics, self.evaluations = [], []
         return self.start(grid, params_to_arrays(get_params(self.model)), num_rounds=int(rounds), timeout=timeout)
 
     def final_params(self) -> Params:
         """The last global parameters, ``{name: Tensor}`` on the CPU."""
-        if self._params is None:
+        if self.server_state is None:
             raise RuntimeError("No round has run yet.")
-        return {k: v.detach().cpu() for k, v in self._params.items()}
+        return {k: v.detach().cpu() for k, v in self.strategy.server_params(self.server_state).items()}
 
     def _sample(self, grid: Grid, fraction: float, minimum: int, server_round: int, salt: int) -> list[int]:
         """Wait (bounded) for enough nodes, then a seeded sample of them, sorted."""

@@ -1,6 +1,6 @@
 """Strategies: what each method does in a round (client update, server direction), for ``simulate``."""
 
-from .base import ClientOutput, ClientUpdates, ClientWork, Strategy
+from .base import ClientOutput, ClientUpdates, ClientWork, Needs, Strategy
 from .conflict import ConFIG, FedFV, QFedAvg
 from .craft import CRAFT, craft_layer_groups
 from .decentralized import DAC, Gossip
@@ -40,7 +40,18 @@ STRATEGIES = {
 
 
 def make_strategy(name: str, **kwargs) -> Strategy:
-    """Build a strategy from its short name (``"fedavg"``, ``"craft"``, ``"fedvg"``, ``"fedoui"``, ...)."""
+    """Build a strategy from its short name.
+
+    Args:
+        name: ``"fedavg"``, ``"craft"``, ``"fedvg"``, ``"fedoui"``, ... (case, ``-`` and ``_`` ignored).
+        **kwargs: the strategy's constructor arguments.
+
+    Returns:
+        The :class:`Strategy`.
+
+    Raises:
+        ValueError: an unknown name.
+    """
     key = name.lower().replace("-", "").replace("_", "")
     if key not in STRATEGIES:
         raise ValueError(f"Unknown strategy {name!r}; choose one of {sorted(STRATEGIES)}.")
@@ -51,6 +62,7 @@ __all__ = [
     "ClientUpdates",
     "ClientWork",
     "ClientOutput",
+    "Needs",
     "Strategy",
     "ServerOptimizer",
     "ServerSGD",

@@ -2,16 +2,30 @@
 
 The driver (:func:`fedlearn_edu.simulate`) owns sampling, seeds, devices, the
 engine, NaN checks, evaluation, checkpoints and History. A strategy says what
-happens in between, in the FedJAX style ``init`` + per-round calls::
+happens in between, in the FedJAX style: explicit state in, new state out::
 
-    strategy.init(params)                                          # reset server state
-    params, state = strategy.init_state(params, model, N, seed)    # server params, client state
+    server, clients = strategy.init_state(params0, model, N, seed)  # server state, client state
     # each round t, for the m selected clients:
-    config = strategy.configure_local(config)                      # client hyper-parameters
-    out = strategy.client_update(work, params, state_rows)         # ClientOutput (client side)
-    params, diagnostics = strategy.aggregate(params, updates)      # server side
+    config = strategy.configure_local(config)                       # client hyper-parameters
+    out = strategy.client_update(work, server, client_rows)         # ClientOutput (client side)
+    server, diagnostics = strategy.aggregate(server, updates)       # server side, pure
     # every eval_every rounds:
-    strategy.eval_models(model, params, state, train_sets)         # which model each client uses
+    strategy.eval_models(model, server, clients, train_sets)        # which model each client uses
+
+**Server state** is a dict of tensors and plain values that the driver owns, moves to
+the run's device and checkpoints (the strategy object holds only hyper-parameters):
+the server's model (``"params"``: one model ``{name: Tensor}``; IFCA's ``"clusters"``,
+``{name: Tensor[K, ...]}``; decentralised methods' ``"models"``, ``{name: Tensor[N, ...]}``;
+nothing for local-only training), the optimizer's moments (``"optimizer"``), the
+strategy's own tensors (SCAFFOLD's ``"control"``, FedDyn's ``"h"``, CRAFT's
+``"reference"``, ...) and, for a strategy built on a base strategy (Ditto, FedVG over
+X), the base's server state under ``"base"``. :meth:`Strategy.aggregate` and
+:meth:`Strategy.direction` are pure functions of their inputs: called twice on the same
+state and updates they give the same result and change nothing.
+
+**Declared needs** (:class:`Needs`, ``Strategy.needs``): the client signals the server
+step reads, whether the server needs a validation set, and whether it keeps one model,
+K cluster models or none. The driver and the Flower adapter read the declaration.
 
 **Client state** is a dict of tensors stacked on a leading client axis,
 ``{name: Tensor[N, ...]}``, created by :meth:`Strategy.init_state`. The driver
@@ -34,7 +48,7 @@ pseudo-gradient ``g`` (one sign convention for the package: ``g`` points uphill,
 :class:`~fedlearn_edu.strategies.server_optim.ServerOptimizer` applies it
 (:meth:`Strategy.aggregate`): SGD ``theta - eta_s g``, heavy-ball momentum,
 Adam/Yogi/Adagrad. Any direction composes with any optimizer. ``aggregate`` and
-``direction`` are plain functions of tensors and the strategy's own state, so a
+``direction`` are plain functions of tensors (server state in, server state out), so a
 Flower server (or any other caller) can use them outside :func:`simulate`.
 
 How the methods map onto the protocol:
@@ -44,20 +58,21 @@ FedAvg       direction ``-sum p_i Delta_i``; SGD. FedAvgM: the same with ``Serve
              FedAdam/FedYogi: with ``ServerAdam``/``ServerYogi``. FedProx: ``configure_local``
              sets ``prox_mu``.
 FedVG        a weighting of the deltas (its direction) on top of any base strategy, whose
-             ``configure_local``/``client_update`` it keeps, with any optimizer.
+             ``configure_local``/``client_update`` and server state (``"base"``) it keeps, with
+             any optimizer.
 Ditto        client state ``personal`` (``Tensor[N, ...]``); ``client_update`` runs the base
              strategy's update and then the personal step (``start`` = personal rows, ``prox_mu``
              = lambda, anchor = theta_t); server side of the base; evaluated on the personal models.
-IFCA         the server "params" are the K cluster models (``Tensor[K, ...]``); ``client_update``
+IFCA         the server keeps the K cluster models (``"clusters"``, ``Tensor[K, ...]``); ``client_update``
              picks each client's cluster and trains from it (``start``); the direction is the
              per-cluster average; evaluated on each client's best cluster; client state
              ``cluster`` (``Tensor[N]``, the last pick).
-Local only   client state ``personal``; no server step.
-SCAFFOLD     client state ``c_i`` and server state ``c``; ``client_update`` trains with
+Local only   client state ``personal``; no server model, no server step.
+SCAFFOLD     client state ``c_i`` and server state ``"control"`` (c); ``client_update`` trains with
              ``linear = c - c_i`` and returns the new ``c_i`` rows (option II:
              ``c_i - c + (theta_t - w_i) / (K lr)``, K = ``LocalResult.num_steps``) and
              ``signals["delta_c"]``; ``direction`` averages the deltas and updates ``c``.
-FedDyn       client state ``grad_i`` (``Tensor[N, ...]``) and server state ``h``; ``configure_local``
+FedDyn       client state ``grad_i`` (``Tensor[N, ...]``) and server state ``"h"``; ``configure_local``
              sets ``prox_mu = alpha``; ``client_update`` trains with ``linear = -grad_i`` and
              returns ``grad_i - alpha (w_i - theta_t)``; ``direction`` updates ``h`` and returns
              ``-(mean Delta) + h / alpha``.
@@ -70,6 +85,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -80,7 +96,34 @@ from ..params import Params
 from ..utils import derive_seed
 from .server_optim import ServerOptimizer, ServerSGD
 
-__all__ = ["ClientUpdates", "ClientWork", "ClientOutput", "Strategy"]
+__all__ = ["ClientUpdates", "ClientWork", "ClientOutput", "Needs", "Strategy", "SERVER_MODELS", "check_base"]
+
+SERVER_MODELS = ("one", "clusters", "none")
+
+
+@dataclass(frozen=True)
+class Needs:
+    """What a strategy needs from its callers (the driver and the Flower adapter read it).
+
+    Attributes:
+        signals: the keys of ``ClientUpdates.signals`` the server step reads (the clients'
+            ``client_update`` must report them; e.g. ``{"oui"}`` for FedOUI).
+        validation: the server step uses a validation set, ``strategy.validation_data``
+            (``(x: Tensor[n, ...], y: Tensor[n])``), checked against the data up front.
+        server_model: ``"one"`` (one global model, ``server_state["params"]``; conflicts are
+            counted against its update), ``"clusters"`` (K models, IFCA) or ``"none"`` (no
+            global model: local-only training, decentralised methods).
+    """
+
+    signals: frozenset = frozenset()
+    validation: bool = False
+    server_model: str = "one"
+
+    def __post_init__(self):
+        """Check ``server_model`` and freeze ``signals``."""
+        if self.server_model not in SERVER_MODELS:
+            raise ValueError(f"server_model must be one of {SERVER_MODELS}, got {self.server_model!r}.")
+        object.__setattr__(self, "signals", frozenset(self.signals))
 
 
 def _rows(value, keep: Tensor, m: int):
@@ -118,6 +161,7 @@ class ClientUpdates:
 
     @property
     def num_clients(self) -> int:
+        """m, the number of clients in the updates."""
         return int(self.client_ids.shape[0])
 
     @property
@@ -127,7 +171,14 @@ class ClientUpdates:
         return (n / n.sum()).to(next(iter(self.deltas.values())).dtype)
 
     def subset(self, keep: Tensor) -> ClientUpdates:
-        """The updates of the clients where ``keep`` (``Tensor[m]``, bool) is true."""
+        """The updates of the clients where ``keep`` is true.
+
+        Args:
+            keep: ``Tensor[m]`` (bool).
+
+        Returns:
+            A new :class:`ClientUpdates` with the kept clients' rows.
+        """
         m = self.num_clients
         return ClientUpdates(
             self.round,
@@ -168,9 +219,50 @@ class ClientWork:
     seed: int = 0
     all_num_samples: Tensor | None = None
 
+    @classmethod
+    def for_round(
+        cls,
+        round: int,
+        client_ids: Tensor,
+        train_sets: Sequence[tuple[Tensor, Tensor]],
+        config: LocalTraining,
+        model: nn.Module,
+        engine: object,
+        seed: int,
+        all_num_samples: Tensor | None = None,
+    ) -> ClientWork:
+        """The round's work for the clients ``client_ids``, as the driver and a Flower node build it.
+
+        Args:
+            round: t (1-based).
+            client_ids: ``Tensor[m]`` (int64) the selected clients, sorted.
+            train_sets: the training sets of *all* clients, indexed by id (a Flower node
+                passes ``{i: its own}``).
+            config: the round's settings (after ``configure_local``).
+            model: the architecture on the run's device.
+            engine: the training engine.
+            seed: the run's seed; client i's batch order is ``derive_seed(seed, t, i)``.
+            all_num_samples: ``Tensor[N]`` training-set sizes of all clients, if known.
+
+        Returns:
+            The :class:`ClientWork`.
+        """
+        ids = client_ids.tolist()
+        return cls(
+            round=int(round),
+            client_ids=client_ids,
+            datasets=[train_sets[i] for i in ids],
+            seeds=[derive_seed(seed, round, i) for i in ids],
+            config=config,
+            model=model,
+            engine=engine,
+            seed=int(seed),
+            all_num_samples=all_num_samples,
+        )
+
     def train(
         self,
-        params: Params,
+        params: Params | None,
         *,
         start: Params | None = None,
         linear: Params | None = None,
@@ -180,24 +272,49 @@ class ClientWork:
         """Local training of the selected clients through the engine (the local-objective hook).
 
         Args:
-            params: theta_t ``{name: Tensor}``: the start (unless ``start``) and the anchor.
+            params: theta_t ``{name: Tensor}``: the start (unless ``start``) and the anchor of
+                the proximal term; ``None`` for clients without a global model (local-only,
+                clustered, decentralised training), which then need ``start`` and no proximal term.
             start: stacked ``{name: Tensor[m, ...]}`` per-client starting points.
             linear: stacked ``{name: Tensor[m, ...]}`` per-client linear terms.
             config: settings (default: the round's ``config``).
             seeds: batch-order seeds (default: the round's ``seeds``).
+
+        Returns:
+            The engine's :class:`~fedlearn_edu.engine.LocalResult` (``params`` ``Tensor[m, ...]``).
+
+        Raises:
+            ValueError: ``params`` is ``None`` without ``start``, or with a proximal term.
         """
+        config = self.config if config is None else config
+        if params is None:
+            if start is None or config.prox_mu:
+                raise ValueError(
+                    "ClientWork.train without a global model (params=None) needs per-client starts "
+                    f"(start=) and no proximal term (prox_mu={config.prox_mu})."
+                )
+            # The engines take a reference model for names and shapes (and the proximal centre,
+            # unused here): client 0's start.
+            params = {k: v[0] for k, v in start.items()}
         return self.engine.train(
             self.model,
             params,
             self.datasets,
-            self.config if config is None else config,
+            config,
             self.seeds if seeds is None else list(seeds),
             start=start,
             linear=linear,
         )
 
     def derived_seeds(self, tag: int) -> list[int]:
-        """Per-client seeds ``derive_seed(seed, t, i, tag)``: an independent stream per purpose."""
+        """Per-client seeds ``derive_seed(seed, t, i, tag)``: an independent stream per purpose.
+
+        Args:
+            tag: the purpose's tag (an integer constant of the strategy).
+
+        Returns:
+            ``list[int]``, one seed per selected client.
+        """
         return [derive_seed(self.seed, self.round, i, tag) for i in self.client_ids.tolist()]
 
 
@@ -223,14 +340,17 @@ class ClientOutput:
 class Strategy:
     """Base class. Subclasses override :meth:`direction` (and the other hooks as needed).
 
+    The object holds hyper-parameters only; everything that changes during a run is in the
+    server state (:meth:`init_state`) or the client state.
+
     Args:
         server_lr: server step size eta_s (used when ``optimizer`` is not given).
         optimizer: the :class:`~fedlearn_edu.strategies.server_optim.ServerOptimizer` that
             applies the direction (default ``ServerSGD(server_lr)``).
 
     Class attributes:
-        single_model: the server's parameters are one model (conflicts are counted against
-            its update); ``False`` for IFCA's clusters and local-only training.
+        needs: the strategy's :class:`Needs` (client signals, validation set, server model).
+        model_key: the server-state entry that holds the server's model(s) (``"params"``).
         evaluates: which model ``History.client_accuracy`` is of: ``"global"``,
             ``"personal"`` or ``"cluster"``.
         diagnostics: optional per-round diagnostics the strategy needs recorded whatever the
@@ -238,12 +358,13 @@ class Strategy:
     """
 
     name = "strategy"
-    single_model = True
+    needs: ClassVar[Needs] = Needs()
+    model_key = "params"
     evaluates = "global"
     diagnostics: tuple[str, ...] = ()
-    _state_names: tuple[str, ...] = ()
 
     def __init__(self, server_lr: float = 1.0, optimizer: ServerOptimizer | None = None):
+        """Check the arguments (see the class docstring) and keep them."""
         if optimizer is not None and not isinstance(optimizer, ServerOptimizer):
             raise TypeError(f"optimizer must be a ServerOptimizer (e.g. ServerAdam()), got {type(optimizer).__name__}.")
         self.optimizer = ServerSGD(server_lr) if optimizer is None else optimizer
@@ -254,29 +375,54 @@ class Strategy:
         return self.optimizer.lr
 
     # ------------------------------------------------------------------ state
-    def init(self, params: Params) -> None:
-        """Reset the server state (optimizer included) before round 1 (called by the simulator)."""
-        self.optimizer.init(params)
-        for name in self._state_names:
-            setattr(self, name, None)
+    def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[dict, dict]:
+        """The server state and the client state at round 0.
 
-    def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[Params, dict]:
-        """The server's parameters and the per-client state ``{name: Tensor[N, ...]}`` at round 0."""
-        return params, {}
+        Args:
+            params: theta_0, ``{name: Tensor}`` on the run's device.
+            model: the architecture (IFCA initialises its other clusters from it).
+            num_clients: N.
+            seed: the run's seed.
 
-    def state_dict(self) -> dict:
-        """The server state (tensors and plain values) a checkpoint stores."""
-        return {"optimizer": self.optimizer.state_dict(), **{n: getattr(self, n) for n in self._state_names}}
+        Returns:
+            ``(server_state, client_state)``: ``{"params": theta_0, "optimizer": ...}`` plus the
+            strategy's own entries, and ``{name: Tensor[N, ...]}`` (``{}`` by default).
+        """
+        return {"params": params, "optimizer": self.optimizer.init_state(params)}, {}
 
-    def load_state_dict(self, state: dict) -> None:
-        """Restore a :meth:`state_dict`."""
-        self.optimizer.load_state_dict(state["optimizer"])
-        for name in self._state_names:
-            setattr(self, name, state[name])
+    def server_params(self, server_state: dict) -> Params | None:
+        """The server's model(s) in ``server_state``.
+
+        Args:
+            server_state: the server state.
+
+        Returns:
+            ``server_state[model_key]``: one model ``{name: Tensor}``, or stacked models
+            ``{name: Tensor[K, ...]}``; ``None`` when there is no server model.
+        """
+        return server_state.get(self.model_key)
+
+    def client_view(self, server_state: dict) -> dict:
+        """The part of the server state the clients read in :meth:`client_update` (what is broadcast).
+
+        Args:
+            server_state: the server state.
+
+        Returns:
+            ``{"params": theta_t}`` by default (SCAFFOLD adds its control variate).
+        """
+        return {self.model_key: server_state[self.model_key]}
 
     # ------------------------------------------------------------- client side
     def configure_local(self, config: LocalTraining) -> LocalTraining:
-        """The clients' local-training hyper-parameters this strategy asks for."""
+        """The clients' local-training hyper-parameters this strategy asks for.
+
+        Args:
+            config: the run's settings for the round.
+
+        Returns:
+            The settings the clients use (unchanged by default).
+        """
         return config
 
     def client_signals(
@@ -286,38 +432,70 @@ class Strategy:
         local: LocalResult,
         datasets: Sequence[tuple[Tensor, Tensor]],
     ) -> dict:
-        """Per-client values computed on the clients and sent with their updates (none by default)."""
+        """Per-client values computed on the clients and sent with their updates (none by default).
+
+        Args:
+            model: the architecture.
+            global_params: theta_t ``{name: Tensor}``.
+            local: the clients' local training (``params`` ``Tensor[m, ...]``).
+            datasets: the clients' training sets.
+
+        Returns:
+            ``{name: Tensor[m, ...]}``.
+        """
         return {}
 
-    def client_update(self, work: ClientWork, params: Params, state: dict) -> ClientOutput:
+    def client_update(self, work: ClientWork, server_state: dict, state: dict) -> ClientOutput:
         """The selected clients' round: train from theta_t, report ``Delta_i`` and the signals.
 
         Args:
             work: the round's clients, engine and settings.
-            params: theta_t.
+            server_state: the server state (or the part of it the clients receive,
+                :meth:`client_view`); not modified.
             state: the selected clients' rows of the client state ``{name: Tensor[m, ...]}``.
+
+        Returns:
+            The :class:`ClientOutput` of the m clients.
         """
+        params = server_state["params"]
         local = work.train(params)
         signals = self.client_signals(work.model, params, local, work.datasets)
         deltas = {k: local.params[k] - params[k].unsqueeze(0) for k in params}
         return ClientOutput(deltas, local.train_loss, signals)
 
     # ------------------------------------------------------------- server side
-    def direction(self, params: Params, updates: ClientUpdates) -> tuple[Params, dict]:
-        """The pseudo-gradient ``g`` (``{name: Tensor}`` like ``params``) and diagnostics."""
+    def direction(self, server_state: dict, updates: ClientUpdates) -> tuple[Params, dict, dict]:
+        """The round's pseudo-gradient, a pure function of its inputs.
+
+        Args:
+            server_state: the server state (not modified).
+            updates: the round's updates (not modified).
+
+        Returns:
+            ``(g, server_state, diagnostics)``: ``g`` shaped like the server's model, the server
+            state with the strategy's own entries updated (the model and the optimizer's
+            moments untouched: :meth:`aggregate` steps them), and the round's diagnostics.
+        """
         raise NotImplementedError(f"{type(self).__name__} must implement direction() or aggregate().")
 
     def nonfinite_hint(self) -> str:
-        """Advice for a NaN/Inf direction computed from finite updates."""
+        """Advice for a NaN/Inf direction computed from finite updates (``""``: none)."""
         return ""
 
-    def aggregate(self, params: Params, updates: ClientUpdates) -> tuple[Params, dict]:
-        """Return ``(theta_{t+1}, diagnostics)``: :meth:`direction`, then the optimizer's step.
+    def apply(self, server_state: dict, g: Params, updates: ClientUpdates) -> dict:
+        """The optimizer's step along ``g`` on the server's model.
+
+        Args:
+            server_state: the state :meth:`direction` returned (not modified).
+            g: the direction, shaped like ``server_state[model_key]``.
+            updates: the round's updates (for the error message).
+
+        Returns:
+            The server state with the new model and optimizer state.
 
         Raises:
-            FloatingPointError: the direction is NaN/Inf although the updates are finite.
+            FloatingPointError: ``g`` is NaN/Inf although the updates are finite.
         """
-        g, diag = self.direction(params, updates)
         bad = nonfinite_keys(g)
         if bad:
             hint = self.nonfinite_hint()
@@ -325,17 +503,73 @@ class Strategy:
                 f"Round {updates.round}: {self.name}'s aggregation turned finite client updates into a NaN/Inf "
                 f"direction (in {bad[:3]}).{' ' + hint if hint else ''}"
             )
-        return self.optimizer.step(params, g), diag
+        params, opt = self.optimizer.step(server_state[self.model_key], g, server_state["optimizer"])
+        return {**server_state, self.model_key: params, "optimizer": opt}
+
+    def aggregate(self, server_state: dict, updates: ClientUpdates) -> tuple[dict, dict]:
+        """One server step: :meth:`direction`, then the optimizer's step (:meth:`apply`); pure.
+
+        Args:
+            server_state: the server state at round t (not modified).
+            updates: the round's updates (not modified).
+
+        Returns:
+            ``(server_state at t + 1, diagnostics)``.
+        """
+        g, server_state, diag = self.direction(server_state, updates)
+        return self.apply(server_state, g, updates), diag
 
     # -------------------------------------------------------------- evaluation
-    def eval_models(self, model: nn.Module, params: Params, state: dict, train_sets) -> dict:
-        """The models the driver evaluates: ``{label: (params, which)}``, the first one primary.
+    def eval_models(self, model: nn.Module, server_state: dict, state: dict, train_sets) -> dict:
+        """The models the driver evaluates, the first one primary.
 
-        ``which`` is ``None`` for one model (``params`` unstacked) or ``Tensor[N]``: client i uses
-        ``{k: v[which[i]] for k, v in params.items()}`` of stacked ``params``.
+        Args:
+            model: the architecture.
+            server_state: the server state (on a Flower node: :meth:`client_view`).
+            state: the client state ``{name: Tensor[N, ...]}``.
+            train_sets: the clients' training sets (IFCA picks clusters on them).
+
+        Returns:
+            ``{label: (params, which)}``; ``which`` is ``None`` for one model (``params``
+            unstacked) or ``Tensor[N]``: client i uses ``{k: v[which[i]] for k, v in params.items()}``
+            of stacked ``params``.
         """
-        return {"global": (params, None)}
+        return {"global": (server_state["params"], None)}
 
     def __repr__(self) -> str:
+        """``Name(hyper-parameter=value, ...)``."""
         args = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
         return f"{type(self).__name__}({args})"
+
+
+def check_base(outer: str, base) -> None:
+    """Refuse, at construction, a base strategy that ``outer`` (Ditto, FedVG) cannot be built on.
+
+    Both build on the base's one global model (Ditto anchors the personal models at it,
+    FedVG weighs the updates of it), so the base must keep exactly one server model and
+    must not be personalised itself.
+
+    Args:
+        outer: the composing strategy's name (for the message).
+        base: the proposed base strategy.
+
+    Raises:
+        TypeError: ``base`` is not a :class:`Strategy`.
+        ValueError: ``base`` keeps K cluster models or none (IFCA, local-only, Gossip, DAC), or
+            is personalised (Ditto); the message names both strategies.
+    """
+    if not isinstance(base, Strategy):
+        raise TypeError(f"{outer}'s base must be a fedlearn_edu Strategy (e.g. FedAvg()), got {type(base).__name__}.")
+    name = getattr(base, "name", type(base).__name__)
+    kept = base.needs.server_model
+    if kept != "one":
+        what = "K cluster models" if kept == "clusters" else "no global model"
+        raise ValueError(
+            f"{outer} over {name} cannot work: {outer} builds on its base's one global model, and {name} "
+            f"keeps {what}. Use a one-model base (FedAvg, FedProx, SCAFFOLD, CRAFT, ...)."
+        )
+    if base.evaluates == "personal":
+        raise ValueError(
+            f"{outer} over {name} cannot work: {name} is already personalised (its clients keep their own "
+            f"models). Build {outer} on {name}'s base instead."
+        )

@@ -10,16 +10,16 @@ from ..aggregators import config_direction, fedfv_direction, qfedavg_step
 from ..engine import LocalResult
 from ..params import Params
 from ..signals import global_model_loss
-from .base import ClientUpdates, Strategy
+from .base import ClientUpdates, Needs, Strategy
 from .craft import craft_layer_groups
 
 __all__ = ["ConFIG", "FedFV", "QFedAvg"]
 
 
 class ConFIG(Strategy):
-    """ConFIG (Liu et al., 2025) as a server rule: ``theta <- theta - eta_s g``,
+    """ConFIG (Liu et al., 2025) as a server rule.
 
-    ``g = (sum_i g_i . g_u) g_u``, ``g_u = normalise(U^+ 1)``, with pseudo-gradients
+    ``theta <- theta - eta_s g``, ``g = (sum_i g_i . g_u) g_u``, ``g_u = normalise(U^+ 1)``, with pseudo-gradients
     ``g_i = -Delta_i`` (see :func:`fedlearn_edu.aggregators.config_direction`).
     Note that ``||g||`` grows with m (a *sum* of projections), so eta_s ~ 1/m gives
     steps the size of FedAvg's.
@@ -32,10 +32,13 @@ class ConFIG(Strategy):
     name = "config"
 
     def __init__(self, server_lr: float = 1.0, layerwise: bool = False):
+        """Check the arguments (see the class docstring) and keep them."""
         super().__init__(server_lr)
         self.layerwise = bool(layerwise)
 
-    def direction(self, params: Params, updates: ClientUpdates) -> tuple[Params, dict]:
+    def direction(self, server_state: dict, updates: ClientUpdates) -> tuple[Params, dict, dict]:
+        """ConFIG's direction from the pseudo-gradients ``-Delta_i``; the state unchanged."""
+        params = server_state["params"]
         pseudo = {k: -v for k, v in updates.deltas.items()}
         if self.layerwise and updates.model is not None:
             groups = craft_layer_groups(updates.model)
@@ -43,15 +46,18 @@ class ConFIG(Strategy):
             groups = None  # per parameter tensor
         else:
             groups = {"model": list(params)}
-        return config_direction(pseudo, groups=groups), {}
+        return config_direction(pseudo, groups=groups), server_state, {}
 
 
 class GlobalLossSignal(Strategy):
     """Clients report F_k(theta_t): the received global model's loss on their training data."""
 
+    needs = Needs(signals={"global_loss"})
+
     def client_signals(
         self, model: nn.Module, global_params: Params, local: LocalResult, datasets: Sequence[tuple[Tensor, Tensor]]
     ) -> dict:
+        """``{"global_loss": Tensor[m]}``: ``F_k(theta_t)`` on each client's training data."""
         return {"global_loss": global_model_loss(model, global_params, datasets)}
 
 
@@ -78,6 +84,7 @@ class FedFV(GlobalLossSignal):
     name = "fedfv"
 
     def __init__(self, server_lr: float = 1.0, alpha: float = 0.1, loss: str = "global"):
+        """Check the arguments (see the class docstring) and keep them."""
         super().__init__(server_lr)
         if not 0 <= alpha <= 1:
             raise ValueError(f"alpha must be in [0, 1], got {alpha}.")
@@ -86,13 +93,20 @@ class FedFV(GlobalLossSignal):
         self.alpha = float(alpha)
         self.loss = loss
 
+    @property
+    def needs(self) -> Needs:
+        """``global_loss`` signals with ``loss="global"``, none with ``loss="local"``."""
+        return Needs(signals={"global_loss"}) if self.loss == "global" else Needs()
+
     def client_signals(self, model, global_params, local, datasets) -> dict:
+        """The global model's losses with ``loss="global"`` (else none)."""
         return super().client_signals(model, global_params, local, datasets) if self.loss == "global" else {}
 
-    def direction(self, params: Params, updates: ClientUpdates) -> tuple[Params, dict]:
+    def direction(self, server_state: dict, updates: ClientUpdates) -> tuple[Params, dict, dict]:
+        """FedFV's projected, rescaled mean; the state unchanged; diagnostics ``losses``."""
         losses = updates.signals["global_loss"] if self.loss == "global" else updates.train_loss
         pseudo = {k: -v for k, v in updates.deltas.items()}
-        return fedfv_direction(pseudo, losses, self.alpha), {"losses": losses}
+        return fedfv_direction(pseudo, losses, self.alpha), server_state, {"losses": losses}
 
 
 class QFedAvg(GlobalLossSignal):
@@ -112,12 +126,14 @@ class QFedAvg(GlobalLossSignal):
     name = "qfedavg"
 
     def __init__(self, q: float = 1.0, server_lr: float = 1.0):
+        """Check the arguments (see the class docstring) and keep them."""
         super().__init__(server_lr)
         if not (q >= 0 and q < float("inf")):
             raise ValueError(f"q must be a finite number >= 0, got {q}.")
         self.q = float(q)
 
-    def direction(self, params: Params, updates: ClientUpdates) -> tuple[Params, dict]:
+    def direction(self, server_state: dict, updates: ClientUpdates) -> tuple[Params, dict, dict]:
+        """q-FedAvg's step (as a direction); the state unchanged; diagnostics ``losses``."""
         if updates.config is None:
             raise ValueError(
                 "QFedAvg needs the clients' lr: pass ClientUpdates(..., config=LocalTraining(lr=...)) "
@@ -127,7 +143,8 @@ class QFedAvg(GlobalLossSignal):
             raise ValueError("QFedAvg needs updates.signals['global_loss'] (F_k(theta_t)); client_signals computes it.")
         losses = updates.signals["global_loss"]
         pseudo = {k: -v for k, v in updates.deltas.items()}
-        return qfedavg_step(pseudo, losses, updates.config.lr, self.q), {"losses": losses}
+        return qfedavg_step(pseudo, losses, updates.config.lr, self.q), server_state, {"losses": losses}
 
     def nonfinite_hint(self) -> str:
+        """Lower q."""
         return f"q-FedAvg's weights F_k^q overflow for large q (q = {self.q:g}): lower q."

@@ -90,26 +90,52 @@ class CRAFT(Strategy):
     """
 
     name = "craft"
-    _state_names = ("_reference",)
 
     def __init__(self, server_lr: float = 0.1, layerwise: bool = True, merge_norm: bool = True):
+        """Check the arguments (see the class docstring) and keep them."""
         super().__init__(server_lr)
         self.layerwise = bool(layerwise)
         self.merge_norm = bool(merge_norm)
-        self._reference: Params | None = None
+
+    def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[dict, dict]:
+        """FedAvg's server state plus ``reference`` (``g_hat``; ``None``: zero, round 1).
+
+        Returns:
+            ``(server_state, {})``.
+        """
+        server, clients = super().init_state(params, model, num_clients, seed)
+        return {**server, "reference": None}, clients
 
     def groups(self, params: Params, model: nn.Module | None) -> dict[str, list[str]]:
-        """The layer groups used for ``params`` (``{"model": all names}`` when not layer-wise)."""
+        """The layer groups used for ``params`` (``{"model": all names}`` when not layer-wise).
+
+        Args:
+            params: the model's parameters ``{name: Tensor}``.
+            model: the architecture (its modules give the groups), or ``None``.
+
+        Returns:
+            ``{group: [parameter names]}``.
+        """
         if not self.layerwise:
             return {"model": list(params)}
         if model is not None and {n for n, _ in model.named_parameters()} == set(params):
             return craft_layer_groups(model, self.merge_norm)
         return layer_groups(list(params))
 
-    def direction(self, params: Params, updates: ClientUpdates) -> tuple[Params, dict]:
+    def direction(self, server_state: dict, updates: ClientUpdates) -> tuple[Params, dict, dict]:
+        """CRAFT's corrected direction; the unscaled ``g`` becomes the next round's reference.
+
+        Args:
+            server_state: with ``params`` and ``reference`` (the previous ``g``, or ``None``).
+            updates: the round's updates.
+
+        Returns:
+            ``(g, server_state with reference = g, {"weights": rho, "direction_norm": ||g||})``.
+        """
         pseudo = {k: -v for k, v in updates.deltas.items()}
         rho = updates.size_weights
-        g = craft_direction(pseudo, rho, self._reference, groups=self.groups(params, updates.model))
-        self._reference = {k: v.detach().clone() for k, v in g.items()}
+        groups = self.groups(server_state["params"], updates.model)
+        g = craft_direction(pseudo, rho, server_state["reference"], groups=groups)
+        reference = {k: v.detach().clone() for k, v in g.items()}
         norm = float(sum((v.double() ** 2).sum() for v in g.values())) ** 0.5
-        return g, {"weights": rho, "direction_norm": norm}
+        return g, {**server_state, "reference": reference}, {"weights": rho, "direction_norm": norm}

@@ -1,9 +1,10 @@
 """Decentralised methods as strategies: Gossip averaging and DAC (no server model).
 
-Every client keeps its own model. In the simulator the N models are the run's stacked
-"parameters" ``{name: Tensor[N, ...]}`` (as IFCA's K cluster models are): a gossip step
-reads the models of other clients, which the protocol's per-client state rows (only the
-selected clients') would not give. In round t each selected client i
+Every client keeps its own model; there is no global model. In the simulator the N models
+are the server state's ``"models"``, ``{name: Tensor[N, ...]}`` (in a deployment row i lives
+on client i): a gossip step reads the models of other clients, which the protocol's
+per-client state rows (only the selected clients') would not give. In round t each selected
+client i
 
 1. receives models from other clients and mixes them with its own, row i of a
    row-stochastic matrix W: ``start_i = sum_j W_ij theta_j``
@@ -38,10 +39,10 @@ from ..aggregators import (
     random_graph,
     sample_neighbours,
 )
-from ..params import Params
+from ..params import Params, repeat_params
 from ..utils import derive_seed
-from .base import ClientOutput, ClientUpdates, ClientWork, Strategy
-from .personalized import client_losses, repeat_params
+from .base import ClientOutput, ClientUpdates, ClientWork, Needs, Strategy
+from .personalized import client_losses
 
 __all__ = ["Gossip", "DAC"]
 
@@ -50,6 +51,7 @@ DAC_SEED_TAG = 0xDAC
 
 
 def _check_num_neighbours(n, allow_none: bool = False) -> int | None:
+    """``n`` as a positive ``int`` (or ``None`` when allowed), or a clear error."""
     if n is None and allow_none:
         return None
     if isinstance(n, bool) or int(n) != n or n < 1:
@@ -58,6 +60,7 @@ def _check_num_neighbours(n, allow_none: bool = False) -> int | None:
 
 
 def _sizes(work: ClientWork, who: str) -> Tensor:
+    """``Tensor[N]``: all clients' training-set sizes, or a clear error."""
     if work.all_num_samples is None:
         raise ValueError(
             f"{who} weighs neighbours by data size: ClientWork.all_num_samples is needed (simulate sets it)."
@@ -93,41 +96,82 @@ def _dac_neighbours(similarity: Tensor, tau: float, num_sampled: int, seed: int)
 
 
 class _Decentralised(Strategy):
-    """Shared round of the decentralised methods: mix with row i of W, then train locally."""
+    """Shared round of the decentralised methods: mix with row i of W, then train locally.
 
-    single_model = False
+    Server state: ``models`` (``{name: Tensor[N, ...]}``), ``optimizer`` (``ServerSGD(1)``:
+    ``theta_i <- theta_i + Delta_i`` exactly) and the method's own entries.
+    """
+
+    needs = Needs(server_model="none")
+    model_key = "models"
     evaluates = "personal"
 
     def __init__(self):
         super().__init__(server_lr=1.0)  # theta_i <- theta_i + Delta_i exactly
-        self._num_clients = 0
 
-    def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[Params, dict]:
-        self._num_clients = int(num_clients)
-        return repeat_params(params, num_clients), {}
+    def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[dict, dict]:
+        """``models``: N copies of theta_0 (no client state).
 
-    def mixing(self, work: ClientWork, models: Params) -> tuple[Tensor, dict]:
-        """``(W: Tensor[N, N], signals)``: row i says how client i mixes the N models (selected rows used)."""
+        Returns:
+            ``(server_state, {})``.
+        """
+        models = repeat_params(params, num_clients)
+        return {"models": models, "optimizer": self.optimizer.init_state(models)}, {}
+
+    def mixing(self, work: ClientWork, server_state: dict) -> tuple[Tensor, dict]:
+        """How the selected clients mix the N models this round.
+
+        Args:
+            work: the round's clients.
+            server_state: the server state (``models`` and the method's own entries).
+
+        Returns:
+            ``(W: Tensor[N, N], signals)``: row i says how client i mixes (selected rows used);
+            ``signals`` are per selected client (``Tensor[m, ...]``).
+        """
         raise NotImplementedError
 
-    def client_update(self, work: ClientWork, models: Params, state: dict) -> ClientOutput:
+    def client_update(self, work: ClientWork, server_state: dict, state: dict) -> ClientOutput:
+        """Mix the received models with row i of W, train locally, send ``Delta_i = trained_i - theta_i``.
+
+        Args:
+            work: the round's clients.
+            server_state: with ``models``.
+            state: unused (empty).
+
+        Returns:
+            The :class:`ClientOutput` (the mixing's signals, e.g. ``neighbours``).
+        """
+        models = server_state["models"]
         ids = work.client_ids.to(next(iter(models.values())).device)
-        W, signals = self.mixing(work, models)
+        W, signals = self.mixing(work, server_state)
         start = {k: v[ids] for k, v in gossip_mix(models, W).items()}
-        local = work.train({k: v[0] for k, v in models.items()}, start=start)
+        local = work.train(None, start=start)
         deltas = {k: local.params[k] - models[k][ids] for k in models}
         return ClientOutput(deltas, local.train_loss, signals)
 
-    def direction(self, params: Params, updates: ClientUpdates) -> tuple[Params, dict]:
-        g = {k: torch.zeros_like(v) for k, v in params.items()}
-        ids = updates.client_ids.to(next(iter(params.values())).device)
+    def direction(self, server_state: dict, updates: ClientUpdates) -> tuple[Params, dict, dict]:
+        """``g_i = -Delta_i`` on the selected rows (zero elsewhere); diagnostics ``neighbours``.
+
+        Args:
+            server_state: with ``models``.
+            updates: the round's updates.
+
+        Returns:
+            ``(g: {name: Tensor[N, ...]}, server_state, diagnostics)``.
+        """
+        models = server_state["models"]
+        g = {k: torch.zeros_like(v) for k, v in models.items()}
+        ids = updates.client_ids.to(next(iter(models.values())).device)
         for k in g:
             g[k][ids] = -updates.deltas[k]
-        return g, {k: v for k, v in updates.signals.items() if k == "neighbours"}
+        return g, server_state, {k: v for k, v in updates.signals.items() if k == "neighbours"}
 
-    def eval_models(self, model: nn.Module, params: Params, state: dict, train_sets) -> dict:
-        device = next(iter(params.values())).device
-        return {"personal": (params, torch.arange(len(train_sets), device=device))}
+    def eval_models(self, model: nn.Module, server_state: dict, state: dict, train_sets) -> dict:
+        """Each client's own model."""
+        models = server_state["models"]
+        device = next(iter(models.values())).device
+        return {"personal": (models, torch.arange(len(train_sets), device=device))}
 
 
 class Gossip(_Decentralised):
@@ -150,30 +194,33 @@ class Gossip(_Decentralised):
     name = "gossip"
 
     def __init__(self, edge_prob: float = 0.3, num_neighbours: int | None = None):
+        """Check the arguments (see the class docstring) and keep them."""
         super().__init__()
         if not 0 < float(edge_prob) <= 1:
             raise ValueError(f"edge_prob must be in (0, 1], got {edge_prob}.")
         self.edge_prob = float(edge_prob)
         self.num_neighbours = _check_num_neighbours(num_neighbours, allow_none=True)
-        self._mixing: Tensor | None = None
 
-    @property
-    def mixing_matrix(self) -> Tensor | None:
-        """The fixed Metropolis--Hastings ``W`` (``Tensor[N, N]``), or ``None`` with sampled neighbours."""
-        return self._mixing
+    def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[dict, dict]:
+        """``models`` plus ``mixing``: the fixed Metropolis--Hastings ``W`` (``Tensor[N, N]``), or ``None``.
 
-    def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[Params, dict]:
+        Returns:
+            ``(server_state, {})``.
+        """
+        mixing = None
         if self.num_neighbours is None:
             graph = random_graph(int(num_clients), self.edge_prob, seed=derive_seed(seed, GOSSIP_SEED_TAG))
-            self._mixing = metropolis_hastings_weights(graph)
+            mixing = metropolis_hastings_weights(graph)
         elif self.num_neighbours >= num_clients:
             raise ValueError(f"num_neighbours must be below the number of clients ({num_clients}).")
-        return super().init_state(params, model, num_clients, seed)
+        server, clients = super().init_state(params, model, num_clients, seed)
+        return {**server, "mixing": mixing}, clients
 
-    def mixing(self, work: ClientWork, models: Params) -> tuple[Tensor, dict]:
+    def mixing(self, work: ClientWork, server_state: dict) -> tuple[Tensor, dict]:
+        """The fixed W, or this round's sampled neighbours averaged by data size."""
         if self.num_neighbours is None:
-            return self._mixing, {}
-        n = self._num_clients
+            return server_state["mixing"], {}
+        n = next(iter(server_state["models"].values())).shape[0]
         seed = derive_seed(work.seed, work.round, GOSSIP_SEED_TAG)
         nb = sample_neighbours(torch.ones(n, n), self.num_neighbours, seed=seed)
         return neighbour_average_matrix(nb, _sizes(work, "Gossip")), {"neighbours": nb[work.client_ids]}
@@ -211,14 +258,16 @@ class DAC(_Decentralised):
             :func:`~fedlearn_edu.aggregators.dac_tau_schedule`.
         warmup: round 1 trains every selected client alone before any scoring (the authors').
 
-    The scores ``s`` (``Tensor[N, N]``) and who has met whom are server-held state here (in
-    a real deployment row i lives on client i); :attr:`similarity` exposes them.
+    The scores ``s`` (``Tensor[N, N]``, float64, 0: unknown) and who has met whom
+    (``Tensor[N, N]``, bool) are server state here, ``similarity`` and ``contacted`` (in a real
+    deployment row i lives on client i). The selected clients send their new rows as signals
+    (``similarity``, ``contacted``: ``Tensor[m, N]``); the server writes them in.
     """
 
     name = "dac"
-    _state_names = ("_similarity", "_contacted")
 
     def __init__(self, num_neighbours: int = 3, tau: float = 30.0, tau_rate: float | None = None, warmup: bool = True):
+        """Check the arguments (see the class docstring) and keep them."""
         super().__init__()
         self.num_neighbours = _check_num_neighbours(num_neighbours)
         if not (tau >= 0 and tau < float("inf")):
@@ -230,41 +279,55 @@ class DAC(_Decentralised):
         self.tau = float(tau)
         self.tau_rate = None if tau_rate is None else float(tau_rate)
         self.warmup = warmup
-        self._similarity: Tensor | None = None
-        self._contacted: Tensor | None = None
 
-    @property
-    def similarity(self) -> Tensor | None:
-        """``Tensor[N, N]`` (float64): the scores ``s_ij`` (0: unknown)."""
-        return self._similarity
+    def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[dict, dict]:
+        """``models`` plus ``similarity`` (zeros) and ``contacted`` (false), ``Tensor[N, N]`` each.
 
-    def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[Params, dict]:
+        Returns:
+            ``(server_state, {})``.
+        """
         n = int(num_clients)
         if self.num_neighbours >= n:
             raise ValueError(f"num_neighbours must be below the number of clients ({n}); got {self.num_neighbours}.")
-        self._similarity = torch.zeros(n, n, dtype=torch.float64)
-        self._contacted = torch.zeros(n, n, dtype=torch.bool)
-        return super().init_state(params, model, num_clients, seed)
+        server, clients = super().init_state(params, model, num_clients, seed)
+        own = {"similarity": torch.zeros(n, n, dtype=torch.float64), "contacted": torch.zeros(n, n, dtype=torch.bool)}
+        return {**server, **own}, clients
 
     def scoring_round(self, round_index: int) -> int:
-        """``r``: the scoring round (from 0, the authors' ``round``) of driver round t (from 1);
-        -1 for the warm-up round."""
+        """The scoring round ``r`` (from 0, the authors' ``round``) of driver round t (from 1).
+
+        Args:
+            round_index: t.
+
+        Returns:
+            ``r``; -1 for the warm-up round.
+        """
         return int(round_index) - 1 - int(self.warmup)
 
     def temperature(self, round_index: int) -> float:
-        """tau of the neighbour draw in driver round t: ``tau`` for DAC; for DAC-var
-        ``dac_tau_schedule(r - 1)``, ``r`` the scoring round (see the class docstring)."""
+        """The temperature tau of the neighbour draw in driver round t.
+
+        Args:
+            round_index: t.
+
+        Returns:
+            ``tau`` for DAC; for DAC-var ``dac_tau_schedule(r - 1)``, ``r`` the scoring round
+            (see the class docstring).
+        """
         if self.tau_rate is None:
             return self.tau
         return dac_tau_schedule(max(self.scoring_round(round_index) - 1, 0), self.tau, self.tau_rate)
 
-    def mixing(self, work: ClientWork, models: Params) -> tuple[Tensor, dict]:
-        n = self._num_clients
+    def mixing(self, work: ClientWork, server_state: dict) -> tuple[Tensor, dict]:
+        """DAC's neighbour draw and scoring; the selected clients' new score rows as signals."""
+        models, similarity = server_state["models"], server_state["similarity"].cpu()  # scores: on the CPU
+        n = similarity.shape[0]
         ids = work.client_ids
         if self.scoring_round(work.round) < 0:  # the warm-up: every client keeps its own model
-            return torch.eye(n, dtype=torch.float64), {"neighbours": torch.zeros(len(ids), 0, dtype=torch.long)}
+            signals = {"neighbours": torch.zeros(len(ids), 0, dtype=torch.long)}
+            return torch.eye(n, dtype=torch.float64), signals
         nb = _dac_neighbours(
-            self._similarity,
+            similarity,
             self.temperature(work.round),
             self.num_neighbours,
             seed=derive_seed(work.seed, work.round, DAC_SEED_TAG),
@@ -273,7 +336,27 @@ class DAC(_Decentralised):
         for j, i in enumerate(ids.tolist()):
             received = {k: v[nb[i].to(v.device)] for k, v in models.items()}
             losses[i] = client_losses(work.model, received, [work.datasets[j]])[0].clamp_min(1e-12)
-        new_s, new_c = dac_update_similarities(self._similarity, self._contacted, nb, losses)
-        self._similarity[ids] = new_s[ids]
-        self._contacted[ids] = new_c[ids]
-        return neighbour_average_matrix(nb, _sizes(work, "DAC")), {"neighbours": nb[ids]}
+        new_s, new_c = dac_update_similarities(similarity, server_state["contacted"].cpu(), nb, losses)
+        signals = {"neighbours": nb[ids], "similarity": new_s[ids], "contacted": new_c[ids]}
+        return neighbour_average_matrix(nb, _sizes(work, "DAC")), signals
+
+    def direction(self, server_state: dict, updates: ClientUpdates) -> tuple[Params, dict, dict]:
+        """The decentralised step; the selected clients' score rows written into the state.
+
+        Args:
+            server_state: with ``models``, ``similarity`` and ``contacted``.
+            updates: the round's updates (signals ``similarity``/``contacted`` after the warm-up).
+
+        Returns:
+            ``(g, server_state with the new scores, {"neighbours"})``.
+        """
+        g, server_state, diag = super().direction(server_state, updates)
+        if "similarity" in updates.signals:
+            ids = updates.client_ids
+            own = {}
+            for key in ("similarity", "contacted"):
+                table = server_state[key].clone()
+                table[ids.to(table.device)] = updates.signals[key].to(table.device)
+                own[key] = table
+            server_state = {**server_state, **own}
+        return g, server_state, diag

@@ -4,11 +4,12 @@ Each strategy wires the pure math of :mod:`fedlearn_edu.aggregators` (``scaffold
 ``feddyn``, ``fednova``) into the round protocol of :mod:`fedlearn_edu.strategies.base`:
 
 ==========  ==========================================================================
-SCAFFOLD    client state ``control`` (c_i, ``{name: Tensor[N, ...]}``), server state c;
+SCAFFOLD    client state ``control`` (c_i, ``{name: Tensor[N, ...]}``), server state
+            ``"control"`` (c);
             clients minimise ``CE + <c - c_i, w>`` (the engines' ``linear`` term) and
             return ``c_i+`` (option II) and ``Delta c_i``; the server moves along the
             mean ``Delta y_i`` and sets ``c <- c + (1/N) sum_S Delta c_i``.
-FedDyn      client state ``gradient`` (phi_k), server state h; clients minimise
+FedDyn      client state ``gradient`` (phi_k), server state ``"h"``; clients minimise
             ``CE - <phi_k, w> + (alpha/2)||w - theta_t||^2`` (``linear = -phi_k``,
             ``prox_mu = alpha``) and return ``phi_k - alpha Delta_k``; the server steps to
             ``mean_S theta_k - h+/alpha``.
@@ -17,7 +18,8 @@ FedNova     clients report their number of local steps ``tau_i``; the server tak
 ==========  ==========================================================================
 
 SCAFFOLD and FedDyn average the deltas uniformly (as in the papers) unless a weighting is
-passed to :meth:`direction`: that is how FedVG composes with them
+passed to their ``direction`` (``weights=``, declared by ``weighted_direction``): that is how
+FedVG composes with them
 (``FedVG(val, base=SCAFFOLD())``, FedVG's weights replacing the uniform mean while the
 control variates / the state h keep the papers' ``1/N`` updates).
 """
@@ -38,7 +40,7 @@ from ..aggregators import (
 from ..aggregators.fednova import PROX_TAU_EFF
 from ..engine import LocalTraining
 from ..params import Params
-from .base import ClientOutput, ClientUpdates, ClientWork, Strategy
+from .base import ClientOutput, ClientUpdates, ClientWork, Needs, Strategy
 from .fedavg import FedAvg
 from .server_optim import ServerOptimizer
 
@@ -51,6 +53,7 @@ def _zeros_stacked(params: Params, n: int) -> Params:
 
 
 def _check_weights_arg(weights) -> None:
+    """Refuse ``weights`` that are not ``None`` or a ``Tensor[m]``."""
     if weights is not None and (not isinstance(weights, Tensor) or weights.dim() != 1):
         raise ValueError(
             "weights must be a Tensor[m] of per-client weights (client-wise FedVG); "
@@ -65,6 +68,7 @@ def _used_weights(updates: ClientUpdates, weights: Tensor | None) -> Tensor:
 
 
 def _local_steps(updates: ClientUpdates, who: str) -> Tensor:
+    """``Tensor[m]``: the clients' local step counts (``signals["num_steps"]``), or a clear error."""
     if "num_steps" not in updates.signals:
         raise ValueError(f"{who} needs updates.signals['num_steps'] (Tensor[m]); its client_update reports it.")
     return updates.signals["num_steps"]
@@ -101,29 +105,38 @@ class SCAFFOLD(Strategy):
     """
 
     name = "scaffold"
-    _state_names = ("_control",)
+    needs = Needs(signals={"delta_c", "num_steps"})
     weighted_direction = True  # direction(..., weights=) (FedVG on SCAFFOLD)
 
-    def __init__(self, server_lr: float = 1.0, optimizer: ServerOptimizer | None = None):
-        super().__init__(server_lr, optimizer)
-        self._control: Params | None = None
-        self._num_clients = 0
+    def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[dict, dict]:
+        """Server state ``params``, ``optimizer``, ``control`` (c = 0) and ``num_clients``; client state ``control``.
 
-    @property
-    def server_control(self) -> Params | None:
-        """c, ``{name: Tensor}`` (``None`` before the run starts)."""
-        return self._control
+        Returns:
+            ``(server_state, {"control": {name: Tensor[N, ...]}})``.
+        """
+        server, _ = super().init_state(params, model, num_clients, seed)
+        control = {k: torch.zeros_like(v) for k, v in params.items()}
+        return {**server, "control": control, "num_clients": int(num_clients)}, {
+            "control": _zeros_stacked(params, num_clients)
+        }
 
-    def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[Params, dict]:
-        self._num_clients = int(num_clients)
-        self._control = {k: torch.zeros_like(v) for k, v in params.items()}
-        return params, {"control": _zeros_stacked(params, num_clients)}
+    def client_view(self, server_state: dict) -> dict:
+        """theta_t and c: what the clients read."""
+        return {"params": server_state["params"], "control": server_state["control"]}
 
-    def client_update(self, work: ClientWork, params: Params, state: dict) -> ClientOutput:
-        if self._control is None:
-            raise RuntimeError("SCAFFOLD.init_state must run before client_update (simulate() calls it).")
+    def client_update(self, work: ClientWork, server_state: dict, state: dict) -> ClientOutput:
+        """Train with ``linear = c - c_i``; return the new ``c_i`` rows and ``signals["delta_c"]``.
+
+        Args:
+            work: the round's clients.
+            server_state: with ``params`` (x) and ``control`` (c).
+            state: the selected rows ``{"control": {name: Tensor[m, ...]}}``.
+
+        Returns:
+            The :class:`ClientOutput` (signals ``delta_c`` and ``num_steps``).
+        """
+        params, c = server_state["params"], server_state["control"]
         c_i = state["control"]
-        c = self._control
         local = work.train(params, linear={k: c[k].unsqueeze(0) - c_i[k] for k in params})
         deltas = {k: local.params[k] - params[k].unsqueeze(0) for k in params}
         new_c_i = scaffold_control_update(c_i, c, deltas, local.num_steps, work.config.lr)
@@ -131,25 +144,29 @@ class SCAFFOLD(Strategy):
         signals = {"delta_c": delta_c, "num_steps": local.num_steps}
         return ClientOutput(deltas, local.train_loss, signals, {"control": new_c_i})
 
-    def direction(self, params: Params, updates: ClientUpdates, weights: Tensor | None = None) -> tuple[Params, dict]:
-        """Server step: ``g = -mean_S Delta y_i`` (or ``-sum p_i Delta y_i`` with ``weights``); updates c.
+    def direction(
+        self, server_state: dict, updates: ClientUpdates, weights: Tensor | None = None
+    ) -> tuple[Params, dict, dict]:
+        """Server step: ``g = -mean_S Delta y_i`` (or ``-sum p_i Delta y_i`` with ``weights``); the new c.
 
         Args:
-            params: x.
+            server_state: with ``control`` (c) and ``num_clients`` (N).
             updates: the round's updates, with ``signals["delta_c"]`` from :meth:`client_update`.
             weights: optional ``Tensor[m]`` replacing the uniform mean (FedVG on SCAFFOLD).
+
+        Returns:
+            ``(g, server_state with the new control, diagnostics)``; diagnostics ``weights`` and
+            ``control_norm`` (``||c||``).
         """
         _check_weights_arg(weights)
         if "delta_c" not in updates.signals:
             raise ValueError("SCAFFOLD needs updates.signals['delta_c'] (Delta c_i); its client_update reports it.")
-        step, self._control = scaffold_server_update(
-            updates.deltas, updates.signals["delta_c"], self._control, self._num_clients, weights
+        step, control = scaffold_server_update(
+            updates.deltas, updates.signals["delta_c"], server_state["control"], server_state["num_clients"], weights
         )
-        norm = torch.sqrt(sum((v.double() ** 2).sum() for v in self._control.values()))
-        return {k: -v for k, v in step.items()}, {
-            "weights": _used_weights(updates, weights),
-            "control_norm": float(norm),
-        }
+        norm = torch.sqrt(sum((v.double() ** 2).sum() for v in control.values()))
+        diag = {"weights": _used_weights(updates, weights), "control_norm": float(norm)}
+        return {k: -v for k, v in step.items()}, {**server_state, "control": control}, diag
 
 
 class FedDyn(Strategy):
@@ -174,50 +191,66 @@ class FedDyn(Strategy):
     """
 
     name = "feddyn"
-    _state_names = ("_h",)
     weighted_direction = True  # direction(..., weights=) (FedVG on FedDyn)
 
     def __init__(self, alpha: float = 0.01, server_lr: float = 1.0):
+        """Check the arguments (see the class docstring) and keep them."""
         super().__init__(server_lr)
         if not (alpha > 0 and alpha < float("inf")):
             raise ValueError(f"FedDyn's alpha must be a finite number > 0, got {alpha}.")
         self.alpha = float(alpha)
-        self._h: Params | None = None
-        self._num_clients = 0
 
-    @property
-    def server_state(self) -> Params | None:
-        """h, ``{name: Tensor}`` (``None`` before the run starts)."""
-        return self._h
+    def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[dict, dict]:
+        """Server state ``params``, ``optimizer``, ``h`` (0) and ``num_clients``; client state ``gradient``.
 
-    def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[Params, dict]:
-        self._num_clients = int(num_clients)
-        self._h = {k: torch.zeros_like(v) for k, v in params.items()}
-        return params, {"gradient": _zeros_stacked(params, num_clients)}
+        Returns:
+            ``(server_state, {"gradient": {name: Tensor[N, ...]}})``.
+        """
+        server, _ = super().init_state(params, model, num_clients, seed)
+        h = {k: torch.zeros_like(v) for k, v in params.items()}
+        return {**server, "h": h, "num_clients": int(num_clients)}, {"gradient": _zeros_stacked(params, num_clients)}
 
     def configure_local(self, config: LocalTraining) -> LocalTraining:
+        """The clients' settings with ``prox_mu = alpha``."""
         return config.replace(prox_mu=self.alpha)
 
-    def client_update(self, work: ClientWork, params: Params, state: dict) -> ClientOutput:
+    def client_update(self, work: ClientWork, server_state: dict, state: dict) -> ClientOutput:
+        """Train with ``linear = -phi_k``; return ``phi_k - alpha Delta_k``.
+
+        Args:
+            work: the round's clients.
+            server_state: with ``params`` (theta^{t-1}).
+            state: the selected rows ``{"gradient": {name: Tensor[m, ...]}}``.
+
+        Returns:
+            The :class:`ClientOutput`.
+        """
+        params = server_state["params"]
         phi_k = state["gradient"]
         local = work.train(params, linear={k: -v for k, v in phi_k.items()})
         deltas = {k: local.params[k] - params[k].unsqueeze(0) for k in params}
         new_phi = feddyn_client_update(phi_k, deltas, self.alpha)
         return ClientOutput(deltas, local.train_loss, {}, {"gradient": new_phi})
 
-    def direction(self, params: Params, updates: ClientUpdates, weights: Tensor | None = None) -> tuple[Params, dict]:
-        """Server step: ``g = -(mean_S Delta_k - h+/alpha)``; updates h.
+    def direction(
+        self, server_state: dict, updates: ClientUpdates, weights: Tensor | None = None
+    ) -> tuple[Params, dict, dict]:
+        """Server step: ``g = -(mean_S Delta_k - h+/alpha)``; the new h.
 
         Args:
-            params: theta^{t-1}.
+            server_state: with ``h`` and ``num_clients``.
             updates: the round's updates.
             weights: optional ``Tensor[m]`` replacing the uniform mean (FedVG on FedDyn).
+
+        Returns:
+            ``(g, server_state with the new h, {"weights": ...})``.
         """
         _check_weights_arg(weights)
-        if self._h is None:
-            raise RuntimeError("FedDyn.init_state must run before direction (simulate() calls it).")
-        step, self._h = feddyn_server_update(updates.deltas, self._h, self.alpha, self._num_clients, weights)
-        return {k: -v for k, v in step.items()}, {"weights": _used_weights(updates, weights)}
+        step, h = feddyn_server_update(
+            updates.deltas, server_state["h"], self.alpha, server_state["num_clients"], weights
+        )
+        g = {k: -v for k, v in step.items()}
+        return g, {**server_state, "h": h}, {"weights": _used_weights(updates, weights)}
 
 
 class FedNova(FedAvg):
@@ -243,23 +276,36 @@ class FedNova(FedAvg):
     """
 
     name = "fednova"
+    needs = Needs(signals={"num_steps"})
 
     def __init__(self, server_lr: float = 1.0, optimizer: ServerOptimizer | None = None, prox_tau_eff: str = "steps"):
+        """Check the arguments (see the class docstring) and keep them."""
         super().__init__(server_lr, optimizer)
         if prox_tau_eff not in PROX_TAU_EFF:
             raise ValueError(f"prox_tau_eff must be one of {PROX_TAU_EFF}, got {prox_tau_eff!r}.")
         self.prox_tau_eff = prox_tau_eff
 
-    def client_update(self, work: ClientWork, params: Params, state: dict) -> ClientOutput:
+    def client_update(self, work: ClientWork, server_state: dict, state: dict) -> ClientOutput:
+        """FedAvg's client update plus ``signals["num_steps"]`` (``Tensor[m]``)."""
+        params = server_state["params"]
         local = work.train(params)
         deltas = {k: local.params[k] - params[k].unsqueeze(0) for k in params}
         return ClientOutput(deltas, local.train_loss, {"num_steps": local.num_steps})
 
-    def direction(self, params: Params, updates: ClientUpdates) -> tuple[Params, dict]:
+    def direction(self, server_state: dict, updates: ClientUpdates) -> tuple[Params, dict, dict]:
+        """``g = -tau_eff sum_i p_i Delta_i / ||a_i||_1``; the state unchanged.
+
+        Args:
+            server_state: the server state.
+            updates: the round's updates, with ``signals["num_steps"]``.
+
+        Returns:
+            ``(g, server_state, diagnostics)``.
+        """
         tau = _local_steps(updates, "FedNova")
         cfg = updates.config or LocalTraining()
         proximal = cfg.lr * cfg.prox_mu
         step = fednova_aggregate(updates.deltas, tau, updates.num_samples, cfg.momentum, proximal, self.prox_tau_eff)
         tau_eff = float(fednova_tau_eff(tau.cpu(), updates.num_samples, cfg.momentum, proximal, self.prox_tau_eff))
         diag = {"weights": updates.size_weights, "tau": tau.cpu(), "tau_eff": tau_eff}
-        return {k: -v for k, v in step.items()}, diag
+        return {k: -v for k, v in step.items()}, server_state, diag

@@ -13,7 +13,7 @@ from torch import nn
 
 from ..aggregators import afl_direction, afl_lambda_step, fedlf_direction
 from ..params import Params
-from .base import ClientUpdates
+from .base import ClientUpdates, Needs
 from .conflict import _GlobalLossSignal
 from .craft import craft_layer_groups
 
@@ -21,6 +21,7 @@ __all__ = ["AFL", "FedLF"]
 
 
 def _losses(updates: ClientUpdates, who: str):
+    """``Tensor[m]``: ``signals["global_loss"]``, or a clear error."""
     if "global_loss" not in updates.signals:
         raise ValueError(f"{who} needs updates.signals['global_loss'] (F_k(theta_t)); client_signals computes it.")
     return updates.signals["global_loss"]
@@ -52,20 +53,22 @@ class AFL(_GlobalLossSignal):
     running average ``theta^A`` the model ``History.client_accuracy`` is of (``theta_0``
     before the first round), with the last iterate in ``History.other_accuracy["last"]``.
     Training is the same either way: the clients always receive ``theta_t``, and
-    ``History.final_params`` is ``theta_T``; :attr:`averaged_params` holds ``theta^A``.
+    ``History.final_params`` is ``theta_T``; the server state's ``average`` holds ``theta^A``.
 
     Args:
         lambda_lr: gamma_lambda (> 0), the ascent step on the mixture weights.
         server_lr: eta_s.
         iterate: ``"last"`` (default) or ``"average"``, the model the History evaluates.
 
+    Server state: FedAvg's plus ``lambdas`` (``Tensor[N]``, float64), ``average`` (``theta^A``,
+    ``None`` before the first step; kept only with ``iterate="average"``) and ``num_averaged`` (T).
     Diagnostics: ``lambdas`` (``Tensor[N]``, after the round's step) and ``losses``.
     """
 
     name = "afl"
-    _state_names = ("_lambdas", "_average", "_num_averaged")
 
     def __init__(self, lambda_lr: float = 0.1, server_lr: float = 1.0, iterate: str = "last"):
+        """Check the arguments (see the class docstring) and keep them."""
         super().__init__(server_lr)
         if not (lambda_lr > 0 and lambda_lr < float("inf")):
             raise ValueError(f"lambda_lr must be a finite number > 0, got {lambda_lr}.")
@@ -74,56 +77,53 @@ class AFL(_GlobalLossSignal):
         self.lambda_lr = float(lambda_lr)
         self.iterate = iterate
         self.evaluates = "global" if iterate == "last" else "average"
-        self._lambdas = None
-        self._average = None
-        self._num_averaged = 0
 
-    @property
-    def lambdas(self):
-        """``Tensor[N]`` (float64): the current mixture weights (``None`` before the run)."""
-        return self._lambdas
+    def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[dict, dict]:
+        """FedAvg's server state plus uniform ``lambdas``, ``average = None``, ``num_averaged = 0``.
 
-    @property
-    def averaged_params(self) -> Params | None:
-        """``theta^A = (1/T) sum_{t=1}^T theta_t`` after T server steps (``None`` before the first;
-        kept only with ``iterate="average"``)."""
-        return self._average
+        Returns:
+            ``(server_state, {})``.
+        """
+        server, clients = super().init_state(params, model, num_clients, seed)
+        lambdas = torch.full((int(num_clients),), 1.0 / num_clients, dtype=torch.float64)
+        return {**server, "lambdas": lambdas, "average": None, "num_averaged": 0}, clients
 
-    def init(self, params: Params) -> None:
-        super().init(params)
-        self._num_averaged = 0
+    def direction(self, server_state: dict, updates: ClientUpdates) -> tuple[Params, dict, dict]:
+        """``g = -(N/m) sum lambda_k Delta_k`` and the ascent step on ``lambdas`` (both from the round's start).
 
-    def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[Params, dict]:
-        self._lambdas = torch.full((int(num_clients),), 1.0 / num_clients, dtype=torch.float64)
-        self._average = None
-        self._num_averaged = 0
-        return params, {}
+        Args:
+            server_state: with ``lambdas``.
+            updates: the round's updates, with ``signals["global_loss"]``.
 
-    def direction(self, params: Params, updates: ClientUpdates) -> tuple[Params, dict]:
-        if self._lambdas is None:
-            raise RuntimeError("AFL.init_state must run before direction (simulate() calls it).")
+        Returns:
+            ``(g, server_state with the new lambdas, {"lambdas", "losses"})``.
+        """
         losses = _losses(updates, "AFL")
         ids = updates.client_ids.cpu()
-        step = afl_direction(updates.deltas, self._lambdas, ids)
-        self._lambdas = afl_lambda_step(self._lambdas, losses.detach().double().cpu(), self.lambda_lr, ids)
-        return {k: -v for k, v in step.items()}, {"lambdas": self._lambdas.clone(), "losses": losses}
+        lambdas = server_state["lambdas"].cpu()  # the mixture weights are kept on the CPU
+        step = afl_direction(updates.deltas, lambdas, ids)
+        lambdas = afl_lambda_step(lambdas, losses.detach().double().cpu(), self.lambda_lr, ids)
+        diag = {"lambdas": lambdas.clone(), "losses": losses}
+        return {k: -v for k, v in step.items()}, {**server_state, "lambdas": lambdas}, diag
 
-    def aggregate(self, params: Params, updates: ClientUpdates) -> tuple[Params, dict]:
-        new, diag = super().aggregate(params, updates)
+    def aggregate(self, server_state: dict, updates: ClientUpdates) -> tuple[dict, dict]:
+        """The server step, then (``iterate="average"``) the running average ``theta^A``; pure."""
+        server_state, diag = super().aggregate(server_state, updates)
         if self.iterate == "average":  # theta^A_T = ((T - 1) theta^A_{T-1} + theta_T) / T
-            t = self._num_averaged
-            if self._average is None:
-                self._average = {k: v.detach().clone() for k, v in new.items()}
+            new, average, t = server_state["params"], server_state["average"], server_state["num_averaged"]
+            if average is None:
+                average = {k: v.detach().clone() for k, v in new.items()}
             else:
-                self._average = {k: (t * self._average[k] + new[k].detach()) / (t + 1) for k in new}
-            self._num_averaged = t + 1
-        return new, diag
+                average = {k: (t * average[k] + new[k].detach()) / (t + 1) for k in new}
+            server_state = {**server_state, "average": average, "num_averaged": t + 1}
+        return server_state, diag
 
-    def eval_models(self, model: nn.Module, params: Params, state: dict, train_sets) -> dict:
+    def eval_models(self, model: nn.Module, server_state: dict, state: dict, train_sets) -> dict:
+        """theta_t (``iterate="last"``), or ``{"average": theta^A, "last": theta_t}``."""
         if self.iterate == "last":
-            return super().eval_models(model, params, state, train_sets)
-        average = params if self._average is None else self._average
-        return {"average": (average, None), "last": (params, None)}
+            return super().eval_models(model, server_state, state, train_sets)
+        params, average = server_state["params"], server_state["average"]
+        return {"average": (params if average is None else average, None), "last": (params, None)}
 
 
 FEDLF_GROUPS = ("tensor", "module")
@@ -164,6 +164,7 @@ class FedLF(_GlobalLossSignal):
     name = "fedlf"
 
     def __init__(self, server_lr: float = 1.0, fairness: bool = True, layerwise: bool = True, groups: str = "tensor"):
+        """Check the arguments (see the class docstring) and keep them."""
         super().__init__(server_lr)
         if groups not in FEDLF_GROUPS:
             raise ValueError(f"groups must be one of {FEDLF_GROUPS}, got {groups!r}.")
@@ -171,7 +172,14 @@ class FedLF(_GlobalLossSignal):
         self.layerwise = bool(layerwise)
         self.groups = groups
 
-    def direction(self, params: Params, updates: ClientUpdates) -> tuple[Params, dict]:
+    @property
+    def needs(self) -> Needs:
+        """``global_loss`` signals with the fairness row, none without."""
+        return Needs(signals={"global_loss"}) if self.fairness else Needs()
+
+    def direction(self, server_state: dict, updates: ClientUpdates) -> tuple[Params, dict, dict]:
+        """FedLF's layer-wise fair direction; the state unchanged; diagnostics ``losses``."""
+        params = server_state["params"]
         losses = _losses(updates, "FedLF") if self.fairness else None
         if not self.layerwise:
             groups = {"model": list(params)}
@@ -181,4 +189,4 @@ class FedLF(_GlobalLossSignal):
             groups = None  # one problem per parameter tensor
         pseudo = {k: -v for k, v in updates.deltas.items()}
         d = fedlf_direction(pseudo, None if losses is None else losses.detach(), groups=groups)
-        return d, ({} if losses is None else {"losses": losses})
+        return d, server_state, ({} if losses is None else {"losses": losses})

@@ -34,13 +34,29 @@ class FedAvg(Strategy):
     name = "fedavg"
 
     def client_weights(self, updates: ClientUpdates) -> Tensor:
-        """``Tensor[m]``: the weights of the clients' mean, by data size (``updates.size_weights``)."""
+        """The weights of the clients' mean.
+
+        Args:
+            updates: the round's updates.
+
+        Returns:
+            ``Tensor[m]``, by data size (``updates.size_weights``).
+        """
         return updates.size_weights
 
-    def direction(self, params: Params, updates: ClientUpdates) -> tuple[Params, dict]:
+    def direction(self, server_state: dict, updates: ClientUpdates) -> tuple[Params, dict, dict]:
+        """``g = -sum_i p_i Delta_i``; diagnostics ``weights`` (``Tensor[m]``).
+
+        Args:
+            server_state: the server state (returned unchanged).
+            updates: the round's updates.
+
+        Returns:
+            ``(g, server_state, {"weights": p})``.
+        """
         w = self.client_weights(updates)
         step = fedavg(updates.deltas, w)
-        return {k: -v for k, v in step.items()}, {"weights": w}
+        return {k: -v for k, v in step.items()}, server_state, {"weights": w}
 
 
 class FedAvgM(FedAvg):
@@ -57,17 +73,19 @@ class FedAvgM(FedAvg):
     name = "fedavgm"
 
     def __init__(self, server_lr: float = 1.0, momentum: float = 0.9):
+        """Check the arguments (see the class docstring) and keep them."""
         super().__init__(optimizer=ServerMomentum(server_lr, momentum))
 
     @property
     def momentum(self) -> float:
-        """beta."""
+        """The momentum beta."""
         return self.optimizer.momentum
 
 
 class FedProx(FedAvg):
-    """FedProx (Li et al., 2020): FedAvg aggregation, clients minimise
-    ``loss + (mu/2) ||w - theta_t||^2``.
+    """FedProx (Li et al., 2020): FedAvg aggregation, proximal clients.
+
+    The clients minimise ``loss + (mu/2) ||w - theta_t||^2``.
 
     Args:
         mu: proximal coefficient (> 0).
@@ -78,12 +96,14 @@ class FedProx(FedAvg):
     name = "fedprox"
 
     def __init__(self, mu: float = 0.01, server_lr: float = 1.0, optimizer: ServerOptimizer | None = None):
+        """Check the arguments (see the class docstring) and keep them."""
         super().__init__(server_lr, optimizer)
         if not (mu >= 0 and mu < float("inf")):
             raise ValueError(f"mu must be a finite number >= 0, got {mu}.")
         self.mu = float(mu)
 
     def configure_local(self, config: LocalTraining) -> LocalTraining:
+        """The clients' settings with ``prox_mu = mu``."""
         return config.replace(prox_mu=self.mu)
 
 
@@ -115,14 +135,17 @@ class _FedOptStrategy(FedAvg):
         self.weighting = weighting
 
     def client_weights(self, updates: ClientUpdates) -> Tensor:
+        """``Tensor[m]``: ``p_i`` by data size, or ``1/|S|`` with ``weighting="uniform"``."""
         if self.weighting == "size":
             return super().client_weights(updates)
         return torch.full_like(updates.size_weights, 1.0 / updates.num_clients)
 
 
 class FedAdam(_FedOptStrategy):
-    """FedAdam (Reddi et al., 2021): ``g = -sum_i p_i Delta_i``, ``m <- b1 m + (1-b1) g``,
-    ``v <- b2 v + (1-b2) g^2``, ``theta <- theta - eta_s m / (sqrt(v) + tau)`` (``m_0 = 0``, ``v_0 = tau^2``).
+    """FedAdam (Reddi et al., 2021): Adam's moments on FedAvg's pseudo-gradient.
+
+    ``g = -sum_i p_i Delta_i``, ``m <- b1 m + (1-b1) g``, ``v <- b2 v + (1-b2) g^2``,
+    ``theta <- theta - eta_s m / (sqrt(v) + tau)`` (``m_0 = 0``, ``v_0 = tau^2``).
 
     The client mean is weighted by data size (``p_i = n_i / sum_j n_j``) by default; Reddi et
     al.'s Algorithm 2 takes the plain mean ``(1/|S|) sum_{i in S} Delta_i``: ``weighting="uniform"``.

@@ -24,7 +24,7 @@ from ..aggregators.fedoui import scores_and_fit, weights_from_scores
 from ..engine import LocalResult
 from ..params import Params
 from ..signals.oui import client_oui, probe_batch
-from .base import ClientUpdates, Strategy
+from .base import ClientUpdates, Needs, Strategy
 
 __all__ = ["FedOUI", "FedAlign"]
 
@@ -58,6 +58,7 @@ class FedOUI(Strategy):
     """
 
     name = "fedoui"
+    needs = Needs(signals={"oui"})
 
     def __init__(
         self,
@@ -67,6 +68,7 @@ class FedOUI(Strategy):
         layer: str | None = None,
         server_lr: float = 1.0,
     ):
+        """Check the arguments (see the class docstring) and keep them."""
         super().__init__(server_lr)
         if int(probe_size) != probe_size or probe_size < 2:
             raise ValueError(f"probe_size must be an integer >= 2, got {probe_size}.")
@@ -84,7 +86,16 @@ class FedOUI(Strategy):
         probes = torch.stack([probe_batch(x, self.probe_size, self.probe_seed) for x, _ in datasets])
         return {"oui": client_oui(model, local.params, probes, layer=self.layer)}
 
-    def direction(self, params: Params, updates: ClientUpdates) -> tuple[Params, dict]:
+    def direction(self, server_state: dict, updates: ClientUpdates) -> tuple[Params, dict, dict]:
+        """``g = -sum_k w_k Delta_k`` with FedOUI's weights; the state unchanged.
+
+        Args:
+            server_state: the server state.
+            updates: the round's updates, with ``signals["oui"]`` (``Tensor[m]``).
+
+        Returns:
+            ``(g, server_state, diagnostics)``.
+        """
         if "oui" not in updates.signals:
             raise ValueError(
                 "FedOUI.aggregate needs updates.signals['oui'] (Tensor[m]); "
@@ -94,14 +105,18 @@ class FedOUI(Strategy):
         scores, alpha, beta, method = scores_and_fit(o)
         w = weights_from_scores(scores, updates.num_samples, self.eps)
         step = fedavg(updates.deltas, w)
-        return {k: -v for k, v in step.items()}, {
-            "weights": w,
-            "oui": o.cpu(),
-            "scores": scores.cpu(),
-            "beta_alpha": alpha,
-            "beta_beta": beta,
-            "fit_method": method,
-        }
+        return (
+            {k: -v for k, v in step.items()},
+            server_state,
+            {
+                "weights": w,
+                "oui": o.cpu(),
+                "scores": scores.cpu(),
+                "beta_alpha": alpha,
+                "beta_beta": beta,
+                "fit_method": method,
+            },
+        )
 
 
 class FedAlign(Strategy):
@@ -122,12 +137,14 @@ class FedAlign(Strategy):
     name = "fedalign"
 
     def __init__(self, eps: float = 1e-3, server_lr: float = 1.0):
+        """Check the arguments (see the class docstring) and keep them."""
         super().__init__(server_lr)
         if not (eps > 0 and math.isfinite(eps)):
             raise ValueError(f"eps must be a finite number > 0, got {eps}.")
         self.eps = float(eps)
 
-    def direction(self, params: Params, updates: ClientUpdates) -> tuple[Params, dict]:
+    def direction(self, server_state: dict, updates: ClientUpdates) -> tuple[Params, dict, dict]:
+        """``g = -sum_k w_k Delta_k`` with FedAlign's weights; the state unchanged."""
         w = fedalign_weights(updates.deltas, updates.num_samples, self.eps)
         step = fedavg(updates.deltas, w)
-        return {k: -v for k, v in step.items()}, {"weights": w.cpu()}
+        return {k: -v for k, v in step.items()}, server_state, {"weights": w.cpu()}

@@ -16,25 +16,25 @@ composes with what clients do and with how the server applies ``g``:
   direction (e.g. ``FedAvgM``'s momentum, ``FedAdam``'s moments);
 * FedVG on **SCAFFOLD** or **FedDyn** (``FedVG(val, base=SCAFFOLD())``): the base's
   server step (control variates, FedDyn's state h) runs with FedVG's weights in place of
-  its uniform mean (bases whose ``direction`` takes ``weights=``);
+  its uniform mean (bases whose ``direction`` takes ``weights=``, ``weighted_direction``);
 * FedVG with **any server optimizer** (``optimizer=ServerMomentum(eta_s, beta)``, or the
   shorthand ``server_momentum=beta``).
 
-:meth:`FedVG.on_top_of` is ``FedVG(val, base=base)``.
+:meth:`FedVG.on_top_of` is ``FedVG(val, base=base)``. With a base, FedVG's server state is
+``{"base": the base's server state}`` (its ``"optimizer"`` entry is FedVG's optimizer's); a
+base without one global model (IFCA, local-only, Gossip, DAC), Ditto or another FedVG is
+refused at construction.
 """
 
 from __future__ import annotations
 
-import copy
-
-import torch
 from torch import Tensor
 
 from ..aggregators import fedvg_aggregate, fedvg_layerwise_weights, fedvg_mixed_weights, fedvg_weights
 from ..engine import LocalTraining, make_engine
 from ..params import Params
 from ..signals import as_validation_set, validation_gradient_norms
-from .base import ClientOutput, ClientUpdates, ClientWork, Strategy
+from .base import ClientOutput, ClientUpdates, ClientWork, Needs, Strategy, check_base
 from .server_optim import ServerMomentum, ServerOptimizer, ServerSGD
 
 __all__ = ["FedVG"]
@@ -63,9 +63,9 @@ class FedVG(Strategy):
         batch_size: batch size of the validation-gradient definition (32).
         engine: the engine of the validation gradients: ``"vmap"`` (all clients in one batched
             pass), ``"loop"`` or an engine object (:func:`fedlearn_edu.engine.make_engine`).
-        base: a strategy whose clients (``configure_local``, ``client_update``) and server
-            optimizer FedVG keeps (its direction is replaced by FedVG's).
-        optimizer: the server optimizer (default: a fresh copy of ``base``'s, else
+        base: a strategy whose clients (``configure_local``, ``client_update``), server state
+            and server optimizer FedVG keeps (its direction is replaced by FedVG's).
+        optimizer: the server optimizer (default: ``base``'s, else
             ``ServerSGD(server_lr)`` or ``ServerMomentum(server_lr, server_momentum)``).
 
     Diagnostics per round: ``weights`` (``Tensor[m]``; for the layer-wise mode the mean of the
@@ -100,8 +100,14 @@ class FedVG(Strategy):
         base: Strategy | None = None,
         optimizer: ServerOptimizer | None = None,
     ):
-        if base is not None and not isinstance(base, Strategy):
-            raise TypeError(f"FedVG.on_top_of / base= needs a fedlearn_edu Strategy; got {type(base).__name__}.")
+        """Check the arguments (see the class docstring) and keep them."""
+        if base is not None:
+            check_base("FedVG", base)
+            if isinstance(base, FedVG):
+                raise ValueError(
+                    "FedVG over FedVG cannot work: the outer FedVG's weights replace the inner one's. "
+                    "Use one FedVG (on the inner one's base)."
+                )
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}.")
         if not float(norm_order) > 0:
@@ -114,8 +120,7 @@ class FedVG(Strategy):
             raise ValueError(f"prox_mu must be a finite number >= 0, got {prox_mu}.")
         if optimizer is None:
             if base is not None and server_momentum == 0:
-                optimizer = copy.deepcopy(base.optimizer)
-                optimizer.init()
+                optimizer = base.optimizer  # stateless: its moments live in the server state
             elif server_momentum:
                 optimizer = ServerMomentum(server_lr if base is None else base.server_lr, server_momentum)
             else:
@@ -132,7 +137,6 @@ class FedVG(Strategy):
         self.batch_size = int(batch_size)
         self.engine = getattr(self._engine, "name", type(self._engine).__name__)
         self.base = base
-        self._val_on: dict = {}
         if self._base_takes_weights and mode != "clientwise":
             raise ValueError(
                 f"FedVG on {type(base).__name__} replaces its uniform mean by one weight per client: "
@@ -147,6 +151,7 @@ class FedVG(Strategy):
         ``FedAdam()`` its adaptive server step. Other keyword arguments go to :class:`FedVG`.
 
         Example:
+            >>> import torch
             >>> from fedlearn_edu import FedProx
             >>> x, y = torch.rand(8, 4), torch.arange(8) % 2
             >>> FedVG.on_top_of(FedProx(mu=0.1), (x, y)).prox_mu
@@ -161,59 +166,84 @@ class FedVG(Strategy):
 
     @property
     def server_momentum(self) -> float:
-        """beta of the server optimizer (0 unless it is a momentum optimizer)."""
+        """The server optimizer's momentum beta (0 unless it is a momentum optimizer)."""
         return float(getattr(self.optimizer, "momentum", 0.0))
 
-    def init(self, params: Params) -> None:
-        super().init(params)
-        if self.base is not None:
-            self.base.init(params)
+    @property
+    def needs(self) -> Needs:
+        """A validation set, plus the base's client signals."""
+        signals = frozenset() if self.base is None else self.base.needs.signals
+        return Needs(signals=signals, validation=True)
 
-    def init_state(self, params: Params, model, num_clients: int, seed: int) -> tuple[Params, dict]:
-        if self.base is not None:
-            return self.base.init_state(params, model, num_clients, seed)
-        return super().init_state(params, model, num_clients, seed)
+    def init_state(self, params: Params, model, num_clients: int, seed: int) -> tuple[dict, dict]:
+        """FedAvg's server state, or ``{"base": the base's}`` with FedVG's optimizer's moments.
 
-    def state_dict(self) -> dict:
-        state = super().state_dict()
-        if self.base is not None:
-            state["base"] = self.base.state_dict()
-        return state
+        Returns:
+            ``(server_state, client_state)`` (the base's client state, if any).
+        """
+        if self.base is None:
+            return super().init_state(params, model, num_clients, seed)
+        base, state = self.base.init_state(params, model, num_clients, seed)
+        return {"base": {**base, "optimizer": self.optimizer.init_state(base["params"])}}, state
 
-    def load_state_dict(self, state: dict) -> None:
-        super().load_state_dict(state)
-        if self.base is not None:
-            self.base.load_state_dict(state["base"])
+    def _own(self, server_state: dict) -> dict:
+        """The state holding the model FedVG steps: its own, or the base's."""
+        return server_state if self.base is None else server_state["base"]
+
+    def server_params(self, server_state: dict) -> Params:
+        """theta_t (the base's, with a base)."""
+        return self._own(server_state)["params"]
+
+    def client_view(self, server_state: dict) -> dict:
+        """theta_t, or ``{"base": what the base's clients read}``."""
+        if self.base is None:
+            return super().client_view(server_state)
+        return {"base": self.base.client_view(server_state["base"])}
 
     def configure_local(self, config: LocalTraining) -> LocalTraining:
+        """The base's client settings, then FedVG's ``prox_mu`` if set."""
         if self.base is not None:
             config = self.base.configure_local(config)
         return config.replace(prox_mu=self._prox_mu) if self._prox_mu else config
 
-    def client_update(self, work: ClientWork, params: Params, state: dict) -> ClientOutput:
+    def client_update(self, work: ClientWork, server_state: dict, state: dict) -> ClientOutput:
+        """The base's client update (on its state), else plain local SGD from theta_t."""
         if self.base is not None:
-            return self.base.client_update(work, params, state)
-        return super().client_update(work, params, state)
+            return self.base.client_update(work, server_state["base"], state)
+        return super().client_update(work, server_state, state)
+
+    def eval_models(self, model, server_state: dict, state: dict, train_sets) -> dict:
+        """theta_t (the base's evaluation, with a base)."""
+        if self.base is not None:
+            return self.base.eval_models(model, server_state["base"], state, train_sets)
+        return super().eval_models(model, server_state, state, train_sets)
 
     @property
     def validation_data(self) -> tuple[Tensor, Tensor]:
         """The server's validation set ``(x: Tensor[n, ...], y: Tensor[n])`` (checked by ``simulate`` up front)."""
         return self._val
 
-    def _val_data(self, device: torch.device) -> tuple[Tensor, Tensor]:
-        key = str(device)
-        if key not in self._val_on:
-            self._val_on = {key: tuple(t.to(device) for t in self._val)}
-        return self._val_on[key]
+    def direction(self, server_state: dict, updates: ClientUpdates) -> tuple[Params, dict, dict]:
+        """``g = -sum_k s_k Delta_k`` with FedVG's weights (through the base's step for SCAFFOLD/FedDyn).
 
-    def direction(self, params: Params, updates: ClientUpdates) -> tuple[Params, dict]:
+        Args:
+            server_state: FedVG's server state (``{"base": ...}`` with a base).
+            updates: the round's updates.
+
+        Returns:
+            ``(g, server_state, diagnostics)``: with a weighted base (SCAFFOLD, FedDyn), its own
+            entries (control variates, h) updated under ``"base"``.
+        """
+        own = self._own(server_state)
+        params = own["params"]
         device = next(iter(params.values())).device
         # The server rebuilds the clients' models from their deltas: theta_k = theta_t + Delta_k.
         theta = {k: params[k].unsqueeze(0) + updates.deltas[k] for k in params}
+        val = tuple(t.to(device) for t in self._val)
         norms = validation_gradient_norms(
             updates.model,
             theta,
-            self._val_data(device),
+            val,
             self.norm_order,
             batch_size=self.batch_size,
             engine=self._engine,
@@ -234,10 +264,17 @@ class FedVG(Strategy):
         if self._base_takes_weights:
             # SCAFFOLD / FedDyn: their server step (control variates, state h) with FedVG's
             # weights in place of the uniform mean.
-            g, base_diag = self.base.direction(params, updates, weights=weights)
-            return g, {**base_diag, **diag}
+            g, base, base_diag = self.base.direction(own, updates, weights=weights)
+            return g, {**server_state, "base": base}, {**base_diag, **diag}
         step = fedvg_aggregate(updates.deltas, weights)
-        return {k: -v for k, v in step.items()}, diag
+        return {k: -v for k, v in step.items()}, server_state, diag
+
+    def aggregate(self, server_state: dict, updates: ClientUpdates) -> tuple[dict, dict]:
+        """:meth:`direction`, then FedVG's optimizer steps theta (under ``"base"``, with a base); pure."""
+        if self.base is None:
+            return super().aggregate(server_state, updates)
+        g, server_state, diag = self.direction(server_state, updates)
+        return {**server_state, "base": self.apply(server_state["base"], g, updates)}, diag
 
     @property
     def _base_takes_weights(self) -> bool:

@@ -34,27 +34,31 @@ from torch import Tensor, nn
 from torch.func import functional_call
 
 from ..aggregators import fedavg
-from ..params import Params, get_params, stack_params
+from ..engine import LocalTraining
+from ..params import Params, get_params, repeat_params, stack_params
 from ..utils import derive_seed
-from .base import ClientOutput, ClientUpdates, ClientWork, Strategy
+from .base import ClientOutput, ClientUpdates, ClientWork, Needs, Strategy, check_base
 from .fedavg import FedAvg
 
-__all__ = ["LocalOnly", "IFCA", "Ditto", "client_losses", "repeat_params"]
+__all__ = ["LocalOnly", "IFCA", "Ditto", "client_losses"]
 
 DITTO_SEED_TAG = 0xD1770
 IFCA_SEED_TAG = 0x1FCA
 
 
-def repeat_params(params: Params, n: int) -> Params:
-    """``{name: Tensor[n, ...]}``: ``n`` copies of one model stacked on a leading axis."""
-    return {k: v.detach().unsqueeze(0).repeat(n, *([1] * v.dim())).clone() for k, v in params.items()}
-
-
 @torch.no_grad()
 def client_losses(model: nn.Module, models: Params, datasets: Sequence[tuple[Tensor, Tensor]]) -> Tensor:
-    """``Tensor[m, K]``: mean cross-entropy of each of K stacked models on each client's data.
+    """Mean cross-entropy of each of K stacked models on each client's data.
 
     IFCA's cluster identity estimate is the row-wise argmin.
+
+    Args:
+        model: the architecture.
+        models: K stacked models ``{name: Tensor[K, ...]}``.
+        datasets: m clients' ``(x: Tensor[n_i, ...], y: Tensor[n_i])``.
+
+    Returns:
+        ``Tensor[m, K]`` (float64, CPU).
     """
     k = next(iter(models.values())).shape[0]
     out = torch.empty(len(datasets), k, dtype=torch.float64)
@@ -73,27 +77,50 @@ class LocalOnly(Strategy):
     """Local-only training: every client starts from theta_0 and trains only on its own data.
 
     Whenever a client is selected it trains its personal model (client state ``personal``)
-    for the round's local epochs; nothing is averaged and the server's model stays theta_0:
-    the lower bound on what collaboration must beat, and the upper bound when clients have
-    plenty of data and conflicting tasks.
+    for the round's local epochs; nothing is averaged and the server keeps no model (its
+    state is empty): the lower bound on what collaboration must beat, and the upper bound
+    when clients have plenty of data and conflicting tasks.
     """
 
     name = "local"
-    single_model = False
+    needs = Needs(server_model="none")
+    model_key = None
     evaluates = "personal"
 
-    def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[Params, dict]:
-        return params, {"personal": repeat_params(params, num_clients)}
+    def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[dict, dict]:
+        """No server state; client state ``personal`` (N copies of theta_0).
 
-    def client_update(self, work: ClientWork, params: Params, state: dict) -> ClientOutput:
-        local = work.train(params, start=state["personal"])
-        deltas = {k: local.params[k] - state["personal"][k] for k in params}
+        Returns:
+            ``({}, {"personal": {name: Tensor[N, ...]}})``.
+        """
+        return {}, {"personal": repeat_params(params, num_clients)}
+
+    def client_view(self, server_state: dict) -> dict:
+        """Nothing: the clients read no server state."""
+        return {}
+
+    def client_update(self, work: ClientWork, server_state: dict, state: dict) -> ClientOutput:
+        """Train the selected clients' personal models; the new rows are the client state.
+
+        Args:
+            work: the round's clients.
+            server_state: unused (empty).
+            state: the selected rows ``{"personal": {name: Tensor[m, ...]}}``.
+
+        Returns:
+            The :class:`ClientOutput`.
+        """
+        personal = state["personal"]
+        local = work.train(None, start=personal)
+        deltas = {k: local.params[k] - personal[k] for k in personal}
         return ClientOutput(deltas, local.train_loss, state={"personal": local.params})
 
-    def aggregate(self, params: Params, updates: ClientUpdates) -> tuple[Params, dict]:
-        return params, {}
+    def aggregate(self, server_state: dict, updates: ClientUpdates) -> tuple[dict, dict]:
+        """No server step: the (empty) state unchanged, no diagnostics."""
+        return server_state, {}
 
-    def eval_models(self, model: nn.Module, params: Params, state: dict, train_sets) -> dict:
+    def eval_models(self, model: nn.Module, server_state: dict, state: dict, train_sets) -> dict:
+        """Each client's personal model."""
         personal = state["personal"]
         return {"personal": (personal, _own_models(len(train_sets), next(iter(personal.values())).device))}
 
@@ -136,16 +163,19 @@ class IFCA(Strategy):
         warmup_rounds: rounds of random balanced assignment before the argmin takes over.
         server_lr: eta_s (1: the plain per-cluster average).
 
-    Client state: ``cluster`` (``Tensor[N]``, int64), the cluster each client picked when
-    it was last selected (-1 before). Diagnostics: ``assignment`` (``Tensor[m]``) and
-    ``cluster_sizes`` (``Tensor[K]``).
+    Server state: ``clusters`` (``{name: Tensor[K, ...]}``) and ``optimizer``. Client state:
+    ``cluster`` (``Tensor[N]``, int64), the cluster each client picked when it was last
+    selected (-1 before). Diagnostics: ``assignment`` (``Tensor[m]``) and ``cluster_sizes``
+    (``Tensor[K]``).
     """
 
     name = "ifca"
-    single_model = False
+    needs = Needs(signals={"cluster"}, server_model="clusters")
+    model_key = "clusters"
     evaluates = "cluster"
 
     def __init__(self, num_clusters: int, warmup_rounds: int = 0, server_lr: float = 1.0):
+        """Check the arguments (see the class docstring) and keep them."""
         super().__init__(server_lr)
         if int(num_clusters) != num_clusters or num_clusters < 1:
             raise ValueError(f"num_clusters must be an integer >= 1, got {num_clusters}.")
@@ -154,16 +184,33 @@ class IFCA(Strategy):
         self.num_clusters = int(num_clusters)
         self.warmup_rounds = int(warmup_rounds)
 
-    def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[Params, dict]:
+    def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[dict, dict]:
+        """The K cluster models (cluster 0 is theta_0) and the client state ``cluster`` (-1).
+
+        Returns:
+            ``({"clusters": {name: Tensor[K, ...]}, "optimizer": ...}, {"cluster": Tensor[N]})``.
+        """
         device = next(iter(params.values())).device
         others = [
             {n: v.to(device) for n, v in _reinit(model, derive_seed(seed, IFCA_SEED_TAG, j)).items()}
             for j in range(1, self.num_clusters)
         ]
         clusters = stack_params([params, *others])
-        return clusters, {"cluster": torch.full((num_clients,), -1, dtype=torch.long, device=device)}
+        server = {"clusters": clusters, "optimizer": self.optimizer.init_state(clusters)}
+        return server, {"cluster": torch.full((num_clients,), -1, dtype=torch.long, device=device)}
 
-    def client_update(self, work: ClientWork, params: Params, state: dict) -> ClientOutput:
+    def client_update(self, work: ClientWork, server_state: dict, state: dict) -> ClientOutput:
+        """Pick each client's cluster (or deal them at random in the warm-up) and train it.
+
+        Args:
+            work: the round's clients.
+            server_state: with ``clusters``.
+            state: the selected rows of ``cluster``.
+
+        Returns:
+            The :class:`ClientOutput` (signal and new state ``cluster``, ``Tensor[m]``).
+        """
+        params = server_state["clusters"]
         device = next(iter(params.values())).device
         m = len(work.datasets)
         if work.round <= self.warmup_rounds:
@@ -172,11 +219,21 @@ class IFCA(Strategy):
         else:
             assign = client_losses(work.model, params, work.datasets).argmin(1).to(device)
         start = {n: v[assign] for n, v in params.items()}
-        local = work.train({n: v[0] for n, v in params.items()}, start=start)
+        local = work.train(None, start=start)
         deltas = {n: local.params[n] - start[n] for n in start}
         return ClientOutput(deltas, local.train_loss, {"cluster": assign}, {"cluster": assign})
 
-    def direction(self, params: Params, updates: ClientUpdates) -> tuple[Params, dict]:
+    def direction(self, server_state: dict, updates: ClientUpdates) -> tuple[Params, dict, dict]:
+        """``g^j = -sum_{i: j_i = j} p_i Delta_i`` per cluster (zero for a cluster nobody picked).
+
+        Args:
+            server_state: with ``clusters``.
+            updates: the round's updates, with ``signals["cluster"]``.
+
+        Returns:
+            ``(g: {name: Tensor[K, ...]}, server_state, {"assignment", "cluster_sizes"})``.
+        """
+        params = server_state["clusters"]
         assign = updates.signals["cluster"]
         device = assign.device
         sizes = updates.num_samples.to(device, torch.float64)
@@ -189,10 +246,12 @@ class IFCA(Strategy):
             for n in g:
                 g[n][j] = -step[n]
         counts = torch.bincount(assign, minlength=self.num_clusters)
-        return g, {"assignment": assign.cpu(), "cluster_sizes": counts.cpu()}
+        return g, server_state, {"assignment": assign.cpu(), "cluster_sizes": counts.cpu()}
 
-    def eval_models(self, model: nn.Module, params: Params, state: dict, train_sets) -> dict:
-        return {"cluster": (params, client_losses(model, params, train_sets).argmin(1))}
+    def eval_models(self, model: nn.Module, server_state: dict, state: dict, train_sets) -> dict:
+        """Every client's best cluster on its training data."""
+        clusters = server_state["clusters"]
+        return {"cluster": (clusters, client_losses(model, clusters, train_sets).argmin(1))}
 
 
 class Ditto(Strategy):
@@ -208,22 +267,25 @@ class Ditto(Strategy):
        the client.
 
     The server turns the ``Delta_i`` into theta_{t+1} with the base strategy (FedAvg by
-    default; any :class:`~fedlearn_edu.Strategy`, e.g. CRAFT: "Ditto + CRAFT"). Personal
-    models start at theta_0. The driver evaluates the personal models (``History.client_accuracy``)
-    and the global one (``History.other_accuracy["global"]``).
+    default; any one-model :class:`~fedlearn_edu.Strategy`, e.g. CRAFT: "Ditto + CRAFT"),
+    whose server state is Ditto's ``"base"`` entry. Personal models start at theta_0. The
+    driver evaluates the personal models (``History.client_accuracy``) and the global one
+    (``History.other_accuracy["global"]``).
 
     Args:
         lam: Ditto's lambda >= 0 (0.1; the paper tunes it in {0.05, ..., 2}).
-        base: the global model's strategy (default ``FedAvg()``).
+        base: the global model's strategy (default ``FedAvg()``); not IFCA, local-only or
+            decentralised training (no one global model) nor Ditto itself.
         personal_epochs: epochs of the personal update (default: the round's local epochs).
     """
 
     evaluates = "personal"
+    model_key = None
 
     def __init__(self, lam: float = 0.1, base: Strategy | None = None, personal_epochs: int | None = None):
+        """Check the arguments (see the class docstring) and keep them."""
         base = FedAvg() if base is None else base
-        if not isinstance(base, Strategy):
-            raise TypeError(f"Ditto's global strategy must be a fedlearn_edu Strategy, got {type(base).__name__}.")
+        check_base("Ditto", base)
         if not (lam >= 0 and lam < float("inf")):
             raise ValueError(f"Ditto's lam must be a finite number >= 0, got {lam}.")
         if personal_epochs is not None and (int(personal_epochs) != personal_epochs or personal_epochs < 1):
@@ -234,28 +296,54 @@ class Ditto(Strategy):
         self.personal_epochs = personal_epochs
         self.name = "ditto" if type(base) is FedAvg else f"ditto+{getattr(base, 'name', type(base).__name__)}"
 
-    def init(self, params: Params) -> None:
-        self.base.init(params)
+    @property
+    def needs(self) -> Needs:
+        """The base strategy's needs."""
+        return self.base.needs
 
-    def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[Params, dict]:
-        params, state = self.base.init_state(params, model, num_clients, seed)
-        return params, {**state, "personal": repeat_params(params, num_clients)}
+    @property
+    def validation_data(self) -> tuple[Tensor, Tensor]:
+        """The base's server validation set (when ``needs.validation``: Ditto over FedVG)."""
+        return self.base.validation_data
 
-    def state_dict(self) -> dict:
-        return self.base.state_dict()
+    def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[dict, dict]:
+        """``{"base": the base's server state}``; the base's client state plus ``personal`` (theta_0).
 
-    def load_state_dict(self, state: dict) -> None:
-        self.base.load_state_dict(state)
+        Returns:
+            ``(server_state, client_state)``.
+        """
+        base, state = self.base.init_state(params, model, num_clients, seed)
+        return {"base": base}, {**state, "personal": repeat_params(self.base.server_params(base), num_clients)}
 
-    def configure_local(self, config):
+    def server_params(self, server_state: dict) -> Params:
+        """The base's global model."""
+        return self.base.server_params(server_state["base"])
+
+    def client_view(self, server_state: dict) -> dict:
+        """``{"base": what the base's clients read}``."""
+        return {"base": self.base.client_view(server_state["base"])}
+
+    def configure_local(self, config: LocalTraining) -> LocalTraining:
+        """The base's client settings."""
         return self.base.configure_local(config)
 
-    def client_update(self, work: ClientWork, params: Params, state: dict) -> ClientOutput:
-        base_state = {k: v for k, v in state.items() if k != "personal"}
-        out = self.base.client_update(work, params, base_state)
+    def client_update(self, work: ClientWork, server_state: dict, state: dict) -> ClientOutput:
+        """The base's client update, then the personal step anchored at theta_t.
+
+        Args:
+            work: the round's clients.
+            server_state: ``{"base": ...}`` (or its :meth:`client_view`).
+            state: the selected rows: the base's client state plus ``personal``.
+
+        Returns:
+            The base's :class:`ClientOutput` with ``personal`` added to the state and the
+            personal models' loss recorded.
+        """
+        base_rows = {k: v for k, v in state.items() if k != "personal"}
+        out = self.base.client_update(work, server_state["base"], base_rows)
         epochs = work.config.epochs if self.personal_epochs is None else self.personal_epochs
         personal = work.train(
-            params,
+            self.base.server_params(server_state["base"]),
             start=state["personal"],
             config=work.config.replace(epochs=epochs, prox_mu=self.lam),
             seeds=work.derived_seeds(DITTO_SEED_TAG),
@@ -268,15 +356,24 @@ class Ditto(Strategy):
             recorded_loss=personal.train_loss,
         )
 
-    def aggregate(self, params: Params, updates: ClientUpdates) -> tuple[Params, dict]:
-        return self.base.aggregate(params, updates)
+    def direction(self, server_state: dict, updates: ClientUpdates) -> tuple[Params, dict, dict]:
+        """The base's direction on the ``"base"`` entry."""
+        g, base, diag = self.base.direction(server_state["base"], updates)
+        return g, {**server_state, "base": base}, diag
 
-    def eval_models(self, model: nn.Module, params: Params, state: dict, train_sets) -> dict:
+    def aggregate(self, server_state: dict, updates: ClientUpdates) -> tuple[dict, dict]:
+        """The base's server step on the ``"base"`` entry."""
+        base, diag = self.base.aggregate(server_state["base"], updates)
+        return {**server_state, "base": base}, diag
+
+    def eval_models(self, model: nn.Module, server_state: dict, state: dict, train_sets) -> dict:
+        """The personal models first, then the base's (``"global"``)."""
         personal = state["personal"]
         return {
             "personal": (personal, _own_models(len(train_sets), next(iter(personal.values())).device)),
-            **self.base.eval_models(model, params, state, train_sets),
+            **self.base.eval_models(model, server_state["base"], state, train_sets),
         }
 
     def __repr__(self) -> str:
+        """``Ditto(lam=..., base=..., personal_epochs=...)``."""
         return f"Ditto(lam={self.lam!r}, base={self.base!r}, personal_epochs={self.personal_epochs!r})"

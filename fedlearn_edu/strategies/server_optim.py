@@ -18,9 +18,10 @@ The last three are FedOpt (Reddi et al., 2021, Algorithm 2): ``m_0 = 0``,
 ``v_0 = tau^2`` and ``theta <- theta - eta m / (sqrt(v) + tau)``, without bias
 correction, as in the paper.
 
-An optimizer keeps its state (momentum, moments) between rounds; :meth:`init`
-resets it, :meth:`state_dict` / :meth:`load_state_dict` carry it through a
-checkpoint (tensors only).
+An optimizer is pure: it holds only its hyper-parameters. Its state (momentum, moments)
+is created by :meth:`ServerOptimizer.init_state` and passed in and returned by
+:meth:`ServerOptimizer.step`; the strategy keeps it in the server state
+(``server_state["optimizer"]``), which the driver checkpoints.
 """
 
 from __future__ import annotations
@@ -45,40 +46,43 @@ def _unit_interval(name: str, value: float) -> float:
 
 
 class ServerOptimizer:
-    """Base class: ``step(params, direction) -> new params``; subclasses keep their state.
+    """Base class: ``step(params, direction, state) -> (new params, new state)``, no state on ``self``.
 
     Args:
         lr: the server step size eta_s (> 0).
     """
 
-    _state_names: tuple[str, ...] = ()
-
     def __init__(self, lr: float = 1.0):
+        """Check the arguments (see the class docstring) and keep them."""
         self.lr = _positive("server_lr", lr)
-        self.init()
 
-    def init(self, params: Params | None = None) -> None:
-        """Forget the state (before round 1)."""
-        for name in self._state_names:
-            setattr(self, name, None)
+    def init_state(self, params: Params) -> dict:
+        """The optimizer's state before round 1.
 
-    def step(self, params: Params, direction: Params) -> Params:
-        """The new parameters from ``params`` (``{name: Tensor}``) and the pseudo-gradient ``direction``."""
+        Args:
+            params: the parameters it will step, ``{name: Tensor[...]}`` (one model, or K
+                stacked ones ``Tensor[K, ...]``).
+
+        Returns:
+            ``{name: {param name: Tensor[...]}}`` shaped like ``params`` (``{}`` for SGD).
+        """
+        return {}
+
+    def step(self, params: Params, direction: Params, state: dict) -> tuple[Params, dict]:
+        """One server step.
+
+        Args:
+            params: theta_t, ``{name: Tensor[...]}``.
+            direction: the pseudo-gradient ``g``, shaped like ``params``.
+            state: the optimizer's state (:meth:`init_state`, or the previous step's); not modified.
+
+        Returns:
+            ``(theta_{t+1}, new state)``.
+        """
         raise NotImplementedError
 
-    def state_dict(self) -> dict:
-        """The optimizer's state: ``{name: None or {param name: Tensor}}``."""
-        return {name: getattr(self, name) for name in self._state_names}
-
-    def load_state_dict(self, state: dict) -> None:
-        """Restore a :meth:`state_dict`."""
-        missing = set(self._state_names) - set(state)
-        if missing:
-            raise ValueError(f"{type(self).__name__}: the saved state lacks {sorted(missing)}.")
-        for name in self._state_names:
-            setattr(self, name, state[name])
-
     def __repr__(self) -> str:
+        """``Name(hyper-parameter=value, ...)``."""
         args = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
         return f"{type(self).__name__}({args})"
 
@@ -87,40 +91,42 @@ class ServerSGD(ServerOptimizer):
     """``theta <- theta - eta g``.
 
     Example:
-        >>> ServerSGD(0.5).step({"w": torch.ones(2)}, {"w": torch.tensor([2.0, -2.0])})
-        {'w': tensor([0., 2.])}
+        >>> ServerSGD(0.5).step({"w": torch.ones(2)}, {"w": torch.tensor([2.0, -2.0])}, {})
+        ({'w': tensor([0., 2.])}, {})
     """
 
-    def step(self, params: Params, direction: Params) -> Params:
-        return {k: v - self.lr * direction[k] for k, v in params.items()}
+    def step(self, params: Params, direction: Params, state: dict) -> tuple[Params, dict]:
+        """``theta - eta g``; the state stays ``{}``."""
+        return {k: v - self.lr * direction[k] for k, v in params.items()}, state
 
 
 class ServerMomentum(ServerOptimizer):
     """Heavy-ball server momentum (FedAvgM, Hsu et al., 2019): ``v <- beta v + g``, ``theta <- theta - eta v``.
+
+    The velocity starts at zero, so ``v_1 = g``.
 
     Args:
         lr: eta_s.
         momentum: beta in [0, 1) (0.9 by default).
     """
 
-    _state_names = ("_velocity",)
-
     def __init__(self, lr: float = 1.0, momentum: float = 0.9):
+        """Check the arguments (see the class docstring) and keep them."""
         self.momentum = _unit_interval("momentum", momentum)
         super().__init__(lr)
 
-    def step(self, params: Params, direction: Params) -> Params:
-        if self._velocity is None:
-            self._velocity = direction
-        else:
-            self._velocity = {k: self.momentum * self._velocity[k] + g for k, g in direction.items()}
-        return {k: v - self.lr * self._velocity[k] for k, v in params.items()}
+    def init_state(self, params: Params) -> dict:
+        """``{"velocity": zeros like params}``."""
+        return {"velocity": {k: torch.zeros_like(v) for k, v in params.items()}}
+
+    def step(self, params: Params, direction: Params, state: dict) -> tuple[Params, dict]:
+        """``v <- beta v + g``; ``theta - eta v``."""
+        velocity = {k: self.momentum * state["velocity"][k] + g for k, g in direction.items()}
+        return {k: v - self.lr * velocity[k] for k, v in params.items()}, {"velocity": velocity}
 
 
 class _FedOpt(ServerOptimizer):
     """Adaptive server optimizers of Reddi et al. (2021): shared first moment and step."""
-
-    _state_names = ("_m", "_v")
 
     def __init__(self, lr: float = 0.01, beta1: float = 0.9, beta2: float = 0.99, tau: float = 1e-3):
         self.beta1 = _unit_interval("beta1", beta1)
@@ -131,13 +137,18 @@ class _FedOpt(ServerOptimizer):
     def _second_moment(self, v: torch.Tensor, g2: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
-    def step(self, params: Params, direction: Params) -> Params:
-        if self._m is None:
-            self._m = {k: torch.zeros_like(g) for k, g in direction.items()}
-            self._v = {k: torch.full_like(g, self.tau**2) for k, g in direction.items()}
-        self._m = {k: self.beta1 * self._m[k] + (1 - self.beta1) * g for k, g in direction.items()}
-        self._v = {k: self._second_moment(self._v[k], g * g) for k, g in direction.items()}
-        return {k: p - self.lr * self._m[k] / (self._v[k].sqrt() + self.tau) for k, p in params.items()}
+    def init_state(self, params: Params) -> dict:
+        """``{"m": zeros, "v": tau^2}``, each shaped like ``params``."""
+        return {
+            "m": {k: torch.zeros_like(p) for k, p in params.items()},
+            "v": {k: torch.full_like(p, self.tau**2) for k, p in params.items()},
+        }
+
+    def step(self, params: Params, direction: Params, state: dict) -> tuple[Params, dict]:
+        """``m <- b1 m + (1-b1) g``, the second moment, then ``theta - eta m / (sqrt(v) + tau)``."""
+        m = {k: self.beta1 * state["m"][k] + (1 - self.beta1) * g for k, g in direction.items()}
+        v = {k: self._second_moment(state["v"][k], g * g) for k, g in direction.items()}
+        return {k: p - self.lr * m[k] / (v[k].sqrt() + self.tau) for k, p in params.items()}, {"m": m, "v": v}
 
 
 class ServerAdagrad(_FedOpt):

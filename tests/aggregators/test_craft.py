@@ -22,6 +22,7 @@ from fedlearn_edu.engine import LocalTraining
 from fedlearn_edu.params import get_params, layer_groups
 from fedlearn_edu.signals import global_model_loss
 from fedlearn_edu.strategies import ClientUpdates, craft_layer_groups
+from tests.server_steps import Server
 
 SETTINGS = settings(max_examples=40, deadline=None)
 
@@ -376,10 +377,10 @@ def test_craft_strategy_solves_per_merged_group_on_resnet20():
     gen = torch.Generator().manual_seed(1)
     deltas = {k: torch.randn(3, *v.shape, generator=gen) for k, v in params.items()}
     s = CRAFT(server_lr=1.0)
-    s.init(params)
+    server_s = Server(s, params)
     groups = s.groups(params, model)
     assert groups == craft_layer_groups(model) and "norm" not in groups
-    new, _ = s.aggregate(params, _updates(deltas, [1, 1, 2], model))
+    new, _ = server_s.aggregate(_updates(deltas, [1, 1, 2], model))
     rho = torch.tensor([0.25, 0.25, 0.5])
     for names in groups.values():
         G = -torch.cat([deltas[n].reshape(3, -1) for n in names], dim=1)
@@ -395,24 +396,24 @@ def test_craft_strategy_keeps_the_unscaled_reference_between_rounds():
     rounds = [{k: 0.1 * torch.randn(3, *v.shape, generator=gen) for k, v in params.items()} for _ in range(2)]
     n = [10, 20, 30]
     s = CRAFT(server_lr=0.5)
-    s.init(params)
+    server_s = Server(s, params)
     groups = layer_groups(list(params))
     rho = torch.tensor([1 / 6, 2 / 6, 3 / 6])
-    p1, diag = s.aggregate(params, _updates(rounds[0], n, model))
+    p1, diag = server_s.aggregate(_updates(rounds[0], n, model))
     g1 = craft_direction({k: -v for k, v in rounds[0].items()}, rho, None, groups=groups)
     for k in params:
         torch.testing.assert_close(p1[k], params[k] - 0.5 * g1[k])
     torch.testing.assert_close(diag["weights"], rho)
-    p2, _ = s.aggregate(p1, _updates(rounds[1], n, model))
+    p2, _ = server_s.aggregate(_updates(rounds[1], n, model))
     g2 = craft_direction({k: -v for k, v in rounds[1].items()}, rho, g1, groups=groups)
     for k in params:
         torch.testing.assert_close(p2[k], p1[k] - 0.5 * g2[k])
-    s.init(params)  # init forgets the reference
-    p1b, _ = s.aggregate(params, _updates(rounds[0], n, model))
+    server_s = Server(s, params)  # a fresh server state forgets the reference
+    p1b, _ = server_s.aggregate(_updates(rounds[0], n, model))
     for k in params:
         torch.testing.assert_close(p1b[k], p1[k])
     glob = CRAFT(server_lr=1.0, layerwise=False)
-    pg, _ = glob.aggregate(params, _updates(rounds[0], n, model))
+    pg, _ = Server(glob, params).aggregate(_updates(rounds[0], n, model))
     gg = craft_direction({k: -v for k, v in rounds[0].items()}, rho, groups={"model": list(params)})
     for k in params:
         torch.testing.assert_close(pg[k], params[k] - gg[k])
@@ -422,19 +423,19 @@ def test_baseline_strategies_apply_their_formulas():
     params = {"w": torch.tensor([1.0, 2.0], dtype=torch.float64)}
     deltas = {"w": torch.tensor([[-1.0, 0.0], [0.5, -1.0]], dtype=torch.float64)}
     pseudo = -deltas["w"]
-    new, _ = ConFIG(server_lr=0.5).aggregate(params, _updates(deltas, [1, 1]))
+    new, _ = Server(ConFIG(server_lr=0.5), params).aggregate(_updates(deltas, [1, 1]))
     torch.testing.assert_close(new["w"], params["w"] - 0.5 * config_direction(pseudo))
     losses = torch.tensor([0.3, 0.1])
-    new, _ = FedFV(alpha=0.0).aggregate(params, _updates(deltas, [1, 1], signals={"global_loss": losses}))
+    new, _ = Server(FedFV(alpha=0.0), params).aggregate(_updates(deltas, [1, 1], signals={"global_loss": losses}))
     torch.testing.assert_close(new["w"], params["w"] - fedfv_direction(pseudo, losses, 0.0))
-    new, _ = FedFV(alpha=0.0, loss="local").aggregate(params, _updates(deltas, [1, 1], train_loss=losses))
+    new, _ = Server(FedFV(alpha=0.0, loss="local"), params).aggregate(_updates(deltas, [1, 1], train_loss=losses))
     torch.testing.assert_close(new["w"], params["w"] - fedfv_direction(pseudo, losses, 0.0))
     q = QFedAvg(q=2.0)
-    q.init(params)
+    server_q = Server(q, params)
     with pytest.raises(ValueError, match="lr"):
-        q.aggregate(params, _updates(deltas, [1, 1], signals={"global_loss": losses}))
+        server_q.aggregate(_updates(deltas, [1, 1], signals={"global_loss": losses}))
     config = LocalTraining(lr=0.2)
-    new, _ = q.aggregate(params, _updates(deltas, [1, 1], signals={"global_loss": losses}, config=config))
+    new, _ = server_q.aggregate(_updates(deltas, [1, 1], signals={"global_loss": losses}, config=config))
     torch.testing.assert_close(new["w"], params["w"] - qfedavg_step(pseudo, losses, 0.2, 2.0))
     assert isinstance(make_strategy("craft"), CRAFT) and isinstance(make_strategy("q-fedavg"), QFedAvg)
     with pytest.raises(ValueError, match="alpha"):

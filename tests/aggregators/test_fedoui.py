@@ -36,6 +36,7 @@ from fedlearn_edu.signals import (
     probe_indices,
 )
 from fedlearn_edu.strategies import ClientUpdates
+from tests.server_steps import Server
 
 FAST = settings(max_examples=40, deadline=None)
 # Pre-activations: a mix of signs and exact zeros (zero counts as "off": Z > 0 is the test).
@@ -400,7 +401,7 @@ def test_fedoui_aggregate_applies_the_weighted_mean_of_deltas():
     model = make_model("mlp", (1, 8, 8), 10, hidden=(8,))
     o = [0.2, 0.35, 0.3, 0.6]
     params, updates = _updates(model, oui_values=o)
-    new, diag = FedOUI().aggregate(params, updates)
+    new, diag = Server(FedOUI(), params).aggregate(updates)
     w = fedoui_weights(torch.tensor(o, dtype=torch.float64), updates.num_samples)
     step = fedavg(updates.deltas, w)
     for k in params:
@@ -408,17 +409,18 @@ def test_fedoui_aggregate_applies_the_weighted_mean_of_deltas():
     torch.testing.assert_close(diag["weights"], w)
     alpha, beta, method = fit_beta(o)
     assert diag["fit_method"] == method and diag["beta_alpha"] == pytest.approx(alpha)
-    new2, _ = FedOUI(server_lr=0.5).aggregate(params, updates)
+    new2, _ = Server(FedOUI(server_lr=0.5), params).aggregate(updates)
     for k in params:
         torch.testing.assert_close(new2[k], params[k] + 0.5 * step[k])
     with pytest.raises(ValueError, match="signals\\['oui'\\]"):
-        FedOUI().aggregate(*_updates(model))
+        theta, bare = _updates(model)
+        Server(FedOUI(), theta).aggregate(bare)
 
 
 def test_fedalign_aggregate_and_registry():
     model = make_model("mlp", (1, 8, 8), 10, hidden=(8,))
     params, updates = _updates(model)
-    new, diag = FedAlign().aggregate(params, updates)
+    new, diag = Server(FedAlign(), params).aggregate(updates)
     w = fedalign_weights(updates.deltas, updates.num_samples)
     step = fedavg(updates.deltas, w)
     for k in params:

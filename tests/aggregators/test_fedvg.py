@@ -21,6 +21,7 @@ from fedlearn_edu.engine import LocalTraining
 from fedlearn_edu.params import get_params, stack_params, unstack_params
 from fedlearn_edu.signals import validation_gradient_norms, validation_gradients
 from fedlearn_edu.strategies import ClientUpdates, make_strategy
+from tests.server_steps import Server
 
 norm_values = st.floats(0.0, 1e3, allow_nan=False, width=64)
 
@@ -237,8 +238,8 @@ def round_data():
 def test_strategy_aggregate_equals_the_formula(round_data, mode, mix):
     model, params, thetas, deltas, val, n = round_data
     strategy = FedVG(val, mode=mode, mix=mix, server_lr=0.5)
-    strategy.init(params)
-    new, diag = strategy.aggregate(params, _updates(model, deltas, n))
+    server_strategy = Server(strategy, params)
+    new, diag = server_strategy.aggregate(_updates(model, deltas, n))
     norms = validation_gradient_norms(model, thetas, val)  # theta_k computed here, not rebuilt
     s = fedvg_weights(norms) if mode == "clientwise" else fedvg_layerwise_weights(norms)
     if mix:
@@ -254,17 +255,17 @@ def test_strategy_aggregate_equals_the_formula(round_data, mode, mix):
 def test_server_momentum_is_fedavgm_on_the_fedvg_weighted_pseudo_gradient(round_data):
     model, params, thetas, deltas, val, n = round_data
     s = FedVG(val, server_momentum=0.9, server_lr=0.7)
-    s.init(params)
-    p1, d1 = s.aggregate(params, _updates(model, deltas, n))
+    server_s = Server(s, params)
+    p1, d1 = server_s.aggregate(_updates(model, deltas, n))
     step1 = fedvg_aggregate(deltas, d1["weights"])  # v1 = -step1
     for k in params:
         torch.testing.assert_close(p1[k], params[k] + 0.7 * step1[k], rtol=1e-5, atol=1e-6)
-    p2, d2 = s.aggregate(p1, _updates(model, deltas, n, 2))  # v2 = 0.9 v1 - step2
+    p2, d2 = server_s.aggregate(_updates(model, deltas, n, 2))  # v2 = 0.9 v1 - step2
     step2 = fedvg_aggregate(deltas, d2["weights"])
     for k in params:
         torch.testing.assert_close(p2[k], p1[k] + 0.7 * (0.9 * step1[k] + step2[k]), rtol=1e-5, atol=1e-6)
-    s.init(params)  # init resets the momentum
-    p1b, _ = s.aggregate(params, _updates(model, deltas, n))
+    server_s = Server(s, params)  # a fresh server state resets the momentum
+    p1b, _ = server_s.aggregate(_updates(model, deltas, n))
     for k in params:
         torch.testing.assert_close(p1b[k], p1[k])
 
@@ -278,7 +279,7 @@ def test_composition_with_fedprox_and_fedavgm():
     avgm = FedVG.on_top_of(FedAvgM(server_lr=0.2, momentum=0.8), val, mode="layerwise")
     assert (avgm.server_momentum, avgm.server_lr, avgm.mode) == (0.8, 0.2, "layerwise")
     assert FedVG.on_top_of(FedAvg(), val).server_momentum == 0
-    with pytest.raises(TypeError, match="on_top_of"):
+    with pytest.raises(TypeError, match="FedVG.s base must be a fedlearn_edu Strategy"):
         FedVG.on_top_of(object(), val)
     with pytest.raises(ValueError, match="mode"):
         FedVG(val, mode="spectral")

@@ -26,6 +26,7 @@ from fedlearn_edu import (  # noqa: E402
     FedAvg,
     FedOUI,
     FedVG,
+    LocalOnly,
     QFedAvg,
     Strategy,
     federated_dataset,
@@ -123,7 +124,8 @@ class CountingFedAvg(FedAvg):
     """
 
     def init_state(self, params, model, num_clients, seed):
-        return params, {"visits": torch.arange(num_clients, dtype=torch.int64)}
+        server, _ = super().init_state(params, model, num_clients, seed)
+        return server, {"visits": torch.arange(num_clients, dtype=torch.int64)}
 
     def client_update(self, work, params, state):
         out = super().client_update(work, params, state)
@@ -237,11 +239,14 @@ def test_non_finite_client_is_dropped_without_touching_the_others(setting):
     config = bridge.round_config(FedAvg(), LocalTraining(1, 16, 0.05, 0.5), 0.9, 1)
     theta0 = get_params(model)
     replies = [
-        bridge.train_client(FedAvg(), model, theta0, (fed[i].train_x, fed[i].train_y), config, HYPER["seed"], 1, i)[0]
+        bridge.train_client(
+            FedAvg(), model, {"params": theta0}, (fed[i].train_x, fed[i].train_y), config, HYPER["seed"], 1, i
+        )[0]
         for i in (0, 2, 3)
     ]
     updates = bridge.client_updates(FedAvg(), 1, model, theta0, replies, config)
-    expected, _ = bridge.server_update(FedAvg(), theta0, updates)
+    server_state = bridge.begin_run(FedAvg(), theta0, model, NUM_CLIENTS, HYPER["seed"])
+    expected = bridge.server_update(FedAvg(), server_state, updates)[0]["params"]
     got = arrays_to_params(result.arrays)
     for k in expected:
         torch.testing.assert_close(got[k], expected[k])
@@ -424,5 +429,7 @@ def test_client_state_records_round_trip():
 
 def test_several_server_models_are_refused(setting):
     _, _, model = setting
-    with pytest.raises(ValueError, match="single_model=False"):
+    with pytest.raises(ValueError, match="server_model='clusters'"):
         FlowerStrategy(IFCA(2), model)
+    with pytest.raises(ValueError, match="server_model='none'"):
+        FlowerStrategy(LocalOnly(), model)

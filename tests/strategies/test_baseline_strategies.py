@@ -26,11 +26,11 @@ from fedlearn_edu import (
 from fedlearn_edu.aggregators import feddyn_server_update, scaffold_server_update
 from fedlearn_edu.cli import main as cli_main
 from fedlearn_edu.engine import LocalResult, LocalTraining
-from fedlearn_edu.params import get_params
+from fedlearn_edu.params import get_params, repeat_params
 from fedlearn_edu.strategies import STRATEGIES, ClientUpdates, ClientWork
-from fedlearn_edu.strategies.personalized import repeat_params
 from tests.aggregators.test_afl import _bisection_projection  # the independent simplex projection
 from tests.aggregators.test_fedlf import _fedlf_numpy  # the authors' FedLF, transcribed
+from tests.server_steps import Server
 
 KW = dict(rounds=3, clients_per_round=4, lr=0.1, batch_size=8, progress=False, seed=1)
 NAMES = ("scaffold", "feddyn", "fednova", "afl", "fedlf", "gossip", "dac")
@@ -92,7 +92,7 @@ def test_scaffold_server_control_is_the_mean_of_the_client_controls(fed):
     h = simulate(fed, _model(fed), s, **{**KW, "rounds": 4, "clients_per_round": 3})
     controls = h.final_state["control"]
     assert any(float(v.abs().max()) > 0 for v in controls.values())
-    for k, c in s.server_control.items():
+    for k, c in h.final_server_state["control"].items():
         torch.testing.assert_close(c.cpu(), controls[k].mean(0), rtol=1e-5, atol=1e-7)
     # clients never selected keep c_i = 0
     seen = set(np.concatenate(h.selected).tolist())
@@ -158,7 +158,7 @@ def test_fednova_direction_matches_numpy_with_unequal_steps():
     tau, n = torch.tensor([2, 5, 9]), torch.tensor([10, 30, 60])
     upd = ClientUpdates(1, torch.arange(3), deltas, n, torch.zeros(3), None, {"num_steps": tau}, LocalTraining())
     params = {k: torch.zeros(v.shape[1:]) for k, v in deltas.items()}
-    g_dir, diag = FedNova().direction(params, upd)
+    g_dir, _, diag = FedNova().direction({"params": params}, upd)
     p = n.numpy() / n.numpy().sum()
     tau_eff = float((p * tau.numpy()).sum())
     assert diag["tau_eff"] == pytest.approx(tau_eff)
@@ -166,7 +166,7 @@ def test_fednova_direction_matches_numpy_with_unequal_steps():
         want = -tau_eff * np.einsum("i,ij->j", p / tau.numpy(), d.numpy())
         np.testing.assert_allclose(g_dir[k].numpy(), want, rtol=1e-6, atol=1e-7)
     with pytest.raises(ValueError, match="num_steps"):
-        FedNova().direction(params, ClientUpdates(1, torch.arange(3), deltas, n, torch.zeros(3), None))
+        FedNova().direction({"params": params}, ClientUpdates(1, torch.arange(3), deltas, n, torch.zeros(3), None))
 
 
 def test_fednova_with_a_proximal_term_rescales_by_the_step_counts_as_the_authors_code():
@@ -181,7 +181,7 @@ def test_fednova_with_a_proximal_term_rescales_by_the_step_counts_as_the_authors
     p, t = n.numpy() / n.numpy().sum(), tau.numpy().astype(float)
     a = (1 - 0.95**t) / 0.05
     for strategy, tau_eff in ((FedNova(), p @ t), (FedNova(prox_tau_eff="norms"), p @ a)):
-        g_dir, diag = strategy.direction(params, upd)
+        g_dir, _, diag = strategy.direction({"params": params}, upd)
         assert diag["tau_eff"] == pytest.approx(tau_eff)
         np.testing.assert_allclose(-g_dir["w"].numpy(), tau_eff * (p / a) @ deltas["w"].numpy(), rtol=1e-12)
     with pytest.raises(ValueError, match="prox_tau_eff"):
@@ -212,17 +212,16 @@ def test_fedvg_weights_replace_the_uniform_mean_of_scaffold_and_feddyn(fed, base
     m, n = 3, 6
     weights = torch.tensor([0.5, 0.3, 0.2])
     base = make_strategy(base_name, **kwargs)
-    base.init(theta)
-    base.init_state(theta, None, n, 0)
+    server = Server(base, theta, n)
     dc = {"w": torch.randn(m, 5, generator=torch.Generator().manual_seed(1))}
     upd = _fake_updates(m, extra={"delta_c": dc} if base_name == "scaffold" else {})
-    g, _ = base.direction(theta, upd, weights=weights)
+    g, _ = server.direction(upd, weights=weights)
     if base_name == "scaffold":
         step, c = scaffold_server_update(upd.deltas, dc, {"w": torch.zeros(5)}, n, weights)
-        torch.testing.assert_close(base.server_control["w"], c["w"])
+        torch.testing.assert_close(server.state["control"]["w"], c["w"])
     else:
         step, hh = feddyn_server_update(upd.deltas, {"w": torch.zeros(5)}, 0.1, n, weights)
-        torch.testing.assert_close(base.server_state["w"], hh["w"])
+        torch.testing.assert_close(server.state["h"]["w"], hh["w"])
         step = {"w": step["w"]}
     torch.testing.assert_close(-g["w"], step["w"])
     manual = (weights.unsqueeze(1) * upd.deltas["w"]).sum(0)
@@ -258,9 +257,10 @@ def test_afl_lambdas_ascend_on_the_clients_losses(fed):
             [float(F.cross_entropy(torch.func.functional_call(model, theta, (c.train_x,)), c.train_y)) for c in fed]
         )
     want = _bisection_projection(np.full(len(fed), 1 / len(fed)) + 0.5 * losses)
-    np.testing.assert_allclose(s.lambdas.numpy(), want, atol=1e-6)
+    lambdas = h.final_server_state["lambdas"]
+    np.testing.assert_allclose(lambdas.numpy(), want, atol=1e-6)
     np.testing.assert_allclose(h.diagnostics[0]["lambdas"].numpy(), want, atol=1e-6)
-    assert float(s.lambdas.sum()) == pytest.approx(1.0)
+    assert float(lambdas.sum()) == pytest.approx(1.0)
 
 
 def _gfedplat_result_module(iterates):
@@ -278,25 +278,22 @@ def test_afl_averaged_iterate_is_the_authors_running_mean():
     n, m = 6, 3
     theta = {"w": torch.randn(4, generator=g, dtype=torch.float64), "b": torch.zeros(2, dtype=torch.float64)}
     s = AFL(lambda_lr=0.3, iterate="average")
-    s.init(theta)
-    s.init_state(theta, None, n, 0)
-    assert s.eval_models(None, theta, {}, [None] * n)["average"][0] is theta  # before round 1: theta_0
+    server = Server(s, theta, n)
+    assert s.eval_models(None, server.state, {}, [None] * n)["average"][0] is theta  # before round 1: theta_0
     params, iterates = theta, []
     for t in range(1, 6):
         ids = torch.randperm(n, generator=g)[:m].sort().values
         deltas = {k: torch.randn(m, *v.shape, generator=g, dtype=torch.float64) for k, v in theta.items()}
         signals = {"global_loss": torch.rand(m, generator=g, dtype=torch.float64) + 0.1}
-        params, _ = s.aggregate(
-            params, ClientUpdates(t, ids, deltas, torch.full((m,), 5), torch.zeros(m), None, signals)
-        )
+        params, _ = server.aggregate(ClientUpdates(t, ids, deltas, torch.full((m,), 5), torch.zeros(m), None, signals))
         iterates.append({k: v.clone() for k, v in params.items()})
     want = _gfedplat_result_module(iterates)
-    models = s.eval_models(None, params, {}, [None] * n)
+    models = s.eval_models(None, server.state, {}, [None] * n)
     assert list(models) == ["average", "last"] and models["last"][0] is params
     for k in theta:
-        torch.testing.assert_close(s.averaged_params[k], want[k], rtol=1e-13, atol=1e-15)
+        torch.testing.assert_close(server.state["average"][k], want[k], rtol=1e-13, atol=1e-15)
         torch.testing.assert_close(models["average"][0][k], torch.stack([x[k] for x in iterates]).mean(0))
-    assert AFL().averaged_params is None and AFL().evaluates == "global"
+    assert Server(AFL(), theta, n).state["average"] is None and AFL().evaluates == "global"
     with pytest.raises(ValueError, match="iterate"):
         AFL(iterate="mean")
 
@@ -350,7 +347,7 @@ def test_fedlf_solves_one_problem_per_parameter_tensor_as_the_authors_code(fed):
     names = [n for n, _ in model.named_parameters()]
     flat = {n: -upd.deltas[n].reshape(m, -1).numpy() for n in names}
     authors = _fedlf_numpy([flat[n] for n in names], upd.signals["global_loss"].numpy())
-    d, _ = FedLF().direction(theta, upd)
+    d, _, _ = FedLF().direction({"params": theta}, upd)
     got = np.concatenate([d[n].reshape(-1).numpy() for n in names])
     np.testing.assert_allclose(got, authors, atol=2e-5 * np.abs(authors).max())
     modules = sorted({n.rsplit(".", 1)[0] for n in names}, key=lambda mod: names.index(mod + ".weight"))
@@ -358,7 +355,7 @@ def test_fedlf_solves_one_problem_per_parameter_tensor_as_the_authors_code(fed):
         [np.hstack([flat[n] for n in names if n.rsplit(".", 1)[0] == mod]) for mod in modules],
         upd.signals["global_loss"].numpy(),
     )
-    d_mod, _ = FedLF(groups="module").direction(theta, upd)
+    d_mod, _, _ = FedLF(groups="module").direction({"params": theta}, upd)
     order = [n for mod in modules for n in names if n.rsplit(".", 1)[0] == mod]
     got_mod = np.concatenate([d_mod[n].reshape(-1).numpy() for n in order])
     np.testing.assert_allclose(got_mod, per_module, atol=2e-5 * np.abs(per_module).max())
@@ -384,19 +381,20 @@ def test_gossip_with_full_participation_converges_to_the_average():
     n = 8
     s = Gossip(edge_prob=0.4)
     theta = {"w": torch.zeros(3, dtype=torch.float64)}
-    s.init(theta)
-    models, _ = s.init_state(theta, None, n, seed=3)
+    state, _ = s.init_state(theta, None, n, seed=3)
     models = {"w": torch.randn(n, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64)}
+    state = {**state, "models": models}
     x0 = models["w"].numpy().copy()
-    W = s.mixing_matrix.numpy()
+    W = state["mixing"].numpy()
     np.testing.assert_allclose(W.sum(0), 1)
     np.testing.assert_allclose(W.sum(1), 1)
     data = [(torch.zeros(1, 1), torch.zeros(1, dtype=torch.long))] * n
     for t in range(1, 301):
         work = ClientWork(t, torch.arange(n), data, [0] * n, LocalTraining(), None, _StillEngine(), 0, torch.ones(n))
-        out = s.client_update(work, models, {})
+        out = s.client_update(work, state, {})
         upd = ClientUpdates(t, torch.arange(n), out.deltas, torch.ones(n), out.train_loss, None, out.signals)
-        models, _ = s.aggregate(models, upd)
+        state, _ = s.aggregate(state, upd)
+        models = state["models"]
         if t == 3:
             np.testing.assert_allclose(models["w"].numpy(), np.linalg.matrix_power(W, 3) @ x0, rtol=1e-12)
     np.testing.assert_allclose(models["w"].numpy(), np.tile(x0.mean(0), (n, 1)), atol=1e-8)
@@ -426,7 +424,7 @@ def test_dac_scores_are_inverse_losses_and_it_finds_its_cluster():
             c = fed[i]
             want = 1 / float(F.cross_entropy(torch.func.functional_call(model, theta, (c.train_x,)), c.train_y))
             for j in nb[i].tolist():
-                assert float(s.similarity[i, j]) == pytest.approx(want, rel=1e-5)
+                assert float(h.final_server_state["similarity"][i, j]) == pytest.approx(want, rel=1e-5)
     s2 = DAC(num_neighbours=2, tau=30.0)
     h2 = simulate(fed, model, s2, **{**run, "rounds": 12})
     cluster = torch.arange(len(fed)) // 4
@@ -444,7 +442,7 @@ def test_dac_warms_up_every_client_before_the_first_scoring_as_the_authors_code(
     one = DAC(num_neighbours=2)
     h1 = simulate(fed, model, one, rounds=1, **run)
     assert h1.diagnostics[0]["neighbours"].shape == (len(fed), 0)
-    assert torch.count_nonzero(one.similarity) == 0  # no scores yet
+    assert torch.count_nonzero(h1.final_server_state["similarity"]) == 0  # no scores yet
     alone = simulate(fed, model, LocalOnly(), rounds=1, **run)
     np.testing.assert_array_equal(h1.client_accuracy, alone.client_accuracy)
     two = DAC(num_neighbours=2)
@@ -456,10 +454,11 @@ def test_dac_warms_up_every_client_before_the_first_scoring_as_the_authors_code(
             c = fed[i]
             for j in nb[i].tolist():
                 out = torch.func.functional_call(model, {k: v[j] for k, v in warmed.items()}, (c.train_x,))
-                assert float(two.similarity[i, j]) == pytest.approx(
+                assert float(h2.final_server_state["similarity"][i, j]) == pytest.approx(
                     1 / float(F.cross_entropy(out, c.train_y)), rel=1e-5
                 )
-    scores = two.similarity[two.similarity > 0]
+    similarity = h2.final_server_state["similarity"]
+    scores = similarity[similarity > 0]
     assert float(scores.max() - scores.min()) > 0.05  # trained models: the scores differ, unlike theta_0's
 
 
@@ -500,14 +499,12 @@ def test_bad_arguments_are_rejected_clearly(fed):
     _, val = server_validation_split(fed, fraction=0.2, seed=0)
     with pytest.raises(ValueError, match="clientwise"):
         FedVG(val, base=SCAFFOLD(), mode="layerwise")
-    s = SCAFFOLD()
-    s.init({"w": torch.zeros(5)})
-    s.init_state({"w": torch.zeros(5)}, None, 4, 0)
+    server = Server(SCAFFOLD(), {"w": torch.zeros(5)}, 4)
     upd = _fake_updates(2, extra={"delta_c": {"w": torch.zeros(2, 5)}})
     with pytest.raises(ValueError, match="Tensor\\[m\\]"):
-        s.direction({"w": torch.zeros(5)}, upd, weights=torch.ones(2, 3))
+        server.direction(upd, weights=torch.ones(2, 3))
     with pytest.raises(ValueError, match="delta_c"):
-        s.direction({"w": torch.zeros(5)}, _fake_updates(2))
+        server.direction(_fake_updates(2))
 
 
 def test_compare_methods_runs_gossip_and_dac_on_request():

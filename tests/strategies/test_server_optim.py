@@ -22,6 +22,7 @@ from fedlearn_edu.engine import LocalTraining
 from fedlearn_edu.models import make_model
 from fedlearn_edu.params import get_params
 from fedlearn_edu.strategies import STRATEGIES, ClientUpdates, ServerOptimizer
+from tests.server_steps import Server
 
 
 def _updates(deltas, n, model=None, round_=1):
@@ -68,16 +69,15 @@ def test_fedopt_strategies_follow_reddi_et_al(cls, kind):
     want = _fedopt_by_hand(kind, x0, rounds, n, eta, b1, b2, tau)
     s = cls(server_lr=eta, beta1=b1, beta2=b2, tau=tau)
     params = {k: torch.from_numpy(v) for k, v in x0.items()}
-    s.init(params)
+    server = Server(s, params)
     for t, deltas in enumerate(rounds):
         upd = _updates({k: torch.from_numpy(v) for k, v in deltas.items()}, n, round_=t + 1)
-        params, diag = s.aggregate(params, upd)
+        params, diag = server.aggregate(upd)
         for k in params:
             np.testing.assert_allclose(params[k].numpy(), want[t][k], rtol=1e-12, atol=1e-14)
     assert diag["weights"].shape == (3,)
-    # init forgets the moments: the first step again
-    s.init(params)
-    first, _ = s.aggregate({k: torch.from_numpy(v) for k, v in x0.items()}, _updates(_as_t(rounds[0]), n))
+    # a fresh server state has fresh moments: the first step again
+    first, _ = Server(s, _as_t(x0)).aggregate(_updates(_as_t(rounds[0]), n))
     for k in first:
         np.testing.assert_allclose(first[k].numpy(), want[0][k], rtol=1e-12, atol=1e-14)
 
@@ -92,10 +92,9 @@ def test_fedopt_uniform_weighting_is_algorithm_2s_plain_mean(cls, kind):
     sized = _fedopt_by_hand(kind, x0, rounds, n, 0.05, 0.8, 0.95, 1e-2)
     s = cls(server_lr=0.05, beta1=0.8, beta2=0.95, tau=1e-2, weighting="uniform")
     assert cls().weighting == "size"
-    params = _as_t(x0)
-    s.init(params)
+    server = Server(s, _as_t(x0))
     for t, deltas in enumerate(rounds):
-        params, diag = s.aggregate(params, _updates(_as_t(deltas), n, round_=t + 1))
+        params, diag = server.aggregate(_updates(_as_t(deltas), n, round_=t + 1))
         for k in params:
             np.testing.assert_allclose(params[k].numpy(), want[t][k], rtol=1e-12, atol=1e-14)
     np.testing.assert_allclose(diag["weights"].numpy(), np.full(3, 1 / 3))
@@ -116,13 +115,13 @@ def test_yogi_differs_from_adam_and_adaptivity_bounds_the_first_step():
     x0 = {"w": np.zeros((2, 3)), "b": np.zeros(2)}
     huge = [{k: 1e6 * v for k, v in r.items()} for r in rounds]
     adam = FedAdam(server_lr=0.1, beta1=0.9, beta2=0.99, tau=1e-3)
-    p, _ = adam.aggregate(_as_t(x0), _updates(_as_t(huge[0]), n))
+    p, _ = Server(adam, _as_t(x0)).aggregate(_updates(_as_t(huge[0]), n))
     assert float(p["w"].abs().max()) <= 0.1 * 0.1 / np.sqrt(0.01) + 1e-12
     adam, yogi = FedAdam(server_lr=0.1), FedYogi(server_lr=0.1)
-    pa, py = _as_t(x0), _as_t(x0)
+    sa, sy = Server(adam, _as_t(x0)), Server(yogi, _as_t(x0))
     for t, r in enumerate(rounds):
-        pa, _ = adam.aggregate(pa, _updates(_as_t(r), n, round_=t + 1))
-        py, _ = yogi.aggregate(py, _updates(_as_t(r), n, round_=t + 1))
+        pa, _ = sa.aggregate(_updates(_as_t(r), n, round_=t + 1))
+        py, _ = sy.aggregate(_updates(_as_t(r), n, round_=t + 1))
     assert not torch.allclose(pa["w"], py["w"])
 
 
@@ -130,10 +129,10 @@ def test_sgd_and_momentum_optimizers_are_fedavg_and_fedavgm():
     rounds, n = _rounds(seed=5, rounds=3)
     x0 = {"w": torch.zeros(2, 3, dtype=torch.float64), "b": torch.ones(2, dtype=torch.float64)}
     a, b = FedAvgM(server_lr=0.7, momentum=0.6), FedAvg(optimizer=ServerMomentum(0.7, 0.6))
-    pa, pb, v, want = dict(x0), dict(x0), None, dict(x0)
+    sa, sb, v, want = Server(a, dict(x0)), Server(b, dict(x0)), None, dict(x0)
     for t, r in enumerate(rounds):
-        pa, _ = a.aggregate(pa, _updates(_as_t(r), n, round_=t + 1))
-        pb, _ = b.aggregate(pb, _updates(_as_t(r), n, round_=t + 1))
+        pa, _ = sa.aggregate(_updates(_as_t(r), n, round_=t + 1))
+        pb, _ = sb.aggregate(_updates(_as_t(r), n, round_=t + 1))
         p = torch.tensor(n, dtype=torch.float64) / sum(n)
         g = {k: -torch.tensordot(p, torch.from_numpy(r[k]), dims=1) for k in r}  # the pseudo-gradient
         v = g if v is None else {k: 0.6 * v[k] + g[k] for k in g}
@@ -143,20 +142,22 @@ def test_sgd_and_momentum_optimizers_are_fedavg_and_fedavgm():
             assert torch.equal(pa[k], pb[k])
     assert a.momentum == 0.6 and a.server_lr == 0.7
     sgd = ServerSGD(0.5)
-    out = sgd.step({"w": torch.tensor([1.0])}, {"w": torch.tensor([4.0])})
-    assert out["w"].item() == -1.0
+    out, state = sgd.step({"w": torch.tensor([1.0])}, {"w": torch.tensor([4.0])}, sgd.init_state({}))
+    assert out["w"].item() == -1.0 and state == {}
 
 
-def test_optimizer_state_round_trips_and_arguments_are_checked():
+def test_optimizer_is_pure_and_arguments_are_checked():
+    """The optimizer keeps nothing: the same (params, g, state) give the same step, twice."""
     rounds, n = _rounds(seed=2, rounds=3)
     x0 = {"w": torch.zeros(2, 3, dtype=torch.float64), "b": torch.zeros(2, dtype=torch.float64)}
     a = ServerAdam(0.1)
-    p = a.step(x0, {k: -torch.from_numpy(rounds[0][k]).mean(0) for k in x0})
-    b = ServerAdam(0.1)
-    b.load_state_dict(a.state_dict())
+    p, state = a.step(x0, {k: -torch.from_numpy(rounds[0][k]).mean(0) for k in x0}, a.init_state(x0))
+    saved = {m: {k: v.clone() for k, v in d.items()} for m, d in state.items()}
     g = {k: -torch.from_numpy(rounds[1][k]).mean(0) for k in x0}
-    pa, pb = a.step(p, g), b.step(p, g)
+    (pa, sa), (pb, sb) = a.step(p, g, state), ServerAdam(0.1).step(p, g, state)
     assert all(torch.equal(pa[k], pb[k]) for k in pa)
+    assert all(torch.equal(sa[m][k], sb[m][k]) for m in sa for k in sa[m])
+    assert all(torch.equal(state[m][k], saved[m][k]) for m in state for k in state[m])  # input unchanged
     for bad in (dict(lr=0), dict(beta1=1.0), dict(beta2=-0.1), dict(tau=0)):
         with pytest.raises(ValueError):
             ServerAdam(**bad)
@@ -164,8 +165,6 @@ def test_optimizer_state_round_trips_and_arguments_are_checked():
         ServerMomentum(1.0, 1.0)
     with pytest.raises(TypeError, match="ServerOptimizer"):
         FedAvg(optimizer="adam")
-    with pytest.raises(ValueError, match="lacks"):
-        ServerAdam().load_state_dict({})
     assert isinstance(make_strategy("fedadam"), FedAdam) and isinstance(make_strategy("FedYogi"), FedYogi)
     assert {"fedadam", "fedyogi", "fedavg", "fedavgm", "fedprox", "craft", "fedvg"} <= set(STRATEGIES)
 
@@ -179,15 +178,15 @@ def test_fedvg_composes_with_any_base_and_optimizer():
     val = (torch.rand(20, 1, 4, 4), torch.arange(20) % 3)
     s = FedVG.on_top_of(FedAdam(server_lr=0.05, tau=1e-2), val)
     assert isinstance(s.optimizer, ServerAdam) and s.server_lr == 0.05
-    new, diag = s.aggregate(params, _updates(deltas, [1, 2, 3], model))
+    new, diag = Server(s, params).aggregate(_updates(deltas, [1, 2, 3], model))
     step = fedvg_aggregate(deltas, diag["weights"])
     for k in params:
         d = step[k]  # m_1 = (1-b1) d, v_1 = b2 tau^2 + (1-b2) d^2
         m1, v1 = 0.1 * d, 0.99 * 1e-4 + 0.01 * d**2
         torch.testing.assert_close(new[k], params[k] + 0.05 * m1 / (v1.sqrt() + 1e-2))
-    # the base's optimizer is copied, not shared; FedProx's clients are kept
+    # the base's (stateless) optimizer is used; FedProx's clients are kept
     base = FedProx(mu=0.2, optimizer=ServerMomentum(0.3, 0.5))
     vg = FedVG(val, base=base)
-    assert vg.optimizer is not base.optimizer and vg.server_momentum == 0.5 and vg.prox_mu == 0.2
+    assert vg.optimizer is base.optimizer and vg.server_momentum == 0.5 and vg.prox_mu == 0.2
     assert vg.configure_local(LocalTraining()).prox_mu == 0.2
     assert isinstance(FedVG(val, optimizer=ServerAdam()).optimizer, ServerOptimizer)
