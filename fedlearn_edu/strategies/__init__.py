@@ -10,6 +10,7 @@ from .fedavg import FedAdagrad, FedAdam, FedAvg, FedAvgM, FedProx, FedYogi
 from .fedoui import FedAlign, FedOUI
 from .fedvg import FedVG
 from .personalized import IFCA, Ditto, LocalOnly
+from .robust import Bulyan, CenteredClipping, GeometricMedian, Krum, Median, MultiKrum, NormClipping, TrimmedMean
 from .server_optim import ServerAdagrad, ServerAdam, ServerMomentum, ServerOptimizer, ServerSGD, ServerYogi
 
 STRATEGIES = {
@@ -35,6 +36,14 @@ STRATEGIES = {
         FedLF,
         Gossip,
         DAC,
+        Median,
+        TrimmedMean,
+        Krum,
+        MultiKrum,
+        Bulyan,
+        GeometricMedian,
+        CenteredClipping,
+        NormClipping,
     )
 }
 
@@ -94,6 +103,14 @@ __all__ = [
     "FedLF",
     "Gossip",
     "DAC",
+    "Median",
+    "TrimmedMean",
+    "Krum",
+    "MultiKrum",
+    "Bulyan",
+    "GeometricMedian",
+    "CenteredClipping",
+    "NormClipping",
     "STRATEGIES",
     "make_strategy",
 ]
