@@ -5,7 +5,8 @@ The layers, in the order data flows::
     data -> federation -> engine -> signals -> aggregators -> strategies -> simulation -> plotting
 """
 
-from . import aggregators, conditional, personalization, signals
+from . import aggregators, attacks, conditional, personalization, signals
+from .attacks import Attack
 from .conditional import ConditionalModel, compare_methods, make_conditional_model
 from .data import ClientData, Federation, federated_dataset, load_dataset, make_federation, shifted_federation
 from .engine import LocalTraining, LoopEngine, VmapEngine
@@ -61,6 +62,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "aggregators",
+    "attacks",
+    "Attack",
     "signals",
     "federated_dataset",
     "load_dataset",

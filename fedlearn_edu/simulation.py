@@ -33,8 +33,10 @@ from torch.func import functional_call
 
 from .aggregators import count_conflicts
 from .aggregators._checks import all_finite, known_finite, nonfinite_keys
+from .attacks import Attack
 from .checks import check_float, check_int, check_model_data, check_seed, check_trainable
 from .data.federation import Federation
+from .data.noise import reverse_labels
 from .engine import LocalTraining, make_engine
 from .metrics import METRIC_NAMES, fairness_metrics
 from .params import Params, get_params, select_rows, tree_leaves
@@ -84,6 +86,8 @@ class History:
         final_state: the strategy's client state at the end, ``{name: Tensor[N, ...]}`` (CPU).
         final_server_state: the strategy's server state at the end (CPU; see
             :meth:`~fedlearn_edu.strategies.Strategy.init_state`).
+        attackers: ``ndarray[k]`` the ids of the attacking clients of ``simulate(..., attack=)``
+            (``None`` without an attack).
     """
 
     strategy: str
@@ -102,6 +106,7 @@ class History:
     dropped: list = field(default_factory=list)
     final_state: dict = field(default_factory=dict)
     final_server_state: dict = field(default_factory=dict)
+    attackers: np.ndarray | None = None
 
     def metrics(self, index: int = -1) -> dict[str, float]:
         """Fairness metrics (mean, std, worst10, best10) at evaluation ``index`` (default: last)."""
@@ -478,6 +483,7 @@ def simulate(
     checkpoint_every: int = 1,
     resume: bool = False,
     diagnostics: Sequence[str] = (),
+    attack: Attack | None = None,
 ) -> History:
     """Run federated training with any strategy and record per-client accuracy.
 
@@ -526,6 +532,10 @@ def simulate(
             update conflicts with the applied one (``History.conflicts``). Added to those the
             strategy asks for itself (``Strategy.diagnostics``); ``History.config["diagnostics"]``
             says which were recorded.
+        attack: an :class:`~fedlearn_edu.attacks.Attack`: its clients (chosen by its seed,
+            ``History.attackers``) train on reversed labels (``"label_flip"``) or send the
+            attack's update in place of theirs (the update-level kinds, applied to the round's
+            stacked updates before the NaN check and aggregation). ``None``: every client is honest.
 
     Returns:
         :class:`History`.
@@ -550,6 +560,9 @@ def simulate(
     if resume and checkpoint is None:
         raise ValueError("resume=True needs checkpoint=PATH (the file to continue from).")
     wanted = _diagnostics(diagnostics, strategy)
+    attackers = _check_attack(attack, strategy, len(federation))
+    if attack is not None and attack.data_level:
+        federation = reverse_labels(federation, attackers.tolist())
     base_config, lr_decay = local_training(local_epochs, batch_size, lr, lr_decay, momentum, weight_decay)
     dev = resolve_device(device)
     net = copy.deepcopy(model).to(dev)  # the caller's model is neither moved nor modified
@@ -580,8 +593,12 @@ def simulate(
         strategy=repr(strategy),
         diagnostics=wanted,
     )
+    if attack is not None:
+        config["attack"] = attack.describe()
     settings = None if checkpoint is None else _run_settings(config, federation, net)
     history = History(strategy=name, config=config, evaluated=strategy.evaluates)
+    attacked = None if attack is None else attackers.numpy()
+    history.attackers = attacked
     first = 1
     if resume and os.path.exists(checkpoint):
         saved = _load_checkpoint(checkpoint, settings)
@@ -593,6 +610,7 @@ def simulate(
         client_state = _to(saved["client_state"], dev)
         sampler.set_state(saved["sampler"])
         history = History.from_state(saved["history"], config)
+        history.attackers = attacked
         first = saved["round"] + 1
         if history.eval_rounds[-1] % eval_every and first <= rounds:
             _drop_last_evaluation(history)  # the earlier run's final evaluation, off this run's grid
@@ -621,6 +639,10 @@ def simulate(
         dev_ids = ids.to(dev)
         rows = select_rows(client_state, dev_ids)
         out = strategy.client_update(work, server_state, rows)
+        if attack is not None and not attack.data_level:
+            out.deltas = attack.apply(
+                out.deltas, ids, attackers, t, strategy.server_params(server_state), strategy.server_lr
+            )
         updates = ClientUpdates(t, ids, out.deltas, num_samples[ids], out.train_loss, net, out.signals, work.config)
         recorded = out.train_loss if out.recorded_loss is None else out.recorded_loss
         finite = _finite_rows(len(ids), out.deltas, out.state)
@@ -672,6 +694,20 @@ def simulate(
     history.final_state = _to(client_state, "cpu")
     history.final_server_state = _to(server_state, "cpu")
     return history
+
+
+def _check_attack(attack, strategy: Strategy, num_clients: int) -> Tensor | None:
+    """The attackers' ids of ``attack`` (``None`` without one), after checking it fits the strategy."""
+    if attack is None:
+        return None
+    if not isinstance(attack, Attack):
+        raise TypeError(f"attack must be a fedlearn_edu.attacks.Attack (or None), got {type(attack).__name__}.")
+    if attack.kind == "model_replacement" and strategy.needs.server_model != "one":
+        raise ValueError(
+            f"The model-replacement attack aims at one global model; {strategy.name} keeps "
+            f"{'K cluster models' if strategy.needs.server_model == 'clusters' else 'none'}."
+        )
+    return attack.attackers(num_clients)
 
 
 def _diagnostics(requested, strategy: Strategy) -> tuple[str, ...]:
