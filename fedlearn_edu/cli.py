@@ -32,6 +32,7 @@ fair comparisons -- the server step (--server-lr, eta_s) means different things:
   centeredclipping
                  default 1: a robust rule's aggregate of the updates (one client's update
                  for krum; clipped updates for the clipping rules) in place of the mean.
+  dpfedavg       default 1: the clipped updates' noisy sum over a fixed denominator.
 Compare strategies at the same long-run step, or tune --server-lr for each on one
 --seed (e.g. 0.3, 1, 3) and compare the picked values on other seeds.
 

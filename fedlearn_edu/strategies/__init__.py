@@ -4,6 +4,7 @@ from .base import ClientOutput, ClientUpdates, ClientWork, Needs, Strategy
 from .conflict import ConFIG, FedFV, QFedAvg
 from .craft import CRAFT, craft_layer_groups
 from .decentralized import DAC, Gossip
+from .dp import DPFedAvg
 from .drift import SCAFFOLD, FedDyn, FedNova
 from .fairness import AFL, FedLF
 from .fedavg import FedAdagrad, FedAdam, FedAvg, FedAvgM, FedProx, FedYogi
@@ -44,6 +45,7 @@ STRATEGIES = {
         GeometricMedian,
         CenteredClipping,
         NormClipping,
+        DPFedAvg,
     )
 }
 
@@ -111,6 +113,7 @@ __all__ = [
     "GeometricMedian",
     "CenteredClipping",
     "NormClipping",
+    "DPFedAvg",
     "STRATEGIES",
     "make_strategy",
 ]

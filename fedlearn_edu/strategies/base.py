@@ -555,8 +555,9 @@ def check_base(outer: str, base) -> None:
 
     Raises:
         TypeError: ``base`` is not a :class:`Strategy`.
-        ValueError: ``base`` keeps K cluster models or none (IFCA, local-only, Gossip, DAC), or
-            is personalised (Ditto); the message names both strategies.
+        ValueError: ``base`` keeps K cluster models or none (IFCA, local-only, Gossip, DAC), is
+            personalised (Ditto), or is differentially private (DP-FedAvg) under a re-weighting
+            ``outer`` (FedVG); the message names both strategies.
     """
     if not isinstance(base, Strategy):
         raise TypeError(f"{outer}'s base must be a fedlearn_edu Strategy (e.g. FedAvg()), got {type(base).__name__}.")
@@ -567,6 +568,12 @@ def check_base(outer: str, base) -> None:
         raise ValueError(
             f"{outer} over {name} cannot work: {outer} builds on its base's one global model, and {name} "
             f"keeps {what}. Use a one-model base (FedAvg, FedProx, SCAFFOLD, CRAFT, ...)."
+        )
+    if getattr(base, "private", False) and outer != "Ditto":
+        raise ValueError(
+            f"{outer} over {name} cannot work: {outer} re-weights the clients' updates by data-dependent "
+            f"weights, which breaks {name}'s sensitivity bound (each client moves the clipped sum by at most C, "
+            "over a fixed denominator): the privacy guarantee would not hold."
         )
     if base.evaluates == "personal":
         raise ValueError(
