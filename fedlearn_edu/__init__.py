@@ -5,7 +5,7 @@ The layers, in the order data flows::
     data -> federation -> engine -> signals -> aggregators -> strategies -> simulation -> plotting
 """
 
-from . import aggregators, attacks, conditional, personalization, signals
+from . import aggregators, attacks, conditional, personalization, secagg, signals
 from .attacks import Attack
 from .conditional import ConditionalModel, compare_methods, make_conditional_model
 from .data import ClientData, Federation, federated_dataset, load_dataset, make_federation, shifted_federation
@@ -65,6 +65,7 @@ __all__ = [
     "aggregators",
     "attacks",
     "Attack",
+    "secagg",
     "signals",
     "federated_dataset",
     "load_dataset",

@@ -40,6 +40,7 @@ from .data.noise import reverse_labels
 from .engine import LocalTraining, make_engine
 from .metrics import METRIC_NAMES, fairness_metrics
 from .params import Params, get_params, select_rows, tree_leaves
+from .secagg import check_secure_aggregation
 from .strategies.base import ClientUpdates, ClientWork, Strategy
 from .utils import derive_seed, resolve_device
 
@@ -484,6 +485,7 @@ def simulate(
     resume: bool = False,
     diagnostics: Sequence[str] = (),
     attack: Attack | None = None,
+    secure_aggregation: bool = False,
 ) -> History:
     """Run federated training with any strategy and record per-client accuracy.
 
@@ -536,6 +538,11 @@ def simulate(
             ``History.attackers``) train on reversed labels (``"label_flip"``) or send the
             attack's update in place of theirs (the update-level kinds, applied to the round's
             stacked updates before the NaN check and aggregation). ``None``: every client is honest.
+        secure_aggregation: the server may see only sums of the clients' vectors
+            (:mod:`fedlearn_edu.secagg`): a strategy whose server step reads each client's update
+            or signal (``strategy.needs.sums_only`` false: FedVG, CRAFT, FedOUI, the robust rules,
+            ...) is refused, saying what it would need. The sums themselves are computed in the
+            clear (secure aggregation would give the same sums, up to its fixed-point rounding).
 
     Returns:
         :class:`History`.
@@ -561,6 +568,8 @@ def simulate(
         raise ValueError("resume=True needs checkpoint=PATH (the file to continue from).")
     wanted = _diagnostics(diagnostics, strategy)
     attackers = _check_attack(attack, strategy, len(federation))
+    if secure_aggregation:
+        check_secure_aggregation(strategy)
     if attack is not None and attack.data_level:
         federation = reverse_labels(federation, attackers.tolist())
     base_config, lr_decay = local_training(local_epochs, batch_size, lr, lr_decay, momentum, weight_decay)
@@ -595,6 +604,8 @@ def simulate(
     )
     if attack is not None:
         config["attack"] = attack.describe()
+    if secure_aggregation:
+        config["secure_aggregation"] = True
     settings = None if checkpoint is None else _run_settings(config, federation, net)
     history = History(strategy=name, config=config, evaluated=strategy.evaluates)
     attacked = None if attack is None else attackers.numpy()

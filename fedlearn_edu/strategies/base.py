@@ -113,11 +113,16 @@ class Needs:
         server_model: ``"one"`` (one global model, ``server_state["params"]``; conflicts are
             counted against its update), ``"clusters"`` (K models, IFCA) or ``"none"`` (no
             global model: local-only training, decentralised methods).
+        sums_only: the server step needs only *sums* of vectors the clients compute (FedAvg's
+            ``sum n_i Delta_i`` and ``sum n_i``, SCAFFOLD's sums of Delta_i and Delta c_i, ...), so it
+            can run under secure aggregation (:mod:`fedlearn_edu.secagg`); ``False`` (the
+            default, the safe side) when it reads each client's update or signal.
     """
 
     signals: frozenset = frozenset()
     validation: bool = False
     server_model: str = "one"
+    sums_only: bool = False
 
     def __post_init__(self):
         """Check ``server_model`` and freeze ``signals``."""

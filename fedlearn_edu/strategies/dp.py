@@ -36,7 +36,7 @@ from ..aggregators.robust import norm_clip
 from ..checks import check_float, check_int
 from ..params import Params
 from ..utils import derive_seed
-from .base import ClientUpdates, Strategy
+from .base import ClientUpdates, Needs, Strategy
 from .server_optim import ServerOptimizer
 
 __all__ = ["DPFedAvg"]
@@ -63,6 +63,7 @@ class DPFedAvg(Strategy):
     """
 
     name = "dpfedavg"
+    needs = Needs(sums_only=True)  # the clipped updates' sum (clients clip; the server adds noise)
     private = True  # re-weighting strategies refuse to build on it (check_base)
 
     def __init__(

@@ -334,6 +334,7 @@ class NormClipping(_Robust):
     """
 
     name = "normclipping"
+    needs = Needs(sums_only=True)  # each client clips its own update; the server sums
 
     def __init__(
         self,
