@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedlearn_edu import IFCA, Attack, FedAvg, Median, federated_dataset, make_model, simulate
+from fedlearn_edu import IFCA, Attack, CenteredClipping, FedAvg, Median, federated_dataset, make_model, simulate
 from fedlearn_edu.aggregators import fedavg
 from fedlearn_edu.attacks import ATTACKS, alie_z
 from fedlearn_edu.data import reverse_labels
@@ -142,3 +142,22 @@ def test_loop_and_vmap_engines_give_the_same_attacked_run(fed, kind):
     assert a.attackers.tolist() == attack.attackers(len(fed)).tolist() == b.attackers.tolist()
     honest = simulate(fed, _model(fed), Median(), engine="loop", **KW)
     assert any(not torch.equal(a.final_params[k], honest.final_params[k]) for k in a.final_params)
+
+
+def test_an_attacked_run_resumes_bit_identically_and_refuses_another_attack(fed, tmp_path):
+    attack = Attack("alie", fraction=0.25, seed=1)
+    kw = dict(KW, engine="loop", rounds=3)
+    path = tmp_path / "run.pt"
+    full = simulate(fed, _model(fed), CenteredClipping(tau=0.3), attack=attack, **kw)
+    simulate(fed, _model(fed), CenteredClipping(tau=0.3), attack=attack, checkpoint=path, **dict(kw, rounds=2))
+    resumed = simulate(fed, _model(fed), CenteredClipping(tau=0.3), attack=attack, checkpoint=path, resume=True, **kw)
+    assert all(torch.equal(full.final_params[k], resumed.final_params[k]) for k in full.final_params)
+    assert all(
+        torch.equal(full.final_server_state["center"][k], resumed.final_server_state["center"][k])
+        for k in full.final_params
+    )
+    assert resumed.attackers.tolist() == full.attackers.tolist()
+    with pytest.raises(ValueError, match="its attack is"):
+        simulate(
+            fed, _model(fed), CenteredClipping(tau=0.3), attack=Attack("alie", 0.5), checkpoint=path, resume=True, **kw
+        )
