@@ -5,7 +5,8 @@ The layers, in the order data flows::
     data -> federation -> engine -> signals -> aggregators -> strategies -> simulation -> plotting
 """
 
-from . import aggregators, conditional, personalization, signals
+from . import aggregators, attacks, conditional, personalization, secagg, signals
+from .attacks import Attack
 from .conditional import ConditionalModel, compare_methods, make_conditional_model
 from .data import ClientData, Federation, federated_dataset, load_dataset, make_federation, shifted_federation
 from .engine import LocalTraining, LoopEngine, VmapEngine
@@ -20,9 +21,12 @@ from .strategies import (
     DAC,
     IFCA,
     SCAFFOLD,
+    Bulyan,
+    CenteredClipping,
     ClientUpdates,
     ConFIG,
     Ditto,
+    DPFedAvg,
     FedAdagrad,
     FedAdam,
     FedAlign,
@@ -36,8 +40,13 @@ from .strategies import (
     FedProx,
     FedVG,
     FedYogi,
+    GeometricMedian,
     Gossip,
+    Krum,
     LocalOnly,
+    Median,
+    MultiKrum,
+    NormClipping,
     QFedAvg,
     ServerAdagrad,
     ServerAdam,
@@ -45,6 +54,7 @@ from .strategies import (
     ServerSGD,
     ServerYogi,
     Strategy,
+    TrimmedMean,
     make_strategy,
 )
 from .utils import resolve_device
@@ -53,6 +63,9 @@ __version__ = "0.1.0"
 
 __all__ = [
     "aggregators",
+    "attacks",
+    "Attack",
+    "secagg",
     "signals",
     "federated_dataset",
     "load_dataset",
@@ -103,6 +116,15 @@ __all__ = [
     "FedLF",
     "Gossip",
     "DAC",
+    "Median",
+    "TrimmedMean",
+    "Krum",
+    "MultiKrum",
+    "Bulyan",
+    "GeometricMedian",
+    "CenteredClipping",
+    "NormClipping",
+    "DPFedAvg",
     "Strategy",
     "ClientUpdates",
     "make_strategy",

@@ -28,6 +28,11 @@ fair comparisons -- the server step (--server-lr, eta_s) means different things:
                  default 0.01: an adaptive step of about eta_s per coordinate, whatever
                  the update's size; tune it (Reddi et al. use 10^-2 to 1).
   gossip, dac    no server step: each client averages with its neighbours.
+  median, trimmedmean, krum, multikrum, bulyan, geometricmedian, normclipping,
+  centeredclipping
+                 default 1: a robust rule's aggregate of the updates (one client's update
+                 for krum; clipped updates for the clipping rules) in place of the mean.
+  dpfedavg       default 1: the clipped updates' noisy sum over a fixed denominator.
 Compare strategies at the same long-run step, or tune --server-lr for each on one
 --seed (e.g. 0.3, 1, 3) and compare the picked values on other seeds.
 

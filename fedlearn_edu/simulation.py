@@ -32,6 +32,7 @@ from torch import Tensor, nn
 from torch.func import functional_call
 
 from .aggregators import count_conflicts
+from .attacks import Attack
 from .checks import (
     all_finite,
     check_float,
@@ -43,9 +44,11 @@ from .checks import (
     nonfinite_keys,
 )
 from .data.federation import Federation
+from .data.noise import reverse_labels
 from .engine import LocalTraining, make_engine
 from .metrics import METRIC_NAMES, fairness_metrics
 from .params import Params, get_params, select_rows, tree_leaves
+from .secagg import check_secure_aggregation
 from .strategies.base import ClientUpdates, ClientWork, Strategy
 from .utils import derive_seed, resolve_device
 
@@ -92,6 +95,8 @@ class History:
         final_state: the strategy's client state at the end, ``{name: Tensor[N, ...]}`` (CPU).
         final_server_state: the strategy's server state at the end (CPU; see
             :meth:`~fedlearn_edu.strategies.Strategy.init_state`).
+        attackers: ``ndarray[k]`` the ids of the attacking clients of ``simulate(..., attack=)``
+            (``None`` without an attack).
     """
 
     strategy: str
@@ -110,6 +115,7 @@ class History:
     dropped: list = field(default_factory=list)
     final_state: dict = field(default_factory=dict)
     final_server_state: dict = field(default_factory=dict)
+    attackers: np.ndarray | None = None
 
     def metrics(self, index: int = -1) -> dict[str, float]:
         """Fairness metrics (mean, std, worst10, best10) at evaluation ``index`` (default: last).
@@ -521,6 +527,8 @@ def simulate(
     checkpoint_every: int = 1,
     resume: bool = False,
     diagnostics: Sequence[str] = (),
+    attack: Attack | None = None,
+    secure_aggregation: bool = False,
 ) -> History:
     """Run federated training with any strategy and record per-client accuracy.
 
@@ -569,6 +577,15 @@ def simulate(
             update conflicts with the applied one (``History.conflicts``). Added to those the
             strategy asks for itself (``Strategy.diagnostics``); ``History.config["diagnostics"]``
             says which were recorded.
+        attack: an :class:`~fedlearn_edu.attacks.Attack`: its clients (chosen by its seed,
+            ``History.attackers``) train on reversed labels (``"label_flip"``) or send the
+            attack's update in place of theirs (the update-level kinds, applied to the round's
+            stacked updates before the NaN check and aggregation). ``None``: every client is honest.
+        secure_aggregation: the server may see only sums of the clients' vectors
+            (:mod:`fedlearn_edu.secagg`): a strategy whose server step reads each client's update
+            or signal (``strategy.needs.sums_only`` false: FedVG, CRAFT, FedOUI, the robust rules,
+            ...) is refused, saying what it would need. The sums themselves are computed in the
+            clear (secure aggregation would give the same sums, up to its fixed-point rounding).
 
     Returns:
         :class:`History`.
@@ -593,6 +610,11 @@ def simulate(
     if resume and checkpoint is None:
         raise ValueError("resume=True needs checkpoint=PATH (the file to continue from).")
     wanted = _diagnostics(diagnostics, strategy)
+    attackers = _check_attack(attack, strategy, len(federation))
+    if secure_aggregation:
+        check_secure_aggregation(strategy)
+    if attack is not None and attack.data_level:
+        federation = reverse_labels(federation, attackers.tolist())
     base_config, lr_decay = local_training(local_epochs, batch_size, lr, lr_decay, momentum, weight_decay)
     dev = resolve_device(device)
     net = copy.deepcopy(model).to(dev)  # the caller's model is neither moved nor modified
@@ -623,8 +645,14 @@ def simulate(
         strategy=repr(strategy),
         diagnostics=wanted,
     )
+    if attack is not None:
+        config["attack"] = attack.describe()
+    if secure_aggregation:
+        config["secure_aggregation"] = True
     settings = None if checkpoint is None else _run_settings(config, federation, net)
     history = History(strategy=name, config=config, evaluated=strategy.evaluates)
+    attacked = None if attack is None else attackers.numpy()
+    history.attackers = attacked
     first = 1
     if resume and os.path.exists(checkpoint):
         saved = _load_checkpoint(checkpoint, settings)
@@ -636,6 +664,7 @@ def simulate(
         client_state = _to(saved["client_state"], dev)
         sampler.set_state(saved["sampler"])
         history = History.from_state(saved["history"], config)
+        history.attackers = attacked
         first = saved["round"] + 1
         if history.eval_rounds[-1] % eval_every and first <= rounds:
             _drop_last_evaluation(history)  # the earlier run's final evaluation, off this run's grid
@@ -664,6 +693,10 @@ def simulate(
         dev_ids = ids.to(dev)
         rows = select_rows(client_state, dev_ids)
         out = strategy.client_update(work, server_state, rows)
+        if attack is not None and not attack.data_level:
+            out.deltas = attack.apply(
+                out.deltas, ids, attackers, t, strategy.server_params(server_state), strategy.server_lr
+            )
         updates = ClientUpdates(t, ids, out.deltas, num_samples[ids], out.train_loss, net, out.signals, work.config)
         recorded = out.train_loss if out.recorded_loss is None else out.recorded_loss
         finite = _finite_rows(len(ids), out.deltas, out.state)
@@ -715,6 +748,20 @@ def simulate(
     history.final_state = _to(client_state, "cpu")
     history.final_server_state = _to(server_state, "cpu")
     return history
+
+
+def _check_attack(attack, strategy: Strategy, num_clients: int) -> Tensor | None:
+    """The attackers' ids of ``attack`` (``None`` without one), after checking it fits the strategy."""
+    if attack is None:
+        return None
+    if not isinstance(attack, Attack):
+        raise TypeError(f"attack must be a fedlearn_edu.attacks.Attack (or None), got {type(attack).__name__}.")
+    if attack.kind == "model_replacement" and strategy.needs.server_model != "one":
+        raise ValueError(
+            f"The model-replacement attack aims at one global model; {strategy.name} keeps "
+            f"{'K cluster models' if strategy.needs.server_model == 'clusters' else 'none'}."
+        )
+    return attack.attackers(num_clients)
 
 
 def _diagnostics(requested, strategy: Strategy) -> tuple[str, ...]:

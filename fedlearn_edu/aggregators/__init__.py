@@ -22,6 +22,22 @@ from .gossip import (
     random_graph,
     sample_neighbours,
 )
+from .robust import (
+    bulyan,
+    bulyan_select,
+    centered_clipping,
+    coordinate_median,
+    geometric_median,
+    krum,
+    krum_scores,
+    krum_select,
+    max_bulyan_f,
+    max_krum_f,
+    norm_clip,
+    pairwise_sq_distances,
+    trimmed_mean,
+    update_norms,
+)
 from .scaffold import scaffold_control_update, scaffold_server_update
 
 __all__ = [
@@ -65,4 +81,18 @@ __all__ = [
     "dac_probabilities",
     "dac_update_similarities",
     "dac_tau_schedule",
+    "coordinate_median",
+    "trimmed_mean",
+    "pairwise_sq_distances",
+    "krum_scores",
+    "krum_select",
+    "krum",
+    "max_krum_f",
+    "bulyan_select",
+    "bulyan",
+    "max_bulyan_f",
+    "geometric_median",
+    "centered_clipping",
+    "norm_clip",
+    "update_norms",
 ]

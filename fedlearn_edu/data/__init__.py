@@ -15,7 +15,7 @@ from .datasets import (
 )
 from .fallback import dataset_or_digits
 from .federation import ClientData, Federation, make_federation
-from .noise import add_label_noise, flip_labels
+from .noise import add_label_noise, flip_labels, reverse_labels
 from .partition import (
     PARTITIONS,
     PartitionScheme,
@@ -41,6 +41,7 @@ from .synthetic import SYNTHETIC_CLASSES, SYNTHETIC_DIM, synthetic_federated
 from .validation import external_validation_set, resize_images, server_validation_split
 
 __all__ = [
+    "reverse_labels",
     "ClientData",
     "Federation",
     "make_federation",

@@ -15,7 +15,7 @@ import torch
 from ..checks import as_labels, check_int, check_range
 from .federation import ClientData, Federation
 
-__all__ = ["flip_labels", "add_label_noise"]
+__all__ = ["flip_labels", "add_label_noise", "reverse_labels"]
 
 
 def flip_labels(labels: Any, fraction: float, num_classes: int, seed: int = 0, return_mask: bool = False):
@@ -112,3 +112,41 @@ def add_label_noise(
         info.update(noisy=i in chosen, num_flipped=flipped)
         clients.append(ClientData(c.train_x, train_y, c.test_x, c.test_y, info))
     return Federation(clients, federation.num_classes, federation.name)
+
+
+def reverse_labels(federation: Federation, clients: Sequence[int]) -> Federation:
+    """A copy of ``federation`` where the given clients' *training* labels are reversed: ``y -> C - 1 - y``.
+
+    The label-flipping attack (every label of an attacker, deterministically); test labels stay
+    clean. Every client's ``info`` gets ``"attacker"`` (bool). Works on any partition.
+
+    Args:
+        federation: the clients.
+        clients: the attackers' ids.
+
+    Returns:
+        A :class:`Federation`; inputs are shared with ``federation``, the attackers' label tensors are new.
+
+    Raises:
+        ValueError: an id out of range.
+
+    Example:
+        >>> import torch
+        >>> from fedlearn_edu.data import make_federation
+        >>> x, y = torch.rand(40, 1, 8, 8), torch.arange(40) % 10
+        >>> fed = make_federation(x, y, np.array_split(np.arange(40), 4))
+        >>> flipped = reverse_labels(fed, [1])
+        >>> bool((flipped[1].train_y == 9 - fed[1].train_y).all()), torch.equal(flipped[0].train_y, fed[0].train_y)
+        (True, True)
+    """
+    k = federation.num_clients
+    chosen = {check_int(i, "client id", 0) for i in clients}
+    bad = sorted(i for i in chosen if i >= k)
+    if bad:
+        raise ValueError(f"Client ids {bad} out of range for {k} clients.")
+    c_minus_1 = federation.num_classes - 1
+    out = []
+    for i, c in enumerate(federation.clients):
+        train_y = c_minus_1 - c.train_y if i in chosen else c.train_y
+        out.append(ClientData(c.train_x, train_y, c.test_x, c.test_y, {**c.info, "attacker": i in chosen}))
+    return Federation(out, federation.num_classes, federation.name)

@@ -4,12 +4,14 @@ from .base import ClientOutput, ClientUpdates, ClientWork, Needs, Strategy
 from .conflict import ConFIG, FedFV, QFedAvg
 from .craft import CRAFT, craft_layer_groups
 from .decentralized import DAC, Gossip
+from .dp import DPFedAvg
 from .drift import SCAFFOLD, FedDyn, FedNova
 from .fairness import AFL, FedLF
 from .fedavg import FedAdagrad, FedAdam, FedAvg, FedAvgM, FedProx, FedYogi
 from .fedoui import FedAlign, FedOUI
 from .fedvg import FedVG
 from .personalized import IFCA, Ditto, LocalOnly
+from .robust import Bulyan, CenteredClipping, GeometricMedian, Krum, Median, MultiKrum, NormClipping, TrimmedMean
 from .server_optim import ServerAdagrad, ServerAdam, ServerMomentum, ServerOptimizer, ServerSGD, ServerYogi
 
 STRATEGIES = {
@@ -35,6 +37,15 @@ STRATEGIES = {
         FedLF,
         Gossip,
         DAC,
+        Median,
+        TrimmedMean,
+        Krum,
+        MultiKrum,
+        Bulyan,
+        GeometricMedian,
+        CenteredClipping,
+        NormClipping,
+        DPFedAvg,
     )
 }
 
@@ -94,6 +105,15 @@ __all__ = [
     "FedLF",
     "Gossip",
     "DAC",
+    "Median",
+    "TrimmedMean",
+    "Krum",
+    "MultiKrum",
+    "Bulyan",
+    "GeometricMedian",
+    "CenteredClipping",
+    "NormClipping",
+    "DPFedAvg",
     "STRATEGIES",
     "make_strategy",
 ]

@@ -113,11 +113,16 @@ class Needs:
         server_model: ``"one"`` (one global model, ``server_state["params"]``; conflicts are
             counted against its update), ``"clusters"`` (K models, IFCA) or ``"none"`` (no
             global model: local-only training, decentralised methods).
+        sums_only: the server step needs only *sums* of vectors the clients compute (FedAvg's
+            ``sum n_i Delta_i`` and ``sum n_i``, SCAFFOLD's sums of Delta_i and Delta c_i, ...), so it
+            can run under secure aggregation (:mod:`fedlearn_edu.secagg`); ``False`` (the
+            default, the safe side) when it reads each client's update or signal.
     """
 
     signals: frozenset = frozenset()
     validation: bool = False
     server_model: str = "one"
+    sums_only: bool = False
 
     def __post_init__(self):
         """Check ``server_model`` and freeze ``signals``."""
@@ -555,8 +560,9 @@ def check_base(outer: str, base) -> None:
 
     Raises:
         TypeError: ``base`` is not a :class:`Strategy`.
-        ValueError: ``base`` keeps K cluster models or none (IFCA, local-only, Gossip, DAC), or
-            is personalised (Ditto); the message names both strategies.
+        ValueError: ``base`` keeps K cluster models or none (IFCA, local-only, Gossip, DAC), is
+            personalised (Ditto), or is differentially private (DP-FedAvg) under a re-weighting
+            ``outer`` (FedVG); the message names both strategies.
     """
     if not isinstance(base, Strategy):
         raise TypeError(f"{outer}'s base must be a fedlearn_edu Strategy (e.g. FedAvg()), got {type(base).__name__}.")
@@ -567,6 +573,12 @@ def check_base(outer: str, base) -> None:
         raise ValueError(
             f"{outer} over {name} cannot work: {outer} builds on its base's one global model, and {name} "
             f"keeps {what}. Use a one-model base (FedAvg, FedProx, SCAFFOLD, CRAFT, ...)."
+        )
+    if getattr(base, "private", False) and outer != "Ditto":
+        raise ValueError(
+            f"{outer} over {name} cannot work: {outer} re-weights the clients' updates by data-dependent "
+            f"weights, which breaks {name}'s sensitivity bound (each client moves the clipped sum by at most C, "
+            "over a fixed denominator): the privacy guarantee would not hold."
         )
     if base.evaluates == "personal":
         raise ValueError(

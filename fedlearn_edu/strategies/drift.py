@@ -105,7 +105,7 @@ class SCAFFOLD(Strategy):
     """
 
     name = "scaffold"
-    needs = Needs(signals={"delta_c", "num_steps"})
+    needs = Needs(signals={"delta_c", "num_steps"}, sums_only=True)  # sums of Delta_i and Delta c_i
     weighted_direction = True  # direction(..., weights=) (FedVG on SCAFFOLD)
 
     def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[dict, dict]:
@@ -205,6 +205,7 @@ class FedDyn(Strategy):
     """
 
     name = "feddyn"
+    needs = Needs(sums_only=True)  # the sum of the Delta_k
     weighted_direction = True  # direction(..., weights=) (FedVG on FedDyn)
 
     def __init__(self, alpha: float = 0.01, server_lr: float = 1.0):
@@ -303,7 +304,7 @@ class FedNova(FedAvg):
     """
 
     name = "fednova"
-    needs = Needs(signals={"num_steps"})
+    needs = Needs(signals={"num_steps"}, sums_only=True)  # sum p_i tau_i, sum p_i Delta_i / tau_i
 
     def __init__(self, server_lr: float = 1.0, optimizer: ServerOptimizer | None = None, prox_tau_eff: str = "steps"):
         """Check the arguments (see the class docstring) and keep them."""

@@ -14,7 +14,7 @@ from torch import Tensor
 from ..aggregators import fedavg
 from ..engine import LocalTraining
 from ..params import Params
-from .base import ClientUpdates, Strategy
+from .base import ClientUpdates, Needs, Strategy
 from .server_optim import ServerAdagrad, ServerAdam, ServerMomentum, ServerOptimizer, ServerYogi
 
 __all__ = ["FedAvg", "FedAvgM", "FedProx", "FedAdam", "FedYogi", "FedAdagrad"]
@@ -32,6 +32,7 @@ class FedAvg(Strategy):
     """
 
     name = "fedavg"
+    needs = Needs(sums_only=True)  # sum_i n_i Delta_i and sum_i n_i
 
     def client_weights(self, updates: ClientUpdates) -> Tensor:
         """The weights of the clients' mean.

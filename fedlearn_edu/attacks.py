@@ -1,0 +1,197 @@
+"""Attacks and faulty clients as a federation's behaviour, for :func:`fedlearn_edu.simulate` (``attack=``).
+
+An :class:`Attack` names a kind, the fraction of the N clients that attack (chosen by
+its own seed: ``round(fraction N)`` clients, :meth:`Attack.attackers`) and the kind's
+parameters. The driver applies it; ``History.attackers`` records who attacked.
+
+* ``"label_flip"`` (data level): the attackers train on ``y -> C - 1 - y``
+  (:func:`fedlearn_edu.data.reverse_labels`; test labels stay clean);
+
+the update-level kinds replace the attackers' rows of the round's stacked updates
+``{name: Tensor[m, ...]}`` before aggregation (:meth:`Attack.apply`, a pure function):
+
+* ``"sign_flip"``: ``Delta_i -> -s Delta_i`` (``scale`` s, 1 by default);
+* ``"scale"``: ``Delta_i -> s Delta_i``;
+* ``"gaussian"``: ``Delta_i ~ N(0, sigma^2 I)`` (seeded by the attack's seed, the round and the client);
+* ``"alie"`` ("A little is enough", Baruch, Baruch & Goldberg, NeurIPS 2019): every attacker
+  sends ``mu_j - z sigma_j`` per coordinate, mu and sigma the mean and (population) standard
+  deviation of the round's honest updates, ``z = Phi^{-1}((n - s) / n)`` with
+  ``s = floor(n / 2 + 1) - f`` for the round's n selected clients of which f attack (s
+  clamped to >= 1);
+* ``"model_replacement"`` (Bagdasaryan et al., AISTATS 2020): ``(m / eta_s)(X - theta_t)``
+  for the round's m clients, the server's step size eta_s and the attacker's target model X
+  (``target``), so that FedAvg's step lands on X;
+* ``"free_rider"``: a zero update (the client trains nothing and still takes part).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from statistics import NormalDist
+
+import torch
+from torch import Tensor
+
+from .checks import check_float, check_range, check_seed
+from .params import Params
+from .utils import derive_seed
+
+__all__ = ["Attack", "ATTACKS", "alie_z"]
+
+ATTACKS = ("label_flip", "sign_flip", "scale", "gaussian", "alie", "model_replacement", "free_rider")
+_TAG_CHOICE, _TAG_NOISE = 0xA77AC4, 0x6A055
+
+
+def alie_z(n: int, f: int) -> float:
+    """Baruch et al.'s z: ``Phi^{-1}((n - s) / n)``, ``s = floor(n / 2 + 1) - f`` (clamped to >= 1).
+
+    Args:
+        n: the number of clients (in the round).
+        f: the number of attackers among them.
+
+    Returns:
+        z >= 0.
+
+    Example:
+        >>> round(alie_z(50, 24), 3)  # the paper's example: n = 50, f = 24 -> s = 2
+        1.751
+    """
+    s = max(1, math.floor(n / 2 + 1) - f)
+    return NormalDist().inv_cdf((n - s) / n)
+
+
+@dataclass(frozen=True)
+class Attack:
+    """A fraction of attacking clients and what they do (see the module docstring).
+
+    Attributes:
+        kind: one of :data:`ATTACKS`.
+        fraction: the share of the N clients that attack, in ``[0, 1]`` (``round(fraction N)`` clients).
+        seed: chooses the attackers (and the Gaussian attack's noise); independent of the run's seed.
+        scale: s of ``"sign_flip"`` / ``"scale"``.
+        sigma: the standard deviation of ``"gaussian"``.
+        target: X of ``"model_replacement"``, ``{name: Tensor}`` shaped like the model.
+    """
+
+    kind: str
+    fraction: float = 0.1
+    seed: int = 0
+    scale: float = 1.0
+    sigma: float = 1.0
+    target: dict | None = field(default=None, repr=False)
+
+    def __post_init__(self):
+        """Check the fields."""
+        if self.kind not in ATTACKS:
+            raise ValueError(f"kind must be one of {ATTACKS}, got {self.kind!r}.")
+        object.__setattr__(self, "fraction", check_range(self.fraction, "fraction", 0.0, 1.0))
+        object.__setattr__(self, "seed", check_seed(self.seed))
+        object.__setattr__(self, "scale", check_float(self.scale, "scale"))
+        object.__setattr__(self, "sigma", check_float(self.sigma, "sigma", nonnegative=True))
+        if self.kind == "model_replacement":
+            if not isinstance(self.target, dict) or not all(isinstance(v, Tensor) for v in self.target.values()):
+                raise ValueError("kind='model_replacement' needs target={name: Tensor}, the model X to install.")
+            object.__setattr__(self, "target", {k: v.detach().clone() for k, v in self.target.items()})
+
+    @property
+    def data_level(self) -> bool:
+        """The attack changes the attackers' training data (label flipping), not their updates."""
+        return self.kind == "label_flip"
+
+    def attackers(self, num_clients: int) -> Tensor:
+        """The attacking clients' ids: ``round(fraction N)`` chosen by the attack's seed.
+
+        Args:
+            num_clients: N.
+
+        Returns:
+            ``Tensor[k]`` (int64) sorted ids.
+        """
+        k = int(round(self.fraction * num_clients))
+        g = torch.Generator().manual_seed(derive_seed(self.seed, _TAG_CHOICE))
+        return torch.randperm(num_clients, generator=g)[:k].sort().values
+
+    def describe(self) -> str:
+        """A one-line description (what ``History.config["attack"]`` records).
+
+        Returns:
+            ``"kind(fraction=..., seed=..., ...)"``.
+        """
+        extra = {"sign_flip": "scale", "scale": "scale", "gaussian": "sigma"}.get(self.kind)
+        more = f", {extra}={getattr(self, extra)!r}" if extra else ""
+        if self.target is not None:
+            more += f", target_norm={float(sum((v.double() ** 2).sum() for v in self.target.values()) ** 0.5):.6g}"
+        return f"{self.kind}(fraction={self.fraction!r}, seed={self.seed}{more})"
+
+    def apply(
+        self,
+        deltas: Params,
+        client_ids: Tensor,
+        attackers: Tensor,
+        round: int,
+        server_params: Params | None = None,
+        server_lr: float = 1.0,
+    ) -> Params:
+        """The round's updates with the attackers' rows replaced (pure; the input is not modified).
+
+        Args:
+            deltas: ``{name: Tensor[m, ...]}`` the honest updates of the round's m clients.
+            client_ids: ``Tensor[m]`` their ids.
+            attackers: ``Tensor[k]`` the attackers' ids (:meth:`attackers`).
+            round: t (seeds the Gaussian attack).
+            server_params: theta_t (``"model_replacement"`` only).
+            server_lr: eta_s (``"model_replacement"`` only).
+
+        Returns:
+            ``{name: Tensor[m, ...]}``; the same object when no selected client attacks or the
+            attack is data-level.
+
+        Raises:
+            ValueError: ``"model_replacement"`` without a server model, or a target of another shape.
+        """
+        ids = client_ids.cpu()
+        bad = torch.isin(ids, attackers.cpu())
+        if self.data_level or not bool(bad.any()):
+            return deltas
+        m = ids.shape[0]
+        rows = bad.nonzero().flatten()
+        out = {}
+        if self.kind == "model_replacement":
+            if server_params is None:
+                raise ValueError("The model-replacement attack needs a strategy with one global model.")
+            missing = sorted(set(deltas) - set(self.target))
+            if missing:
+                raise ValueError(f"The model-replacement target lacks the parameters {missing[:5]}.")
+        for k, t in deltas.items():
+            r = rows.to(t.device)
+            new = t.clone()
+            if self.kind == "sign_flip":
+                new[r] = -self.scale * t[r]
+            elif self.kind == "scale":
+                new[r] = self.scale * t[r]
+            elif self.kind == "free_rider":
+                new[r] = 0
+            elif self.kind == "gaussian":
+                for j in rows.tolist():
+                    g = torch.Generator().manual_seed(derive_seed(self.seed, round, int(ids[j]), _TAG_NOISE))
+                    noise = torch.randn(t.shape[1:], generator=g, dtype=torch.float64)
+                    new[j] = (self.sigma * noise).to(device=t.device, dtype=t.dtype)
+            elif self.kind == "alie":
+                honest = t[(~bad).to(t.device)]
+                if honest.shape[0] == 0:
+                    sent = t[r]  # no honest update to imitate: the attackers keep theirs
+                else:
+                    h = honest.double()
+                    z = alie_z(m, int(bad.sum()))
+                    sent = (h.mean(0) - z * h.std(0, correction=0)).to(t.dtype).expand_as(t[r])
+                new[r] = sent
+            elif self.kind == "model_replacement":
+                x = self.target[k].to(device=t.device, dtype=t.dtype)
+                if tuple(x.shape) != tuple(t.shape[1:]):
+                    raise ValueError(
+                        f"The model-replacement target's {k!r} is {tuple(x.shape)}, the model's {tuple(t.shape[1:])}."
+                    )
+                new[r] = ((m / server_lr) * (x - server_params[k].to(t.dtype))).expand_as(t[r])
+            out[k] = new
+        return out

@@ -1,0 +1,163 @@
+"""Attacks as a federation's behaviour: seeded attackers, each kind's update, both engines, History.attackers."""
+
+from __future__ import annotations
+
+from statistics import NormalDist
+
+import numpy as np
+import pytest
+import torch
+
+from fedlearn_edu import IFCA, Attack, CenteredClipping, FedAvg, Median, federated_dataset, make_model, simulate
+from fedlearn_edu.aggregators import fedavg
+from fedlearn_edu.attacks import ATTACKS, alie_z
+from fedlearn_edu.data import reverse_labels
+
+KW = dict(rounds=2, clients_per_round=5, lr=0.1, batch_size=16, progress=False, seed=2, device="cpu")
+
+
+@pytest.fixture(scope="module")
+def fed():
+    return federated_dataset("digits", num_clients=8, alpha=0.5, seed=0)
+
+
+def _model(fed):
+    return make_model("mlp", fed.input_shape, fed.num_classes, hidden=(8,), seed=0)
+
+
+def _deltas(m=6, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return {"fc.weight": torch.randn(m, 3, 2, generator=g), "fc.bias": torch.randn(m, 3, generator=g)}
+
+
+def test_attackers_are_chosen_by_the_attacks_seed():
+    a = Attack("sign_flip", fraction=0.3, seed=1)
+    ids = a.attackers(20)
+    assert len(ids) == 6 and torch.equal(ids, ids.sort().values) and len(set(ids.tolist())) == 6
+    assert torch.equal(ids, Attack("gaussian", fraction=0.3, seed=1).attackers(20))  # the kind does not matter
+    assert not torch.equal(ids, Attack("sign_flip", fraction=0.3, seed=2).attackers(20))
+    assert len(Attack("free_rider", fraction=0.0).attackers(20)) == 0
+    assert len(Attack("free_rider", fraction=1.0).attackers(7)) == 7
+
+
+def test_each_update_level_kind():
+    d = _deltas()
+    before = {k: v.clone() for k, v in d.items()}
+    ids = torch.tensor([0, 3, 4, 7, 9, 11])
+    att = torch.tensor([3, 9, 12])  # rows 1 and 4 attack
+    bad, good = [1, 4], [0, 2, 3, 5]
+    flip = Attack("sign_flip", scale=2.0).apply(d, ids, att, 1)
+    scale = Attack("scale", scale=3.0).apply(d, ids, att, 1)
+    free = Attack("free_rider").apply(d, ids, att, 1)
+    gauss = Attack("gaussian", sigma=0.5, seed=4).apply(d, ids, att, 1)
+    alie = Attack("alie").apply(d, ids, att, 1)
+    for k, v in d.items():
+        assert torch.equal(v, before[k])  # the input is not modified
+        for out in (flip, scale, free, gauss, alie):
+            assert torch.equal(out[k][good], v[good])
+        assert torch.equal(flip[k][bad], -2.0 * v[bad])
+        assert torch.equal(scale[k][bad], 3.0 * v[bad])
+        assert not bool(free[k][bad].any())
+        h = v[good].double().numpy()
+        z = NormalDist().inv_cdf((6 - (4 - 2)) / 6)  # s = floor(6/2 + 1) - 2 = 2
+        ref = h.mean(0) - z * h.std(0)
+        for r in bad:
+            np.testing.assert_allclose(alie[k][r].numpy(), ref, rtol=1e-6, atol=1e-6)
+    # Gaussian: seeded by (attack seed, round, client); N(0, sigma^2)
+    again = Attack("gaussian", sigma=0.5, seed=4).apply(d, ids, att, 1)
+    other_round = Attack("gaussian", sigma=0.5, seed=4).apply(d, ids, att, 2)
+    assert all(torch.equal(gauss[k], again[k]) for k in d)
+    assert not torch.equal(gauss["fc.weight"][bad], other_round["fc.weight"][bad])
+    big = Attack("gaussian", sigma=0.5).apply({"w": torch.zeros(2, 20000)}, torch.tensor([0, 1]), torch.tensor([1]), 1)
+    assert abs(float(big["w"][1].std()) - 0.5) < 0.01 and not bool(big["w"][0].any())
+    # no attacker selected this round: the same object back
+    assert Attack("sign_flip").apply(d, ids, torch.tensor([5]), 1) is d
+
+
+def test_alie_z_follows_the_paper():
+    assert alie_z(50, 24) == pytest.approx(NormalDist().inv_cdf(48 / 50))  # s = 26 - 24 = 2
+    assert alie_z(10, 2) == pytest.approx(NormalDist().inv_cdf(6 / 10))
+    assert alie_z(10, 8) == pytest.approx(NormalDist().inv_cdf(9 / 10))  # s clamped to 1
+
+
+def test_model_replacement_installs_the_target_under_fedavg():
+    """Bagdasaryan et al.: with the others' updates ~ 0 and equal weights, (m / eta_s)(X - theta_t)
+    makes FedAvg's step land on X."""
+    theta = {"fc.weight": torch.randn(3, 2), "fc.bias": torch.randn(3)}
+    target = {k: torch.randn_like(v) for k, v in theta.items()}
+    d = {k: torch.zeros(5, *v.shape) for k, v in theta.items()}
+    out = Attack("model_replacement", target=target).apply(d, torch.arange(5), torch.tensor([2]), 1, theta, 0.5)
+    step = fedavg(out, torch.ones(5))
+    for k in theta:
+        torch.testing.assert_close(theta[k] + 0.5 * step[k], target[k])
+
+
+def test_bad_attacks_are_refused(fed):
+    with pytest.raises(ValueError, match="kind must be one of"):
+        Attack("flip")
+    with pytest.raises(ValueError, match=r"fraction must be in \[0, 1\]"):
+        Attack("scale", fraction=1.5)
+    with pytest.raises(ValueError, match="needs target="):
+        Attack("model_replacement")
+    with pytest.raises(TypeError, match="attack must be a fedlearn_edu.attacks.Attack"):
+        simulate(fed, _model(fed), FedAvg(), attack="sign_flip", **KW)
+    with pytest.raises(ValueError, match="aims at one global model; ifca keeps K cluster models"):
+        simulate(fed, _model(fed), IFCA(2), attack=Attack("model_replacement", target={}), **KW)
+
+
+def test_label_flip_is_the_reversed_federation(fed):
+    attack = Attack("label_flip", fraction=0.25, seed=3)
+    ids = attack.attackers(len(fed)).tolist()
+    flipped = reverse_labels(fed, ids)
+    for i, (a, b) in enumerate(zip(fed, flipped)):
+        assert torch.equal(b.train_y, 9 - a.train_y if i in ids else a.train_y) and torch.equal(a.test_y, b.test_y)
+        assert b.info["attacker"] == (i in ids)
+    h = simulate(fed, _model(fed), FedAvg(), attack=attack, engine="loop", **KW)
+    ref = simulate(flipped, _model(fed), FedAvg(), engine="loop", **KW)
+    assert all(torch.equal(h.final_params[k], ref.final_params[k]) for k in ref.final_params)
+    assert h.attackers.tolist() == ids and ref.attackers is None
+    assert h.config["attack"].startswith("label_flip(fraction=0.25, seed=3")
+
+
+def test_an_identity_attack_is_the_honest_run_bitwise(fed):
+    h = simulate(fed, _model(fed), FedAvg(), attack=Attack("scale", fraction=0.5, scale=1.0), engine="loop", **KW)
+    ref = simulate(fed, _model(fed), FedAvg(), engine="loop", **KW)
+    assert all(torch.equal(h.final_params[k], ref.final_params[k]) for k in ref.final_params)
+    assert "attack" not in ref.config
+
+
+def _target(fed):
+    return {k: torch.zeros_like(v) for k, v in _model(fed).state_dict().items()}
+
+
+@pytest.mark.parametrize("kind", ATTACKS)
+def test_loop_and_vmap_engines_give_the_same_attacked_run(fed, kind):
+    extra = {"target": _target(fed)} if kind == "model_replacement" else {}
+    attack = Attack(kind, fraction=0.25, seed=1, scale=5.0, **extra)
+    a = simulate(fed, _model(fed), Median(), attack=attack, engine="loop", **KW)
+    b = simulate(fed, _model(fed), Median(), attack=attack, engine="vmap", **KW)
+    for k in a.final_params:
+        torch.testing.assert_close(a.final_params[k], b.final_params[k], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(a.client_accuracy, b.client_accuracy, atol=1e-6)
+    assert a.attackers.tolist() == attack.attackers(len(fed)).tolist() == b.attackers.tolist()
+    honest = simulate(fed, _model(fed), Median(), engine="loop", **KW)
+    assert any(not torch.equal(a.final_params[k], honest.final_params[k]) for k in a.final_params)
+
+
+def test_an_attacked_run_resumes_bit_identically_and_refuses_another_attack(fed, tmp_path):
+    attack = Attack("alie", fraction=0.25, seed=1)
+    kw = dict(KW, engine="loop", rounds=3)
+    path = tmp_path / "run.pt"
+    full = simulate(fed, _model(fed), CenteredClipping(tau=0.3), attack=attack, **kw)
+    simulate(fed, _model(fed), CenteredClipping(tau=0.3), attack=attack, checkpoint=path, **dict(kw, rounds=2))
+    resumed = simulate(fed, _model(fed), CenteredClipping(tau=0.3), attack=attack, checkpoint=path, resume=True, **kw)
+    assert all(torch.equal(full.final_params[k], resumed.final_params[k]) for k in full.final_params)
+    assert all(
+        torch.equal(full.final_server_state["center"][k], resumed.final_server_state["center"][k])
+        for k in full.final_params
+    )
+    assert resumed.attackers.tolist() == full.attackers.tolist()
+    with pytest.raises(ValueError, match="its attack is"):
+        simulate(
+            fed, _model(fed), CenteredClipping(tau=0.3), attack=Attack("alie", 0.5), checkpoint=path, resume=True, **kw
+        )

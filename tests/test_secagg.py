@@ -1,0 +1,105 @@
+"""Secure aggregation: the sum is exact, strict subsets of masked inputs are noise; which strategies survive it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fedlearn_edu import IFCA, SCAFFOLD, Ditto, FedAvg, FedVG, LocalOnly, federated_dataset, make_model, simulate
+from fedlearn_edu.secagg import (
+    NEEDS_EACH,
+    check_secure_aggregation,
+    decode,
+    encode,
+    mask_inputs,
+    pairwise_masks,
+    secure_aggregation_problem,
+    secure_sum,
+)
+from fedlearn_edu.strategies import STRATEGIES
+
+VAL = (torch.zeros(4, 1, 8, 8), torch.zeros(4, dtype=torch.long))
+
+
+def _make(name):
+    return STRATEGIES[name](VAL) if name == "fedvg" else STRATEGIES[name]()
+
+
+def test_encoding_round_trips_in_fixed_point():
+    x = torch.tensor([-3.25, 0.0, 1e-6, 2.5, -1e3], dtype=torch.float64)
+    y = encode(x, 16, 48)
+    assert y.dtype == torch.int64 and bool((y >= 0).all() and (y < 2**48).all())
+    torch.testing.assert_close(decode(y, 16, 48), torch.round(x * 2**16) / 2**16, rtol=0, atol=0)
+    with pytest.raises(ValueError, match="reaches 2\\^31"):
+        encode(torch.tensor([1e5]), 16, 32)
+
+
+def test_masks_cancel_and_the_sum_is_exact():
+    g = torch.Generator().manual_seed(0)
+    deltas = {"w": torch.randn(7, 5, 3, generator=g, dtype=torch.float64), "b": torch.randn(7, 5, generator=g)}
+    ids = torch.tensor([0, 2, 3, 5, 8, 9, 11])
+    masks = pairwise_masks(ids, (4,), seed=1)
+    assert not bool((masks == 0).all()) and bool((torch.remainder(masks.sum(0), 2**48) == 0).all())
+    total, masked = secure_sum(deltas, ids, seed=3)
+    for k, v in deltas.items():
+        rounded = torch.round(v.double() * 2**16) / 2**16
+        torch.testing.assert_close(total[k], rounded.sum(0), rtol=0, atol=0)  # exact in fixed point
+        assert float((total[k] - v.double().sum(0)).abs().max()) <= 7 * 2.0**-17
+        assert masked[k].shape == v.shape and masked[k].dtype == torch.int64
+
+
+def test_a_strict_subset_of_masked_inputs_is_uncorrelated_with_the_inputs():
+    """m - 1 of the y_i (any client left out) are uniform modulo 2^k: across many sessions their
+    decoded values do not correlate with the true inputs, and look uniform."""
+    m, d, sessions = 5, 200, 40
+    g = torch.Generator().manual_seed(7)
+    ids = torch.arange(m)
+    xs, ys = [], []
+    for session in range(sessions):
+        x = torch.randn(m, d, generator=g, dtype=torch.float64)
+        y = mask_inputs(encode(x, 16, 32), ids, seed=session, modulus_bits=32)
+        xs.append(x[: m - 1].reshape(-1))
+        ys.append(y[: m - 1].reshape(-1).double() / 2**32)  # in [0, 1)
+    x, y = torch.cat(xs), torch.cat(ys)
+    n = x.numel()
+    corr = float(torch.corrcoef(torch.stack([x, y]))[0, 1])
+    assert abs(corr) < 4 / n**0.5  # |r| within 4 standard errors of 0
+    assert abs(float(y.mean()) - 0.5) < 4 * (1 / 12) ** 0.5 / n**0.5  # uniform: mean 1/2, variance 1/12
+    assert abs(float(y.var()) - 1 / 12) < 0.01
+    # the same inputs unmasked are perfectly correlated with themselves (the test can fail)
+    plain = torch.cat([encode(v.reshape(-1), 16, 32).double() for v in xs])
+    assert float(torch.corrcoef(torch.stack([x, decode(plain.long(), 16, 32)]))[0, 1]) > 0.99
+
+
+SUMS_ONLY = {"fedavg", "fedavgm", "fedprox", "fedadam", "fedyogi", "fedadagrad", "scaffold", "feddyn", "fednova"}
+SUMS_ONLY |= {"normclipping", "dpfedavg"}
+
+
+def test_the_secure_aggregation_table():
+    """Which registered strategies need only sums (and the reason for every other one)."""
+    table = {name: secure_aggregation_problem(_make(name)) for name in STRATEGIES}
+    assert {n for n, why in table.items() if not why} == SUMS_ONLY
+    for name, why in table.items():
+        if name in NEEDS_EACH:
+            assert NEEDS_EACH[name] in why
+    assert "each client's model theta_i" in table["fedvg"] and "Gram matrix" in table["craft"]
+    assert "OUI" in table["fedoui"] and "pairwise distances" in table["krum"]
+    assert "no server aggregation" in table["gossip"] and "no server aggregation" in table["dac"]
+    assert secure_aggregation_problem(Ditto(0.1)) == ""  # the base's (FedAvg's) sums; personal steps stay local
+    assert "each client's model" in secure_aggregation_problem(Ditto(0.1, base=FedVG(VAL)))
+    assert "cluster choice" in secure_aggregation_problem(IFCA(2))
+    assert "no server aggregation" in secure_aggregation_problem(LocalOnly())
+    assert "over scaffold" in secure_aggregation_problem(FedVG(VAL, base=SCAFFOLD()))
+
+
+def test_simulate_refuses_a_strategy_that_needs_each_update():
+    fed = federated_dataset("digits", num_clients=6, alpha=0.5, seed=0)
+    model = make_model("mlp", fed.input_shape, fed.num_classes, hidden=(8,), seed=0)
+    kw = dict(rounds=1, clients_per_round=3, batch_size=16, progress=False, device="cpu", engine="loop")
+    with pytest.raises(ValueError, match="krum cannot run under secure aggregation .*pairwise distances"):
+        simulate(fed, model, _make("krum"), secure_aggregation=True, **kw)
+    check_secure_aggregation(FedAvg())
+    h = simulate(fed, model, FedAvg(), secure_aggregation=True, **kw)
+    ref = simulate(fed, model, FedAvg(), **kw)
+    assert h.config["secure_aggregation"] is True and "secure_aggregation" not in ref.config
+    assert all(torch.equal(h.final_params[k], ref.final_params[k]) for k in ref.final_params)
