@@ -146,7 +146,18 @@ class Method:
         return str(self.strategy)
 
     def with_tune(self, **tune) -> Method:
-        """A copy with other candidate values (``None`` drops a tuned setting)."""
+        """A copy with other candidate values (``None`` drops a tuned setting).
+
+        Args:
+            **tune: ``setting=[candidates]`` replacing (or adding) that setting's candidates;
+                ``setting=None`` removes it from the tuned settings.
+
+        Returns:
+            A new :class:`Method` (this one is unchanged).
+
+        Raises:
+            ValueError: a candidate list is empty or not a list.
+        """
         new = {k: v for k, v in {**self.tune, **tune}.items() if v is not None}
         return dataclasses.replace(self, tune=new)
 
@@ -213,7 +224,19 @@ CLASSROOM_FEDERATIONS = ("quantity:1.0", "dirichlet:0.1", "shards:2", "noisy:0.8
 
 
 def method(spec) -> Method:
-    """A :class:`Method` from a name of :data:`METHODS` (or a Method, returned as it is)."""
+    """A :class:`Method` from a name of :data:`METHODS` (or a Method, returned as it is).
+
+    Args:
+        spec: a name of :data:`METHODS` (case, ``-`` and ``_`` ignored: ``"FedAvg-M"`` is
+            ``"fedavgm"``) or a :class:`Method`.
+
+    Returns:
+        The :class:`Method`.
+
+    Raises:
+        TypeError: ``spec`` is neither a string nor a Method.
+        ValueError: the name is not in :data:`METHODS`.
+    """
     if isinstance(spec, Method):
         return spec
     if not isinstance(spec, str):
@@ -377,6 +400,12 @@ class Protocol:
             raise ValueError(f"target must be in (0, 1], got {self.target!r}.")
 
     def local(self) -> dict:
+        """The settings every run of the sweep shares, as stored in a run's configuration.
+
+        Returns:
+            ``{"rounds", "clients_per_round", "local_epochs", "batch_size", "lr", "engine"}``
+            as plain ints, a float and a string.
+        """
         return {
             "rounds": int(self.rounds),
             "clients_per_round": int(self.clients_per_round),
@@ -431,7 +460,15 @@ def _plain(value):
 
 
 def run_key(config: Mapping) -> str:
-    """The run's key: a hash of its full configuration and the package version."""
+    """The run's key: a hash of its full configuration and the package version.
+
+    Args:
+        config: the run's configuration (as built by :func:`run`; JSON-able after
+            NumPy scalars and tuples are made plain).
+
+    Returns:
+        16 hexadecimal characters (the start of the SHA-256 of the sorted JSON).
+    """
     text = json.dumps({"config": _plain(config), "version": _version()}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -493,6 +530,15 @@ def _strategy(config: dict, factory: Callable | None):
 
 def execute(config: dict, factory: Callable | None = None, root=None) -> dict:
     """Run one configuration; never raises (a failure is returned with its traceback).
+
+    Args:
+        config: one run's configuration (a ``config`` of ``runs.csv``): method, builder,
+            settings, server_validation, federation spec, seed, rounds, clients_per_round,
+            local_epochs, batch_size, lr, engine, phase.
+        factory: the Method's strategy factory when it has one (``None``: the builder names a
+            strategy of the package).
+        root: the data folder passed to :func:`~fedlearn_edu.data.federated_dataset`
+            (``None``: the default).
 
     Returns:
         ``{"status": "ok", "rows": [...], "seconds": s, "evaluated": ...}`` or
@@ -740,6 +786,21 @@ def run_configs(
 
     Statuses: ``"cached"`` (done before), ``"done"``, ``"failed"``. The keys of corrupt or
     partial files found (and redone) are appended to ``redone``.
+
+    Args:
+        configs: the runs' configurations (duplicates, by :func:`run_key`, run once).
+        out: the results folder; runs are stored under ``out/runs``.
+        engine: ``"sequential"``, ``"joblib"`` or ``"dask"``.
+        n_jobs: worker processes for ``"joblib"`` (``None``: the CPU count).
+        client: for ``"dask"``: a ``distributed.Client`` or a scheduler address.
+        factories: ``{method name: factory}`` for methods outside the package.
+        root: the data folder (``None``: the default).
+        progress: show a tqdm bar on stderr.
+        desc: the bar's label.
+        redone: a list to which the keys of corrupt or partial runs found are appended.
+
+    Returns:
+        ``{run key: status}``, one entry per distinct configuration, in ``configs``' order.
     """
     store = _Store(out)
     meta = {"package_version": _version(), "git_commit": git_commit()}
@@ -829,16 +890,28 @@ def run(
         federations: strings for :func:`parse_federation` or :class:`FederationSpec` objects
             (default: ``["dirichlet:0.1"]``).
         out: the results folder (created; reruns skip what it holds).
-        protocol: a :class:`Protocol`, or its fields as keyword arguments (``rounds=20``,
-            ``eval_seeds=(1, 2, 3)`` ...).
-        dataset, num_clients, model, num_samples, root: applied to every string federation.
-        engine: ``"sequential"``, ``"joblib"`` (default; ``n_jobs`` processes, default all
-            cores) or ``"dask"`` (default when ``client`` or ``scheduler`` is given).
-        client: a ``distributed.Client``; scheduler: a Dask scheduler address.
+        protocol: a :class:`Protocol` (``None``: one built from ``protocol_kwargs``).
+        dataset: the dataset of every string federation (``"digits"``, ``"mnist"`` ...).
+        num_clients: the number of clients of every string federation.
+        model: the model of every string federation (a name of :func:`~fedlearn_edu.make_model`).
+        num_samples: the samples drawn from the dataset (``None``: all of them).
+        root: the data folder (``None``: the default).
+        engine: ``"sequential"``, ``"joblib"`` (default; ``n_jobs`` processes) or ``"dask"``
+            (default when ``client`` or ``scheduler`` is given).
+        n_jobs: worker processes for ``"joblib"`` (``None``: all cores).
+        client: a ``distributed.Client``.
+        scheduler: a Dask scheduler address (instead of ``client``).
         progress: one progress bar over the runs of each phase.
+        **protocol_kwargs: :class:`Protocol` fields (``rounds=20``, ``eval_seeds=(1, 2, 3)``
+            ...), replacing those of ``protocol`` when both are given.
 
     Returns:
         A :class:`BenchmarkResult` (records, picks, summary); it is also written to ``out``.
+
+    Raises:
+        TypeError: ``protocol`` is not a :class:`Protocol`.
+        ValueError: an unknown engine or method, a bad ``n_jobs``, both ``client`` and
+            ``scheduler``, or federations with the same name.
 
     Example:
         >>> result = benchmark.run(["fedavg", "craft"], ["dirichlet:0.1"], rounds=20)  # doctest: +SKIP
@@ -914,6 +987,16 @@ def select(tune_records, methods, federations, protocol: Protocol) -> dict:
     The criterion: the mean over the tuning seeds of the mean client accuracy averaged over the
     last ``protocol.last_k`` evaluations; a failed or missing run scores ``-inf``; ties go to
     the first candidate in the grid's order.
+
+    Args:
+        tune_records: the tuning runs' tidy records (a DataFrame with columns ``federation,
+            method, settings`` (sorted JSON), ``seed, round, mean``; may be empty).
+        methods: the :class:`Method` s of the grid.
+        federations: the :class:`FederationSpec` s of the grid.
+        protocol: gives ``tuning_seeds`` and ``last_k``.
+
+    Returns:
+        ``{(federation name, method name): settings dict or None}``.
     """
     picks = {}
     for f in federations:
@@ -1000,6 +1083,17 @@ def summarize(records, protocol: Protocol | None = None, baseline: str = "fedavg
     how many did), and for ``lastk``, ``final`` and ``worst10`` the paired difference to the
     baseline on the same seeds (``d_M``, ``d_M_ci``) with ``vs_M``: ``"better"``, ``"worse"``
     or ``"tie"`` (the interval contains 0).
+
+    Args:
+        records: tidy records (DataFrame) with columns ``phase, federation, method, settings,
+            seed, round, mean, worst10, std, sec_per_round, evaluated``; only
+            ``phase == "eval"`` rows are used.
+        protocol: gives ``last_k`` and ``target`` (``None``: the default :class:`Protocol`).
+        baseline: the method the paired differences are taken to.
+        confidence: the level of the t-intervals.
+
+    Returns:
+        A DataFrame, one row per federation x method present, in the records' order.
     """
     import pandas as pd
 
@@ -1049,6 +1143,14 @@ def format_table(summary, metrics=("lastk", "worst10"), percent: bool = True) ->
 
     The paired difference to FedAvg follows each cell: ``(+d +- h, better/worse/tie)``. Rows
     keep the grid's order: ties are not ranked.
+
+    Args:
+        summary: a :func:`summarize` DataFrame.
+        metrics: the metrics to show, one block each (names of :data:`METRICS`).
+        percent: show fractions as percentages.
+
+    Returns:
+        The table as lines of text, one block per metric.
     """
     scale = 100.0 if percent else 1.0
     feds = list(dict.fromkeys(summary["federation"]))
@@ -1101,6 +1203,22 @@ class BenchmarkResult:
 
     @classmethod
     def collect(cls, out, configs, statuses, methods, feds, protocol, picks):
+        """Gather the stored runs of a sweep into a result.
+
+        Args:
+            out: the results folder.
+            configs: every configuration of the sweep (tuning and evaluation).
+            statuses: ``{run key: status}`` from :func:`run_configs` (not read: the stored
+                ``.json`` says whether a run is done).
+            methods: the grid's :class:`Method` s (not read; kept for the call's symmetry).
+            feds: the grid's :class:`FederationSpec` s (not read).
+            protocol: the :class:`Protocol` used.
+            picks: ``{(federation, method): settings}`` from :func:`select`.
+
+        Returns:
+            A :class:`BenchmarkResult` with the done runs' records and one ``runs`` row per
+            distinct configuration (``status`` ``"missing"`` when nothing was stored).
+        """
         import pandas as pd
 
         store = _Store(out)
@@ -1135,7 +1253,14 @@ class BenchmarkResult:
         return cls(Path(out), records, pd.DataFrame(rows), picks, protocol, failed)
 
     def summary(self, baseline: str = "fedavg"):
-        """:func:`summarize` of the evaluation runs, in the grid's order (methods are not ranked)."""
+        """:func:`summarize` of the evaluation runs, in the grid's order (methods are not ranked).
+
+        Args:
+            baseline: the method the paired differences are taken to.
+
+        Returns:
+            The :func:`summarize` DataFrame, rows ordered by federation then method as in the grid.
+        """
         s = summarize(self.records, self.protocol, baseline)
         if len(s) == 0:
             return s
@@ -1145,6 +1270,14 @@ class BenchmarkResult:
         return s.iloc[np.argsort([a * 10_000 + b for a, b in order], kind="stable")].reset_index(drop=True)
 
     def table(self, metrics=("lastk", "worst10")) -> str:
+        """:func:`format_table` of :meth:`summary`.
+
+        Args:
+            metrics: the metrics to show (names of :data:`METRICS`).
+
+        Returns:
+            The table as text.
+        """
         return format_table(self.summary(), metrics)
 
     def failure_report(self) -> str:
@@ -1181,7 +1314,17 @@ class BenchmarkResult:
 
 
 def load(out) -> BenchmarkResult:
-    """Read a results folder written by :func:`run` (``records.csv.gz``, ``runs.csv``, ``protocol.json``)."""
+    """Read a results folder written by :func:`run` (``records.csv.gz``, ``runs.csv``, ``protocol.json``).
+
+    Args:
+        out: the results folder (e.g. :func:`classroom_records`' answer).
+
+    Returns:
+        A :class:`BenchmarkResult` (``wall_seconds`` is NaN: it is not stored).
+
+    Raises:
+        FileNotFoundError: one of the three files is missing.
+    """
     import pandas as pd
 
     out = Path(out)
@@ -1199,7 +1342,20 @@ def load(out) -> BenchmarkResult:
 
 
 def rerun(records, key: str, root=None) -> dict:
-    """Run the configuration of one recorded run again (``runs`` row or its key) -> :func:`execute`'s result."""
+    """Run the configuration of one recorded run again -> :func:`execute`'s result.
+
+    Args:
+        records: a ``runs`` DataFrame (``BenchmarkResult.runs``) with columns ``run_key`` and
+            ``config``.
+        key: the run's key.
+        root: the data folder (``None``: the default).
+
+    Returns:
+        :func:`execute`'s dict for that configuration.
+
+    Raises:
+        ValueError: no run has that key.
+    """
     row = records[records["run_key"] == key]
     if len(row) == 0:
         raise ValueError(f"No run with key {key!r} in the records.")
@@ -1210,8 +1366,18 @@ def rerun(records, key: str, root=None) -> dict:
 
 
 def plot_curves(result: BenchmarkResult, metrics=("mean", "worst10"), methods=None, confidence: float = 0.95):
-    """Per federation (columns) and metric (rows): the evaluation runs' curves, mean over seeds
-    with the 95 % t-interval as a band. Returns the matplotlib figure.
+    """Per federation (columns) and metric (rows): the evaluation runs' curves over rounds.
+
+    Each method's curve is the mean over the evaluation seeds with its t-interval as a band.
+
+    Args:
+        result: a :class:`BenchmarkResult`.
+        metrics: record columns to plot, one row of panels each (fractions in ``[0, 1]``).
+        methods: the methods to draw (``None``: all, in the grid's order).
+        confidence: the level of the bands.
+
+    Returns:
+        The matplotlib figure, ``len(metrics)`` x number of federations panels.
     """
     import matplotlib.pyplot as plt
     from scipy import stats
@@ -1253,6 +1419,13 @@ def plot_intervals(summary, metric: str = "lastk"):
 
     Grey: a tie (the interval contains 0); green / red: better / worse than FedAvg. Methods keep
     the grid's order: the plot reads as ties and differences, not as a ranking.
+
+    Args:
+        summary: a :func:`summarize` DataFrame.
+        metric: one of ``"lastk"``, ``"final"``, ``"worst10"`` (those with paired differences).
+
+    Returns:
+        The matplotlib figure, one panel per federation.
     """
     import matplotlib.pyplot as plt
 
@@ -1284,7 +1457,15 @@ def plot_intervals(summary, metric: str = "lastk"):
 
 
 def markdown_report(result: BenchmarkResult, command: str = "") -> str:
-    """A short Markdown report: the protocol, the table with intervals, what failed."""
+    """A short Markdown report: the protocol, the table with intervals, what failed.
+
+    Args:
+        result: a :class:`BenchmarkResult`.
+        command: the command that ran the sweep, quoted in the report (``""``: none).
+
+    Returns:
+        The report as Markdown text.
+    """
     p = result.protocol
     s = result.summary()
     feds = list(dict.fromkeys(s["federation"]))
