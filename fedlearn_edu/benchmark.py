@@ -74,6 +74,8 @@ __all__ = [
     "run",
     "execute",
     "load",
+    "classroom_records",
+    "RECORDS_URL",
     "select",
     "summarize",
     "t_interval",
@@ -88,6 +90,19 @@ __all__ = [
 ]
 
 RECORD_VERSION = 1
+# The classroom grid's committed records, as files of the project's repository; the chapter
+# *Comparing the methods* reads them. $FEDLEARN_BENCHMARK_URL replaces the base (tests serve a
+# local folder); $FEDLEARN_BENCHMARK_RECORDS names a folder to read instead of the repository's.
+RECORDS_URL = "https://raw.githubusercontent.com/fedlearn-edu/fedlearn-edu/main/benchmarks/results/classroom"
+RECORDS_URL_VAR = "FEDLEARN_BENCHMARK_URL"
+RECORDS_DIR_VAR = "FEDLEARN_BENCHMARK_RECORDS"
+RECORD_FILES = ("records.csv.gz", "runs.csv", "protocol.json")  # what :func:`load` reads
+# The records in the repository this package sits in (an editable install or a clone).
+REPO_RECORDS = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "classroom"
+_RECORD_COLUMNS = {
+    "records.csv.gz": ("run_key", "phase", "method", "federation", "settings", "seed", "round", "mean", "worst10"),
+    "runs.csv": ("run_key", "phase", "method", "federation", "seed", "status", "config"),
+}
 METRICS = ("final", "lastk", "worst10", "std", "rounds_to_target", "sec_per_round")
 # Columns of a run's rows that are computed by the run (the rest are its settings).
 VALUE_COLUMNS = ("round", "mean", "std", "worst10", "best10", "loss", "train_loss")
@@ -146,7 +161,18 @@ class Method:
         return str(self.strategy)
 
     def with_tune(self, **tune) -> Method:
-        """A copy with other candidate values (``None`` drops a tuned setting)."""
+        """A copy with other candidate values (``None`` drops a tuned setting).
+
+        Args:
+            **tune: ``setting=[candidates]`` replacing (or adding) that setting's candidates;
+                ``setting=None`` removes it from the tuned settings.
+
+        Returns:
+            A new :class:`Method` (this one is unchanged).
+
+        Raises:
+            ValueError: a candidate list is empty or not a list.
+        """
         new = {k: v for k, v in {**self.tune, **tune}.items() if v is not None}
         return dataclasses.replace(self, tune=new)
 
@@ -213,7 +239,19 @@ CLASSROOM_FEDERATIONS = ("quantity:1.0", "dirichlet:0.1", "shards:2", "noisy:0.8
 
 
 def method(spec) -> Method:
-    """A :class:`Method` from a name of :data:`METHODS` (or a Method, returned as it is)."""
+    """A :class:`Method` from a name of :data:`METHODS` (or a Method, returned as it is).
+
+    Args:
+        spec: a name of :data:`METHODS` (case, ``-`` and ``_`` ignored: ``"FedAvg-M"`` is
+            ``"fedavgm"``) or a :class:`Method`.
+
+    Returns:
+        The :class:`Method`.
+
+    Raises:
+        TypeError: ``spec`` is neither a string nor a Method.
+        ValueError: the name is not in :data:`METHODS`.
+    """
     if isinstance(spec, Method):
         return spec
     if not isinstance(spec, str):
@@ -377,6 +415,12 @@ class Protocol:
             raise ValueError(f"target must be in (0, 1], got {self.target!r}.")
 
     def local(self) -> dict:
+        """The settings every run of the sweep shares, as stored in a run's configuration.
+
+        Returns:
+            ``{"rounds", "clients_per_round", "local_epochs", "batch_size", "lr", "engine"}``
+            as plain ints, a float and a string.
+        """
         return {
             "rounds": int(self.rounds),
             "clients_per_round": int(self.clients_per_round),
@@ -431,7 +475,15 @@ def _plain(value):
 
 
 def run_key(config: Mapping) -> str:
-    """The run's key: a hash of its full configuration and the package version."""
+    """The run's key: a hash of its full configuration and the package version.
+
+    Args:
+        config: the run's configuration (as built by :func:`run`; JSON-able after
+            NumPy scalars and tuples are made plain).
+
+    Returns:
+        16 hexadecimal characters (the start of the SHA-256 of the sorted JSON).
+    """
     text = json.dumps({"config": _plain(config), "version": _version()}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -493,6 +545,15 @@ def _strategy(config: dict, factory: Callable | None):
 
 def execute(config: dict, factory: Callable | None = None, root=None) -> dict:
     """Run one configuration; never raises (a failure is returned with its traceback).
+
+    Args:
+        config: one run's configuration (a ``config`` of ``runs.csv``): method, builder,
+            settings, server_validation, federation spec, seed, rounds, clients_per_round,
+            local_epochs, batch_size, lr, engine, phase.
+        factory: the Method's strategy factory when it has one (``None``: the builder names a
+            strategy of the package).
+        root: the data folder passed to :func:`~fedlearn_edu.data.federated_dataset`
+            (``None``: the default).
 
     Returns:
         ``{"status": "ok", "rows": [...], "seconds": s, "evaluated": ...}`` or
@@ -740,6 +801,21 @@ def run_configs(
 
     Statuses: ``"cached"`` (done before), ``"done"``, ``"failed"``. The keys of corrupt or
     partial files found (and redone) are appended to ``redone``.
+
+    Args:
+        configs: the runs' configurations (duplicates, by :func:`run_key`, run once).
+        out: the results folder; runs are stored under ``out/runs``.
+        engine: ``"sequential"``, ``"joblib"`` or ``"dask"``.
+        n_jobs: worker processes for ``"joblib"`` (``None``: the CPU count).
+        client: for ``"dask"``: a ``distributed.Client`` or a scheduler address.
+        factories: ``{method name: factory}`` for methods outside the package.
+        root: the data folder (``None``: the default).
+        progress: show a tqdm bar on stderr.
+        desc: the bar's label.
+        redone: a list to which the keys of corrupt or partial runs found are appended.
+
+    Returns:
+        ``{run key: status}``, one entry per distinct configuration, in ``configs``' order.
     """
     store = _Store(out)
     meta = {"package_version": _version(), "git_commit": git_commit()}
@@ -829,16 +905,28 @@ def run(
         federations: strings for :func:`parse_federation` or :class:`FederationSpec` objects
             (default: ``["dirichlet:0.1"]``).
         out: the results folder (created; reruns skip what it holds).
-        protocol: a :class:`Protocol`, or its fields as keyword arguments (``rounds=20``,
-            ``eval_seeds=(1, 2, 3)`` ...).
-        dataset, num_clients, model, num_samples, root: applied to every string federation.
-        engine: ``"sequential"``, ``"joblib"`` (default; ``n_jobs`` processes, default all
-            cores) or ``"dask"`` (default when ``client`` or ``scheduler`` is given).
-        client: a ``distributed.Client``; scheduler: a Dask scheduler address.
+        protocol: a :class:`Protocol` (``None``: one built from ``protocol_kwargs``).
+        dataset: the dataset of every string federation (``"digits"``, ``"mnist"`` ...).
+        num_clients: the number of clients of every string federation.
+        model: the model of every string federation (a name of :func:`~fedlearn_edu.make_model`).
+        num_samples: the samples drawn from the dataset (``None``: all of them).
+        root: the data folder (``None``: the default).
+        engine: ``"sequential"``, ``"joblib"`` (default; ``n_jobs`` processes) or ``"dask"``
+            (default when ``client`` or ``scheduler`` is given).
+        n_jobs: worker processes for ``"joblib"`` (``None``: all cores).
+        client: a ``distributed.Client``.
+        scheduler: a Dask scheduler address (instead of ``client``).
         progress: one progress bar over the runs of each phase.
+        **protocol_kwargs: :class:`Protocol` fields (``rounds=20``, ``eval_seeds=(1, 2, 3)``
+            ...), replacing those of ``protocol`` when both are given.
 
     Returns:
         A :class:`BenchmarkResult` (records, picks, summary); it is also written to ``out``.
+
+    Raises:
+        TypeError: ``protocol`` is not a :class:`Protocol`.
+        ValueError: an unknown engine or method, a bad ``n_jobs``, both ``client`` and
+            ``scheduler``, or federations with the same name.
 
     Example:
         >>> result = benchmark.run(["fedavg", "craft"], ["dirichlet:0.1"], rounds=20)  # doctest: +SKIP
@@ -914,6 +1002,16 @@ def select(tune_records, methods, federations, protocol: Protocol) -> dict:
     The criterion: the mean over the tuning seeds of the mean client accuracy averaged over the
     last ``protocol.last_k`` evaluations; a failed or missing run scores ``-inf``; ties go to
     the first candidate in the grid's order.
+
+    Args:
+        tune_records: the tuning runs' tidy records (a DataFrame with columns ``federation,
+            method, settings`` (sorted JSON), ``seed, round, mean``; may be empty).
+        methods: the :class:`Method` s of the grid.
+        federations: the :class:`FederationSpec` s of the grid.
+        protocol: gives ``tuning_seeds`` and ``last_k``.
+
+    Returns:
+        ``{(federation name, method name): settings dict or None}``.
     """
     picks = {}
     for f in federations:
@@ -1000,6 +1098,17 @@ def summarize(records, protocol: Protocol | None = None, baseline: str = "fedavg
     how many did), and for ``lastk``, ``final`` and ``worst10`` the paired difference to the
     baseline on the same seeds (``d_M``, ``d_M_ci``) with ``vs_M``: ``"better"``, ``"worse"``
     or ``"tie"`` (the interval contains 0).
+
+    Args:
+        records: tidy records (DataFrame) with columns ``phase, federation, method, settings,
+            seed, round, mean, worst10, std, sec_per_round, evaluated``; only
+            ``phase == "eval"`` rows are used.
+        protocol: gives ``last_k`` and ``target`` (``None``: the default :class:`Protocol`).
+        baseline: the method the paired differences are taken to.
+        confidence: the level of the t-intervals.
+
+    Returns:
+        A DataFrame, one row per federation x method present, in the records' order.
     """
     import pandas as pd
 
@@ -1049,6 +1158,14 @@ def format_table(summary, metrics=("lastk", "worst10"), percent: bool = True) ->
 
     The paired difference to FedAvg follows each cell: ``(+d +- h, better/worse/tie)``. Rows
     keep the grid's order: ties are not ranked.
+
+    Args:
+        summary: a :func:`summarize` DataFrame.
+        metrics: the metrics to show, one block each (names of :data:`METRICS`).
+        percent: show fractions as percentages.
+
+    Returns:
+        The table as lines of text, one block per metric.
     """
     scale = 100.0 if percent else 1.0
     feds = list(dict.fromkeys(summary["federation"]))
@@ -1101,6 +1218,22 @@ class BenchmarkResult:
 
     @classmethod
     def collect(cls, out, configs, statuses, methods, feds, protocol, picks):
+        """Gather the stored runs of a sweep into a result.
+
+        Args:
+            out: the results folder.
+            configs: every configuration of the sweep (tuning and evaluation).
+            statuses: ``{run key: status}`` from :func:`run_configs` (not read: the stored
+                ``.json`` says whether a run is done).
+            methods: the grid's :class:`Method` s (not read; kept for the call's symmetry).
+            feds: the grid's :class:`FederationSpec` s (not read).
+            protocol: the :class:`Protocol` used.
+            picks: ``{(federation, method): settings}`` from :func:`select`.
+
+        Returns:
+            A :class:`BenchmarkResult` with the done runs' records and one ``runs`` row per
+            distinct configuration (``status`` ``"missing"`` when nothing was stored).
+        """
         import pandas as pd
 
         store = _Store(out)
@@ -1135,7 +1268,14 @@ class BenchmarkResult:
         return cls(Path(out), records, pd.DataFrame(rows), picks, protocol, failed)
 
     def summary(self, baseline: str = "fedavg"):
-        """:func:`summarize` of the evaluation runs, in the grid's order (methods are not ranked)."""
+        """:func:`summarize` of the evaluation runs, in the grid's order (methods are not ranked).
+
+        Args:
+            baseline: the method the paired differences are taken to.
+
+        Returns:
+            The :func:`summarize` DataFrame, rows ordered by federation then method as in the grid.
+        """
         s = summarize(self.records, self.protocol, baseline)
         if len(s) == 0:
             return s
@@ -1145,6 +1285,14 @@ class BenchmarkResult:
         return s.iloc[np.argsort([a * 10_000 + b for a, b in order], kind="stable")].reset_index(drop=True)
 
     def table(self, metrics=("lastk", "worst10")) -> str:
+        """:func:`format_table` of :meth:`summary`.
+
+        Args:
+            metrics: the metrics to show (names of :data:`METRICS`).
+
+        Returns:
+            The table as text.
+        """
         return format_table(self.summary(), metrics)
 
     def failure_report(self) -> str:
@@ -1181,7 +1329,17 @@ class BenchmarkResult:
 
 
 def load(out) -> BenchmarkResult:
-    """Read a results folder written by :func:`run` (``records.csv.gz``, ``runs.csv``, ``protocol.json``)."""
+    """Read a results folder written by :func:`run` (``records.csv.gz``, ``runs.csv``, ``protocol.json``).
+
+    Args:
+        out: the results folder (e.g. :func:`classroom_records`' answer).
+
+    Returns:
+        A :class:`BenchmarkResult` (``wall_seconds`` is NaN: it is not stored).
+
+    Raises:
+        FileNotFoundError: one of the three files is missing.
+    """
     import pandas as pd
 
     out = Path(out)
@@ -1198,8 +1356,110 @@ def load(out) -> BenchmarkResult:
     return BenchmarkResult(out, records, runs, picks, protocol, failed)
 
 
+def _check_record_file(name: str, data: bytes) -> None:
+    """Raise ValueError unless ``data`` is a readable ``name`` of a results folder."""
+    import pandas as pd
+
+    if name == "protocol.json":
+        proto = json.loads(data.decode())
+        missing = [k for k in ("picks", "tuning_seeds", "eval_seeds") if k not in proto]
+    else:
+        raw = gzip.decompress(data) if name.endswith(".gz") else data
+        frame = pd.read_csv(io.BytesIO(raw), keep_default_na=False)
+        missing = [c for c in _RECORD_COLUMNS[name] if c not in frame.columns]
+        if not missing and len(frame) == 0:
+            missing = ["any row"]
+    if missing:
+        raise ValueError(f"lacks {missing}")
+
+
+def classroom_records(root=None, download: bool = True) -> Path:
+    """The folder of the classroom grid's records (the chapter *Comparing the methods*).
+
+    Looked for, in order: the folder ``$FEDLEARN_BENCHMARK_RECORDS``; the repository this
+    package sits in (``benchmarks/results/classroom``, an editable install or a clone);
+    ``../benchmarks/results/classroom`` (a chapter run from ``book/``); a copy downloaded
+    before. Otherwise (a package installed from the index, on Colab) the files :func:`load`
+    reads (:data:`RECORD_FILES`) are downloaded from :data:`RECORDS_URL` (or
+    ``$FEDLEARN_BENCHMARK_URL``) into ``download_root(root)/benchmark-classroom``: each is
+    checked (a gzip CSV or CSV with the expected columns, JSON with the protocol) and then
+    renamed into place, so a broken download never sits there.
+
+    Args:
+        root: the data folder downloads go under (``None``: ``$FEDLEARN_DATA``, else ``./data``;
+            see :func:`fedlearn_edu.data.sources.download_root`).
+        download: fetch the files when no folder holds them (ignored when
+            ``$FEDLEARN_OFFLINE=1``).
+
+    Returns:
+        The folder, holding at least :data:`RECORD_FILES`; pass it to :func:`load`.
+
+    Raises:
+        FileNotFoundError: no folder holds the records and downloading is off.
+        ConnectionError: a download failed (the URL is named).
+        ValueError: a downloaded file is not what it should be (the URL is named).
+    """
+    import urllib.error
+    import urllib.request
+
+    from .data.sources import OFFLINE_VAR, download_root, downloads_allowed
+
+    places = [Path(os.environ[RECORDS_DIR_VAR]).expanduser()] if os.environ.get(RECORDS_DIR_VAR) else []
+    places += [REPO_RECORDS, Path("..") / "benchmarks" / "results" / "classroom"]
+    cache = download_root(root) / "benchmark-classroom"
+    for place in [*places, cache]:
+        if all((place / name).is_file() for name in RECORD_FILES):
+            return place
+    where = ", ".join(str(p) for p in [*places, cache])
+    if not download or not downloads_allowed():
+        why = f"${OFFLINE_VAR} is set" if download else "download=False"
+        raise FileNotFoundError(
+            f"The benchmark records ({', '.join(RECORD_FILES)}) are in none of: {where}; and {why}, so they "
+            f"were not downloaded from {os.environ.get(RECORDS_URL_VAR) or RECORDS_URL}. Clone the repository "
+            f"(github.com/fedlearn-edu/fedlearn-edu), set ${RECORDS_DIR_VAR} to a folder written by "
+            f"`python -m fedlearn_edu benchmark --out FOLDER`, or allow the download."
+        )
+    base = (os.environ.get(RECORDS_URL_VAR) or RECORDS_URL).rstrip("/")
+    cache.mkdir(parents=True, exist_ok=True)
+    for name in RECORD_FILES:
+        if (cache / name).is_file():
+            continue
+        url = f"{base}/{name}"
+        try:
+            with urllib.request.urlopen(url, timeout=60) as response:
+                data = response.read()
+        except (urllib.error.URLError, OSError) as err:
+            raise ConnectionError(
+                f"Could not download {url} ({err}). Without a network: clone the repository "
+                f"(github.com/fedlearn-edu/fedlearn-edu) and set ${RECORDS_DIR_VAR} to its "
+                f"benchmarks/results/classroom, or copy {', '.join(RECORD_FILES)} into {cache}."
+            ) from err
+        try:
+            _check_record_file(name, data)
+        except Exception as err:
+            raise ValueError(
+                f"{url} is not a benchmark {name} ({type(err).__name__}: {err}); nothing was written to {cache}. "
+                f"Check ${RECORDS_URL_VAR} or copy the file from a clone of the repository."
+            ) from err
+        _atomic_write(cache / name, data)
+    return cache
+
+
 def rerun(records, key: str, root=None) -> dict:
-    """Run the configuration of one recorded run again (``runs`` row or its key) -> :func:`execute`'s result."""
+    """Run the configuration of one recorded run again -> :func:`execute`'s result.
+
+    Args:
+        records: a ``runs`` DataFrame (``BenchmarkResult.runs``) with columns ``run_key`` and
+            ``config``.
+        key: the run's key.
+        root: the data folder (``None``: the default).
+
+    Returns:
+        :func:`execute`'s dict for that configuration.
+
+    Raises:
+        ValueError: no run has that key.
+    """
     row = records[records["run_key"] == key]
     if len(row) == 0:
         raise ValueError(f"No run with key {key!r} in the records.")
@@ -1210,8 +1470,18 @@ def rerun(records, key: str, root=None) -> dict:
 
 
 def plot_curves(result: BenchmarkResult, metrics=("mean", "worst10"), methods=None, confidence: float = 0.95):
-    """Per federation (columns) and metric (rows): the evaluation runs' curves, mean over seeds
-    with the 95 % t-interval as a band. Returns the matplotlib figure.
+    """Per federation (columns) and metric (rows): the evaluation runs' curves over rounds.
+
+    Each method's curve is the mean over the evaluation seeds with its t-interval as a band.
+
+    Args:
+        result: a :class:`BenchmarkResult`.
+        metrics: record columns to plot, one row of panels each (fractions in ``[0, 1]``).
+        methods: the methods to draw (``None``: all, in the grid's order).
+        confidence: the level of the bands.
+
+    Returns:
+        The matplotlib figure, ``len(metrics)`` x number of federations panels.
     """
     import matplotlib.pyplot as plt
     from scipy import stats
@@ -1253,6 +1523,13 @@ def plot_intervals(summary, metric: str = "lastk"):
 
     Grey: a tie (the interval contains 0); green / red: better / worse than FedAvg. Methods keep
     the grid's order: the plot reads as ties and differences, not as a ranking.
+
+    Args:
+        summary: a :func:`summarize` DataFrame.
+        metric: one of ``"lastk"``, ``"final"``, ``"worst10"`` (those with paired differences).
+
+    Returns:
+        The matplotlib figure, one panel per federation.
     """
     import matplotlib.pyplot as plt
 
@@ -1284,7 +1561,15 @@ def plot_intervals(summary, metric: str = "lastk"):
 
 
 def markdown_report(result: BenchmarkResult, command: str = "") -> str:
-    """A short Markdown report: the protocol, the table with intervals, what failed."""
+    """A short Markdown report: the protocol, the table with intervals, what failed.
+
+    Args:
+        result: a :class:`BenchmarkResult`.
+        command: the command that ran the sweep, quoted in the report (``""``: none).
+
+    Returns:
+        The report as Markdown text.
+    """
     p = result.protocol
     s = result.summary()
     feds = list(dict.fromkeys(s["federation"]))

@@ -801,6 +801,13 @@ def check_fair_comparison(your_function: Callable, seed: int = 0) -> bool:
     Fair (the protocol of :mod:`fedlearn_edu.benchmark`): at least one tuning seed, at least 3
     evaluation seeds, no seed in both, and every method (the baseline included) tries at least
     2 different server steps.
+
+    Args:
+        your_function: ``(plan: dict) -> bool``, the reader's check.
+        seed: unused (the cases are fixed); kept for the same call as the other checks.
+
+    Returns:
+        ``True`` when every case passes (a report of the cases is printed).
     """
     good = {"fedavg": [0.5, 1.0, 2.0], "new": [0.3, 1.0, 3.0]}
     inputs = [
@@ -862,10 +869,18 @@ def _verdict(diff: float, half_width: float) -> str:
 
 
 def check_interval_reading(your_function: Callable, seed: int = 0) -> bool:
-    """Check ``your_function(diff, half_width) -> str``: the verdict on a paired difference
-    ``diff +- half_width`` (a method minus FedAvg, higher is better): ``"better"`` when the
-    whole interval lies above 0, ``"worse"`` when it lies below, ``"tie"`` when it contains 0
-    (an interval that touches 0 contains it).
+    """Check ``your_function(diff, half_width) -> str``: the verdict on a paired difference.
+
+    The difference ``diff +- half_width`` is a method minus FedAvg, higher is better:
+    ``"better"`` when the whole interval lies above 0, ``"worse"`` when it lies below,
+    ``"tie"`` when it contains 0 (an interval that touches 0 contains it).
+
+    Args:
+        your_function: ``(diff: float, half_width: float) -> str``, the reader's verdict.
+        seed: unused (the cases are fixed); kept for the same call as the other checks.
+
+    Returns:
+        ``True`` when every case passes (a report of the cases is printed).
     """
     inputs = [
         ("interval above zero", (0.03, 0.01), ""),

@@ -86,8 +86,7 @@ def tune_cpu_allocator(mmap_threshold: int = 32 * 2**20, trim_threshold: int = 2
     Args:
         mmap_threshold: bytes above which glibc maps blocks directly (at most 32 MiB).
         trim_threshold: free bytes kept in the process before trimming.
-        heap_only: also set ``M_MMAP_MAX = 0``, so that blocks above ``mmap_threshold``
-            come from the heap as well.
+        heap_only: also serve blocks above ``mmap_threshold`` from the heap (``M_MMAP_MAX = 0``).
 
     Returns:
         ``True`` when the setting is in effect (Linux with glibc), ``False`` elsewhere

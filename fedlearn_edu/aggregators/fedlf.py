@@ -32,6 +32,7 @@ not in this one (a strategy can pass their stored pseudo-gradients as additional
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 import torch
@@ -45,8 +46,7 @@ __all__ = ["min_norm_point", "fedlf_direction"]
 _MAX_ITER = 10_000
 
 
-def _affine_minimiser(K: Tensor) -> Tensor:
-    """Weights ``mu`` (summing to 1) of the minimum-norm point of the affine hull, from its Gram matrix."""
+def _kkt_solve(K: Tensor) -> Tensor:
     k = K.shape[0]
     A = torch.zeros(k + 1, k + 1, dtype=K.dtype, device=K.device)
     A[:k, :k] = K
@@ -55,6 +55,23 @@ def _affine_minimiser(K: Tensor) -> Tensor:
     rhs = torch.zeros(k + 1, dtype=K.dtype, device=K.device)
     rhs[k] = 1
     return (torch.linalg.pinv(A) @ rhs)[:k]
+
+
+def _affine_minimiser(K: Tensor) -> Tensor:
+    """Weights ``mu`` (summing to 1) of the minimum-norm point of the affine hull, from its Gram matrix.
+
+    The KKT system ``[[K, 1], [1^T, 0]]`` mixes ``K``'s scale with the constraint's ones: when
+    ``K``'s entries are large (long updates, e.g. ~1e8 after a large server step) ``pinv`` cuts
+    the small singular values that carry the constraint and returns ``mu ~ 0``, which the
+    minor cycle would then drop entirely. The minimiser does not depend on ``K``'s scale, so
+    such a solve is redone on ``K / max(diag K)``; a well-posed solve is kept as it is.
+    """
+    mu = _kkt_solve(K)
+    total = float(mu.sum())
+    if math.isfinite(total) and abs(total - 1) <= 1e-6:
+        return mu
+    scale = float(torch.diagonal(K).max())
+    return _kkt_solve(K / scale) if scale > 0 else mu
 
 
 def _min_norm_weights(K: Tensor, tol: float) -> Tensor:
@@ -91,6 +108,11 @@ def _min_norm_weights(K: Tensor, tol: float) -> Tensor:
             lam = torch.zeros_like(lam)
             lam[idx] = torch.clamp(new, min=0)
             active = [i for i, v in zip(active, new.tolist()) if v > tol]
+            if not active:  # cannot happen in exact arithmetic (the new point keeps one weight)
+                raise RuntimeError(
+                    f"min_norm_point lost every point of its active set (m = {m}, max ||p_i||^2 = {scale:.3g}); "
+                    "the Gram matrix is too ill-conditioned for the affine solve."
+                )
             lam = lam / lam.sum()
         if float(lam @ K @ lam) >= before:  # no progress: rounding has the last word
             return lam
