@@ -131,7 +131,16 @@ class Median(_Robust):
         super().__init__(server_lr, optimizer)
 
     def robust(self, deltas, updates, server_state):
-        """The coordinate-wise median (see :meth:`_Robust.robust`)."""
+        """The coordinate-wise median (see :meth:`_Robust.robust`).
+
+        Args:
+            deltas: ``{name: Tensor[m, ...]}`` (all the updates, or one layer group's).
+            updates: the round's updates (ids, sizes).
+            server_state: the server state (not modified).
+
+        Returns:
+            ``(median {name: Tensor[...]}, {}, {})``.
+        """
         return coordinate_median(deltas), {}, {}
 
 
@@ -152,7 +161,16 @@ class TrimmedMean(_Robust):
         self.beta = check_range(beta, "beta", 0.0, 0.5, high_open=True)
 
     def robust(self, deltas, updates, server_state):
-        """The trimmed mean (see :meth:`_Robust.robust`)."""
+        """The trimmed mean (see :meth:`_Robust.robust`).
+
+        Args:
+            deltas: ``{name: Tensor[m, ...]}`` (all the updates, or one layer group's).
+            updates: the round's updates (ids, sizes).
+            server_state: the server state (not modified).
+
+        Returns:
+            ``(trimmed mean {name: Tensor[...]}, {}, {})``.
+        """
         return trimmed_mean(deltas, self.beta), {}, {}
 
 
@@ -200,7 +218,16 @@ class Krum(_Robust):
         return 1
 
     def robust(self, deltas, updates, server_state):
-        """Krum / Multi-Krum (see :meth:`_Robust.robust`)."""
+        """Krum / Multi-Krum (see :meth:`_Robust.robust`).
+
+        Args:
+            deltas: ``{name: Tensor[m, ...]}`` (all the updates, or one layer group's).
+            updates: the round's updates (ids, sizes).
+            server_state: the server state (not modified).
+
+        Returns:
+            ``(the chosen update, or the mean of the k chosen, {}, {"selected": client ids})``.
+        """
         m = updates.num_clients
         f, k = self.f_for(m), self.k_for(m)
         chosen = krum_select(deltas, f, k)
@@ -266,7 +293,16 @@ class Bulyan(_Robust):
         self.f = _check_f(f)
 
     def robust(self, deltas, updates, server_state):
-        """Bulyan (see :meth:`_Robust.robust`)."""
+        """Bulyan (see :meth:`_Robust.robust`).
+
+        Args:
+            deltas: ``{name: Tensor[m, ...]}`` (all the updates, or one layer group's).
+            updates: the round's updates (ids, sizes).
+            server_state: the server state (not modified).
+
+        Returns:
+            ``(Bulyan's aggregate {name: Tensor[...]}, {}, {"selected": client ids})``.
+        """
         m = updates.num_clients
         f = max_bulyan_f(m) if self.f is None else self.f
         chosen = bulyan_select(deltas, f)
@@ -311,7 +347,16 @@ class GeometricMedian(_Robust):
         self.weighting = _check_weighting(weighting)
 
     def robust(self, deltas, updates, server_state):
-        """The geometric median (see :meth:`_Robust.robust`)."""
+        """The geometric median (see :meth:`_Robust.robust`).
+
+        Args:
+            deltas: ``{name: Tensor[m, ...]}`` (all the updates, or one layer group's).
+            updates: the round's updates (ids, sizes).
+            server_state: the server state (not modified).
+
+        Returns:
+            ``(geometric median {name: Tensor[...]}, {}, {"iterations": Weiszfeld steps taken})``.
+        """
         w = updates.size_weights if self.weighting == "size" else None
         z, steps = geometric_median(deltas, w, self.nu, self.iterations, self.ftol)
         return z, {}, {"iterations": steps}
@@ -350,7 +395,16 @@ class NormClipping(_Robust):
         self.weighting = _check_weighting(weighting)
 
     def robust(self, deltas, updates, server_state):
-        """Clip, then the weighted mean (see :meth:`_Robust.robust`)."""
+        """Clip, then the weighted mean (see :meth:`_Robust.robust`).
+
+        Args:
+            deltas: ``{name: Tensor[m, ...]}`` (all the updates, or one layer group's).
+            updates: the round's updates (ids, sizes).
+            server_state: the server state (not modified).
+
+        Returns:
+            ``(the mean of the clipped updates, {}, {"clipped": Tensor[m] clipping factors})``.
+        """
         clipped, factors = norm_clip(deltas, self.clip)
         m = updates.num_clients
         w = updates.size_weights if self.weighting == "size" else torch.full((m,), 1.0 / m)
@@ -402,7 +456,16 @@ class CenteredClipping(_Robust):
         return {**server, "center": {k: torch.zeros_like(v) for k, v in params.items()}}, clients
 
     def robust(self, deltas, updates, server_state):
-        """Centered clipping from the stored centre (see :meth:`_Robust.robust`)."""
+        """Centered clipping from the stored centre (see :meth:`_Robust.robust`).
+
+        Args:
+            deltas: ``{name: Tensor[m, ...]}`` (all the updates, or one layer group's).
+            updates: the round's updates (ids, sizes).
+            server_state: the server state (not modified).
+
+        Returns:
+            ``(v, {"center": v}, {})``: the new centre is the aggregate and is kept for the next round.
+        """
         v = {k: server_state["center"][k] for k in deltas}
         new_v = centered_clipping(deltas, self.tau, self.iterations, v)
         return new_v, {"center": {k: t.detach().clone() for k, t in new_v.items()}}, {}
