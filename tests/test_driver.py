@@ -17,7 +17,6 @@ from fedlearn_edu import (
     QFedAvg,
     evaluate_clients,
     make_model,
-    shifted_federation,
     simulate,
 )
 from fedlearn_edu.aggregators import fedavg
@@ -27,11 +26,6 @@ from fedlearn_edu.personalization import simulate_ditto, simulate_ifca, simulate
 from fedlearn_edu.utils import derive_seed
 
 KW = dict(rounds=3, clients_per_round=4, lr=0.1, batch_size=8, progress=False, seed=1)
-
-
-@pytest.fixture(scope="module")
-def fed():
-    return shifted_federation("digits", "label", 2, 3, samples_per_client=30, seed=0)
 
 
 def _model(fed, seed=0):

@@ -36,11 +36,6 @@ KW = dict(rounds=3, clients_per_round=4, lr=0.1, batch_size=8, progress=False, s
 NAMES = ("scaffold", "feddyn", "fednova", "afl", "fedlf", "gossip", "dac")
 
 
-@pytest.fixture(scope="module")
-def fed():
-    return shifted_federation("digits", "label", 2, 3, samples_per_client=30, seed=0)
-
-
 def _model(fed, seed=0, hidden=(16,)):
     return make_model("mlp", fed.input_shape, fed.num_classes, hidden=hidden, seed=seed)
 
