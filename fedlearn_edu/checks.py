@@ -418,7 +418,8 @@ def _raise_first_nonfinite(checked: list[tuple[str, Tensor]]) -> None:
     for label, t in checked:
         i = first_nonfinite_row(t)
         if i is not None:
-            raise ValueError(f"{label}: the update of client {i} (row {i}) contains NaN or Inf.")
+            # a row of the stacked tensors, not a client id: the caller (the driver) knows the ids
+            raise ValueError(f"{label}: row {i} of the stacked updates contains NaN or Inf.")
 
 
 def check_updates(updates: Updates, what: str = "deltas", finite: bool = True) -> int:
@@ -640,7 +641,7 @@ def check_reference(reference, pseudo_grads, what: str = "reference"):
     return reference
 
 
-def check_stacked_like(x: Updates, like: Updates, what: str, like_what: str) -> None:
+def check_stacked_like(x: Updates, like: Updates, what: str, like_what: str, finite: bool = True) -> None:
     """``x`` must be finite and have exactly ``like``'s structure and shapes (client axis included).
 
     Args:
@@ -648,12 +649,13 @@ def check_stacked_like(x: Updates, like: Updates, what: str, like_what: str) -> 
         like: the quantity ``x`` must match.
         what: ``x``'s name, for the messages.
         like_what: ``like``'s name, for the messages.
+        finite: also refuse NaN/Inf in ``x`` (``False``: the structure only).
 
     Raises:
         TypeError: not floating-point tensors.
         ValueError: other keys or shapes, or NaN/Inf.
     """
-    check_updates(x, what)
+    check_updates(x, what, finite=finite)
     if isinstance(like, Tensor):
         if not isinstance(x, Tensor) or x.shape != like.shape:
             shape = tuple(x.shape) if isinstance(x, Tensor) else "a dict"

@@ -512,7 +512,11 @@ def simulate(
             ``"raise"`` stops the run with the cause; ``"skip"`` drops the client for the
             round (the others are aggregated, the global model never sees the bad update,
             ``History.dropped`` says who and why; a round where every client is dropped
-            is skipped with a warning).
+            is skipped with a warning). A client is also dropped when a per-client signal it
+            reports (e.g. FedOUI's OUI, DAC's scores) is NaN/Inf. Every strategy then runs as if
+            the dropped client had not been selected that round: its client state is kept, it
+            is left out of the server step (AFL's ``N/m`` uses the m' survivors). Errors name
+            clients by their ids.
         checkpoint: a file to save the run to (the strategy's server state -- parameters,
             optimizer moments, its own tensors --, client state, the sampler's RNG state, History
             so far), written atomically (a temporary file, then ``os.replace``).
@@ -623,7 +627,7 @@ def simulate(
         out = strategy.client_update(work, server_state, rows)
         updates = ClientUpdates(t, ids, out.deltas, num_samples[ids], out.train_loss, net, out.signals, work.config)
         recorded = out.train_loss if out.recorded_loss is None else out.recorded_loss
-        finite = _finite_rows(len(ids), out.deltas, out.state)
+        finite = _finite_rows(len(ids), out.deltas, out.state, _row_signals(out.signals, len(ids)))
         dropped = {}
         if not bool(finite.all()):
             bad = ids[~finite.cpu()].tolist()
@@ -724,6 +728,17 @@ def _finite_rows(m: int, *trees: dict) -> Tensor:
     for v in leaves:
         finite &= torch.isfinite(v.reshape(m, -1)).all(1).cpu()
     return finite
+
+
+def _row_signals(signals: dict, m: int) -> dict:
+    """The floating-point per-client signals ``Tensor[m, ...]`` (nested dicts kept), for the NaN check."""
+    out = {}
+    for k, v in signals.items():
+        if isinstance(v, dict):
+            out[k] = _row_signals(v, m)
+        elif isinstance(v, Tensor) and v.is_floating_point() and v.dim() > 0 and v.shape[0] == m:
+            out[k] = v
+    return out
 
 
 def _nonfinite_reason(bad_data: bool) -> str:

@@ -336,8 +336,17 @@ class DAC(_Decentralised):
         for j, i in enumerate(ids.tolist()):
             received = {k: v[nb[i].to(v.device)] for k, v in models.items()}
             losses[i] = client_losses(work.model, received, [work.datasets[j]])[0].clamp_min(1e-12)
-        new_s, new_c = dac_update_similarities(similarity, server_state["contacted"].cpu(), nb, losses)
-        signals = {"neighbours": nb[ids], "similarity": new_s[ids], "contacted": new_c[ids]}
+        # A client whose data give NaN/Inf losses cannot score: its row is computed from stand-in
+        # losses (row i depends only on row i) and sent as NaN, so the driver drops the client.
+        unscored = ~torch.isfinite(losses).all(dim=1)
+        new_s, new_c = dac_update_similarities(
+            similarity, server_state["contacted"].cpu(), nb, losses.masked_fill(unscored.unsqueeze(1), 1.0)
+        )
+        signals = {
+            "neighbours": nb[ids],
+            "similarity": new_s[ids].masked_fill(unscored[ids].unsqueeze(1), float("nan")),
+        }
+        signals["contacted"] = new_c[ids]
         return neighbour_average_matrix(nb, _sizes(work, "DAC")), signals
 
     def direction(self, server_state: dict, updates: ClientUpdates) -> tuple[Params, dict, dict]:

@@ -139,7 +139,8 @@ class SCAFFOLD(Strategy):
         c_i = state["control"]
         local = work.train(params, linear={k: c[k].unsqueeze(0) - c_i[k] for k in params})
         deltas = {k: local.params[k] - params[k].unsqueeze(0) for k in params}
-        new_c_i = scaffold_control_update(c_i, c, deltas, local.num_steps, work.config.lr)
+        # a client whose update is NaN/Inf gets a NaN row: the driver drops it (on_nonfinite)
+        new_c_i = scaffold_control_update(c_i, c, deltas, local.num_steps, work.config.lr, finite=False)
         delta_c = {k: new_c_i[k] - c_i[k] for k in params}
         signals = {"delta_c": delta_c, "num_steps": local.num_steps}
         return ClientOutput(deltas, local.train_loss, signals, {"control": new_c_i})
@@ -229,7 +230,7 @@ class FedDyn(Strategy):
         phi_k = state["gradient"]
         local = work.train(params, linear={k: -v for k, v in phi_k.items()})
         deltas = {k: local.params[k] - params[k].unsqueeze(0) for k in params}
-        new_phi = feddyn_client_update(phi_k, deltas, self.alpha)
+        new_phi = feddyn_client_update(phi_k, deltas, self.alpha, finite=False)  # NaN rows: the driver's
         return ClientOutput(deltas, local.train_loss, {}, {"gradient": new_phi})
 
     def direction(

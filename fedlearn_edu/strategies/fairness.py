@@ -55,6 +55,13 @@ class AFL(_GlobalLossSignal):
     Training is the same either way: the clients always receive ``theta_t``, and
     ``History.final_params`` is ``theta_T``; the server state's ``average`` holds ``theta^A``.
 
+    **A dropped client** (``simulate(..., on_nonfinite="skip")``, a client whose update is NaN)
+    counts as not selected that round: both steps run over the m' surviving clients with
+    ``N/m'``, and the dropped client's ``lambda_k`` takes no ascent step. The survivors' steps
+    are therefore ``m/m'`` larger than they would have been with the bad client present -- the
+    unbiased Stochastic-AFL estimate over the clients actually heard from (``N`` enters the
+    update, so no choice leaves the other clients' steps as they were).
+
     Args:
         lambda_lr: gamma_lambda (> 0), the ascent step on the mixture weights.
         server_lr: eta_s.

@@ -84,7 +84,8 @@ class FedOUI(Strategy):
     ) -> dict:
         """``{"oui": Tensor[m]}``: each client's OUI on its own fixed probe batch."""
         probes = torch.stack([probe_batch(x, self.probe_size, self.probe_seed) for x, _ in datasets])
-        return {"oui": client_oui(model, local.params, probes, layer=self.layer)}
+        # a diverged client reports NaN, which the driver sees (and drops with on_nonfinite="skip")
+        return {"oui": client_oui(model, local.params, probes, layer=self.layer, nan_rows=True)}
 
     def direction(self, server_state: dict, updates: ClientUpdates) -> tuple[Params, dict, dict]:
         """``g = -sum_k w_k Delta_k`` with FedOUI's weights; the state unchanged.
