@@ -72,7 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
     ``--clients``, ``--alpha``, ``--min-size``), the method (``--strategy``, ``--model``,
     ``--server-lr``, ``--mu``, ``--val-fraction``), the schedule (``--rounds``,
     ``--clients-per-round``, ``--local-epochs``, ``--batch-size``, ``--lr``, ``--eval-every``)
-    and how it runs (``--engine``, ``--device``, ``--seed``, ``--plot``, ``--no-progress``).
+    and how it runs (``--engine``, ``--device``, ``--seed``, ``--plot``, ``--no-progress``,
+    ``--checkpoint``, ``--resume``, ``--on-nonfinite``).
     Numbers are checked as they are parsed (an integer >= 1, a finite number > 0, a fraction
     in (0, 1)); choices come from the registries (:data:`~fedlearn_edu.strategies.STRATEGIES`,
     ``MODELS``, ``PARTITIONS``).
@@ -131,6 +132,18 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--seed", type=_SEED, default=0)
     run.add_argument("--plot", default=None, metavar="PNG", help="save the accuracy curves to this file")
     run.add_argument("--no-progress", action="store_true")
+    run.add_argument(
+        "--checkpoint", default=None, metavar="FILE", help="save the run to FILE after every round (resumable)"
+    )
+    run.add_argument(
+        "--resume", action="store_true", help="continue from --checkpoint FILE if it exists (bit-identical)"
+    )
+    run.add_argument(
+        "--on-nonfinite",
+        default="raise",
+        choices=["raise", "skip"],
+        help="a client whose update is NaN/Inf: stop the run (raise, default) or drop it for the round (skip)",
+    )
     run.set_defaults(error=run.error)  # errors found after parsing are reported like argparse's own
     return parser
 
@@ -199,6 +212,9 @@ def _run(args):
         device=args.device,
         engine=args.engine,
         progress=not args.no_progress,
+        on_nonfinite=args.on_nonfinite,
+        checkpoint=args.checkpoint,
+        resume=args.resume,
     )
 
 

@@ -17,7 +17,6 @@ One round t:
 from __future__ import annotations
 
 import copy
-import dataclasses
 import math
 import os
 import time
@@ -31,8 +30,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.func import functional_call
 
+from . import checkpoint as _ckpt
 from .aggregators import count_conflicts
 from .aggregators._checks import all_finite, known_finite, nonfinite_keys
+from .checkpoint import CHECKPOINT_VERSION
 from .checks import check_float, check_int, check_model_data, check_seed, check_trainable
 from .data.federation import Federation
 from .engine import LocalTraining, make_engine
@@ -48,7 +49,6 @@ ON_NONFINITE = ("raise", "skip")
 # "conflicts" -- how many selected clients' updates have a negative inner product with the
 # applied update, whole model and per layer group (an extra pass over all the updates).
 DIAGNOSTICS = ("conflicts",)
-CHECKPOINT_VERSION = 2  # 2: the strategy's explicit server state (1: parameters + strategy.state_dict())
 
 
 @dataclass
@@ -519,12 +519,18 @@ def simulate(
             clients by their ids.
         checkpoint: a file to save the run to (the strategy's server state -- parameters,
             optimizer moments, its own tensors --, client state, the sampler's RNG state, History
-            so far), written atomically (a temporary file, then ``os.replace``).
+            so far), written atomically (a temporary file, then ``os.replace``; temporaries a
+            killed save left are removed on the next save or resume). A ``str`` or
+            ``os.PathLike`` in an existing, writable folder, checked before round 1. It holds a
+            SHA-256 fingerprint of every tensor that affects the run (each client's training
+            and test split, the strategy's tensors such as FedVG's validation set, the initial
+            model), so a resume on other data is refused (see :mod:`fedlearn_edu.checkpoint`).
         checkpoint_every: save every k rounds (and after the last round).
-        resume: continue from ``checkpoint`` when the file exists (start afresh when it does
+        resume: ``True``/``False``: continue from ``checkpoint`` when the file exists (start afresh when it does
             not). The result is bit-identical to the uninterrupted run. A checkpoint written by
             another configuration, or by an older version of the package, is refused (naming
-            the first setting that differs, or telling to delete the file).
+            the first setting or data tensor that differs, or telling to delete the file); an
+            empty, truncated, corrupt or foreign file gives one ``ValueError`` saying so.
         diagnostics: optional per-round diagnostics to record in ``History.diagnostics``, from
             ``DIAGNOSTICS``: ``("conflicts",)`` counts, every round, the selected clients whose
             update conflicts with the applied one (``History.conflicts``). Added to those the
@@ -549,10 +555,7 @@ def simulate(
     )
     if on_nonfinite not in ON_NONFINITE:
         raise ValueError(f"on_nonfinite must be one of {ON_NONFINITE}, got {on_nonfinite!r}.")
-    if int(checkpoint_every) != checkpoint_every or checkpoint_every < 1:
-        raise ValueError(f"checkpoint_every must be a positive integer, got {checkpoint_every}.")
-    if resume and checkpoint is None:
-        raise ValueError("resume=True needs checkpoint=PATH (the file to continue from).")
+    checkpoint = _ckpt.check_checkpoint_args(checkpoint, resume, checkpoint_every)
     wanted = _diagnostics(diagnostics, strategy)
     base_config, lr_decay = local_training(local_epochs, batch_size, lr, lr_decay, momentum, weight_decay)
     dev = resolve_device(device)
@@ -584,15 +587,13 @@ def simulate(
         strategy=repr(strategy),
         diagnostics=wanted,
     )
-    settings = None if checkpoint is None else _run_settings(config, federation, net)
+    settings = None if checkpoint is None else _ckpt.run_settings(config, federation, net, strategy)
     history = History(strategy=name, config=config, evaluated=strategy.evaluates)
     first = 1
     if resume and os.path.exists(checkpoint):
-        saved = _load_checkpoint(checkpoint, settings)
+        saved = _ckpt.load(checkpoint, settings)
         if saved["round"] > rounds:
-            raise ValueError(
-                f"The checkpoint {os.fspath(checkpoint)!r} is at round {saved['round']}, past rounds={rounds}."
-            )
+            raise ValueError(f"The checkpoint {checkpoint!r} is at round {saved['round']}, past rounds={rounds}.")
         server_state = _to(saved["server_state"], dev)
         client_state = _to(saved["client_state"], dev)
         sampler.set_state(saved["sampler"])
@@ -658,7 +659,7 @@ def simulate(
             if progress and hasattr(bar, "set_postfix"):
                 bar.set_postfix(mean_acc=f"{np.nanmean(history.client_accuracy[-1]):.3f}")
         if checkpoint is not None and (t % checkpoint_every == 0 or t == rounds):
-            _save_checkpoint(
+            _ckpt.save(
                 checkpoint,
                 {
                     "version": CHECKPOINT_VERSION,
@@ -759,44 +760,3 @@ def _nonfinite_message(t: int, dropped: dict, lr: float) -> str:
             f"(now {lr:g}) or the number of local epochs"
         )
     return f"Round {t}: " + "; ".join(parts) + ", or pass on_nonfinite='skip' to drop such clients for the round."
-
-
-# --------------------------------------------------------------------------- #
-# checkpoints
-# --------------------------------------------------------------------------- #
-def _run_settings(config: dict, federation: Federation, model: nn.Module) -> dict:
-    """What a checkpoint must agree on to be resumed (everything but ``rounds``), as plain values."""
-    settings = {k: v for k, v in config.items() if k != "rounds"}
-    settings["local"] = dataclasses.asdict(config["local"])
-    settings["model"] = [f"{n}:{tuple(p.shape)}" for n, p in model.named_parameters()]
-    settings["federation"] = f"{federation.name}: {federation.num_train_samples.tolist()} training samples"
-    settings["data_checksum"] = float(sum(float(c.train_x.double().sum()) + float(c.train_y.sum()) for c in federation))
-    return settings
-
-
-def _save_checkpoint(path, payload: dict) -> None:
-    """Write ``payload`` to ``path`` atomically: a temporary file beside it, then ``os.replace``."""
-    path = os.fspath(path)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    torch.save(payload, tmp)
-    os.replace(tmp, path)
-
-
-def _load_checkpoint(path, settings: dict) -> dict:
-    """Load a checkpoint (``weights_only=True``: tensors and plain containers only) and check it."""
-    saved = torch.load(os.fspath(path), map_location="cpu", weights_only=True)
-    if not isinstance(saved, dict) or "version" not in saved or "settings" not in saved:
-        raise ValueError(f"{os.fspath(path)!r} is not a fedlearn_edu checkpoint (version {CHECKPOINT_VERSION}).")
-    if saved["version"] != CHECKPOINT_VERSION:
-        raise ValueError(
-            f"The checkpoint {os.fspath(path)!r} was written in format version {saved['version']!r}; this version "
-            f"of fedlearn_edu reads version {CHECKPOINT_VERSION} (the strategy's explicit server state) and "
-            "cannot resume from it. Delete the file (the run then starts afresh), or pass another checkpoint path."
-        )
-    for key, value in settings.items():
-        if saved["settings"].get(key) != value:
-            raise ValueError(
-                f"The checkpoint {os.fspath(path)!r} was written by another configuration: its {key} is "
-                f"{saved['settings'].get(key)!r}, this run's is {value!r}. Use the same settings, or another file."
-            )
-    return saved
