@@ -24,6 +24,7 @@ __all__ = [
     "check_positive",
     "check_range",
     "check_seed",
+    "check_bool",
     "as_vector",
     "as_labels",
     "check_model_data",
@@ -166,6 +167,24 @@ def check_range(
             interval = f"in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
         raise ValueError(f"{name} must be {interval}{' ' + why if why else ''}, got {value!r}.")
     return out
+
+
+def check_bool(value: Any, name: str) -> bool:
+    """``value`` as a bool: ``True``/``False`` (or a NumPy bool) only, never a truthy string or number.
+
+    Args:
+        value: the flag.
+        name: the argument's name, for the message.
+
+    Returns:
+        ``bool(value)``.
+
+    Raises:
+        TypeError: anything else (``"no"`` would otherwise be true).
+    """
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise TypeError(f"{name} must be True or False, got {value!r} ({type(value).__name__}).")
 
 
 def check_seed(seed: Any, name: str = "seed") -> int:

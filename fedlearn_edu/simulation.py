@@ -433,18 +433,38 @@ def server_step(
     new_state, diag = strategy.aggregate(server_state, updates)
     new_state = _map_tensors(Tensor.detach, new_state)
     new_params = strategy.server_params(new_state) or {}
+    _check_same_model(strategy.server_params(server_state) or {}, new_params, name, updates.round)
     bad = nonfinite_keys(new_params)
     if bad:
+        hint = strategy.nonfinite_hint() or (
+            f"the step is too large for them. Lower server_lr (now {strategy.server_lr:g}) or use a bounded "
+            "server optimizer."
+        )
         raise FloatingPointError(
             f"Round {updates.round}: every client update was finite, but the server step of {name} made the "
-            f"global parameters {bad[:3]} NaN/Inf: the step is too large for them. Lower server_lr "
-            f"(now {strategy.server_lr:g}) or use a bounded server optimizer."
+            f"global parameters {bad[:3]} NaN/Inf: {hint}"
         )
     diag = {k: (v.detach().cpu() if isinstance(v, Tensor) else v) for k, v in diag.items()}
     if conflicts and strategy.needs.server_model == "one":
         params = strategy.server_params(server_state)
         diag.update(count_conflicts(updates.deltas, {k: new_params[k] - params[k] for k in params}))
     return new_state, diag
+
+
+def _check_same_model(old: Params, new: Params, name: str, t: int) -> None:
+    """The server step must return every parameter, each of its shape (a clear error, not a KeyError later)."""
+    missing, unknown = sorted(set(old) - set(new)), sorted(set(new) - set(old))
+    if missing or unknown:
+        raise ValueError(
+            f"Round {t}: {name}'s aggregate returned a server model with other parameters than the model's "
+            f"(missing {missing[:5]}, unknown {unknown[:5]}): it must return every parameter."
+        )
+    for k, v in old.items():
+        if tuple(new[k].shape) != tuple(v.shape):
+            raise ValueError(
+                f"Round {t}: {name}'s aggregate changed the shape of {k!r} from {tuple(v.shape)} to "
+                f"{tuple(new[k].shape)}."
+            )
 
 
 def _progress(iterable, enabled: bool, desc: str):
@@ -550,6 +570,10 @@ def simulate(
     """
     if not isinstance(strategy, Strategy):
         raise TypeError(f"strategy must be a fedlearn_edu Strategy (e.g. FedAvg()), got {type(strategy).__name__}.")
+    if not isinstance(model, nn.Module):
+        raise TypeError(
+            f"model must be a torch.nn.Module (e.g. make_model('mlp', ...)), got {type(model).__name__}: {model!r}."
+        )
     check_run_arguments(
         federation, rounds, clients_per_round, eval_every, lr_decay, model=model, seed=seed, strategy=strategy
     )
@@ -634,7 +658,8 @@ def simulate(
             bad = ids[~finite.cpu()].tolist()
             dropped = {i: _nonfinite_reason(i in bad_data) for i in bad}
             if on_nonfinite == "raise":
-                raise FloatingPointError(_nonfinite_message(t, dropped, work.config.lr))
+                blown_up = _blown_up(strategy, server_state, params0)
+                raise FloatingPointError(_nonfinite_message(t, dropped, work.config.lr, blown_up, strategy.server_lr))
             keep = finite.cpu()
             updates = updates.subset(keep)
             recorded = recorded[keep.to(recorded.device)]
@@ -748,15 +773,40 @@ def _nonfinite_reason(bad_data: bool) -> str:
     return "local training diverged (NaN/Inf in the update)"
 
 
-def _nonfinite_message(t: int, dropped: dict, lr: float) -> str:
+TINY_LR = 1e-12  # a client lr below this vanishes in float32 steps; SCAFFOLD's control update divides by it
+
+
+def _blown_up(strategy: Strategy, server_state: dict, params0: Params) -> float | None:
+    """``max |theta_t| / max |theta_0|`` when the server's model grew more than 1e4-fold (else ``None``)."""
+    params = strategy.server_params(server_state) if strategy.needs.server_model == "one" else None
+    if not params:
+        return None
+    now = max(float(v.detach().abs().max()) for v in params.values() if v.numel())
+    start = max(float(v.detach().abs().max()) for v in params0.values() if v.numel())
+    return now / max(start, 1e-12) if now > 1e4 * max(start, 1e-12) else None
+
+
+def _nonfinite_message(
+    t: int, dropped: dict, lr: float, blown_up: float | None = None, server_lr: float | None = None
+) -> str:
     data = [i for i, why in dropped.items() if "data" in why]
     diverged = [i for i in dropped if i not in data]
     parts = []
     if data:
         parts.append(f"the training data of client(s) {data[:5]} hold NaN/Inf values: clean the data")
     if diverged:
-        parts.append(
-            f"local training of client(s) {diverged[:5]} diverged (NaN/Inf in the update): lower the client lr "
-            f"(now {lr:g}) or the number of local epochs"
-        )
+        what = f"local training of client(s) {diverged[:5]} diverged (NaN/Inf in the update)"
+        if blown_up is not None:
+            fix = (
+                f"the server step had already blown the global model up ({blown_up:.2g} times its initial size) "
+                f"before local training: lower server_lr (now {server_lr:g})"
+            )
+        elif lr < TINY_LR:
+            fix = (
+                f"the client lr (now {lr:g}) is too small: steps vanish in float32 and updates that divide by "
+                "the step size (SCAFFOLD's control variates) overflow; raise it"
+            )
+        else:
+            fix = f"lower the client lr (now {lr:g}) or the number of local epochs"
+        parts.append(f"{what}: {fix}")
     return f"Round {t}: " + "; ".join(parts) + ", or pass on_nonfinite='skip' to drop such clients for the round."

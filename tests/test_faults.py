@@ -121,3 +121,122 @@ def test_raise_names_the_bad_client_by_its_id(setting, name):
     _, bad, val, model = setting
     with pytest.raises(FloatingPointError, match=rf"Round 1: the training data of client\(s\) \[{BAD}\] hold NaN"):
         simulate(bad, model, _make(name, val), engine="loop", **RUN)
+
+
+# ----------------------------------------------------------- errors that point the right way
+from fedlearn_edu import AFL, CRAFT, DAC, FedAdam, FedAvg, FedDyn, FedLF, Gossip  # noqa: E402
+from fedlearn_edu.aggregators import project_simplex  # noqa: E402
+
+
+def _small(fed):
+    return make_model("mlp", fed.input_shape, fed.num_classes, hidden=(8,), seed=0)
+
+
+SMALL = dict(rounds=2, clients_per_round=3, batch_size=16, progress=False, engine="loop")
+
+
+@pytest.mark.parametrize("strategy", [FedAvg(server_lr=1e30), FedAdam(server_lr=1e30)], ids=["fedavg", "fedadam"])
+def test_a_huge_server_step_is_blamed_on_server_lr(setting, strategy):
+    fed, _, _, model = setting
+    with pytest.raises(FloatingPointError, match=r"lower server_lr \(now 1e\+30\)") as err:
+        simulate(fed, model, strategy, **SMALL)
+    assert "lower the client lr" not in str(err.value)
+
+
+def test_a_tiny_client_lr_is_told_to_be_raised(setting):
+    fed, _, _, model = setting
+    with pytest.raises(FloatingPointError, match=r"client lr \(now 1e-45\) is too small.*raise it") as err:
+        simulate(fed, model, SCAFFOLD(), **dict(SMALL, lr=1e-45))
+    assert "lower the client lr" not in str(err.value)
+
+
+def test_a_tiny_feddyn_alpha_is_named(setting):
+    fed, _, _, model = setting
+    with pytest.raises(FloatingPointError, match=r"alpha \(now 1e-300\).*larger alpha"):
+        simulate(fed, model, FedDyn(alpha=1e-300), **SMALL)
+
+
+def test_huge_values_project_onto_the_simplex():
+    """[1e300, -1e300] used to give 'index -1 is out of bounds' (u_1 - (u_1 - 1) rounds to 0)."""
+    w = project_simplex(torch.tensor([1e300, -1e300], dtype=torch.float64))
+    assert w.tolist() == [1.0, 0.0]
+    rows = project_simplex(torch.tensor([[1.7e308, -1.7e308, 0.0], [0.2, 0.1, 0.0]], dtype=torch.float64))
+    assert rows[0].tolist() == [1.0, 0.0, 0.0]
+    # the ordinary row: all three in the support, theta = (0.3 - 1) / 3, w = v - theta
+    torch.testing.assert_close(rows[1], torch.tensor([13 / 30, 10 / 30, 7 / 30], dtype=torch.float64))
+    assert (rows >= 0).all() and torch.allclose(rows.sum(1), torch.ones(2, dtype=torch.float64))
+
+
+def test_afl_with_a_huge_lambda_lr_runs_or_names_it(setting):
+    fed, _, _, model = setting
+    h = simulate(fed, model, AFL(lambda_lr=1e300), **SMALL)
+    lam = h.final_server_state["lambdas"]
+    assert torch.isclose(lam.sum(), torch.tensor(1.0, dtype=torch.float64)) and (lam >= 0).all()
+    with pytest.raises(ValueError, match="lambda_lr"):
+        simulate(fed, model, AFL(lambda_lr=1e308), **SMALL)
+
+
+NAN = float("nan")
+BAD_CONSTRUCTORS = [
+    (lambda: FedDyn(alpha="0.1"), TypeError, "alpha must be a real number, got '0.1'"),
+    (lambda: FedDyn(alpha=NAN), ValueError, "alpha must be finite, got nan"),
+    (lambda: AFL(lambda_lr="0.1"), TypeError, "lambda_lr must be a real number, got '0.1'"),
+    (lambda: Ditto(lam="0.1"), TypeError, "lam must be a real number, got '0.1'"),
+    (lambda: DAC(tau="30"), TypeError, "tau must be a real number, got '30'"),
+    (lambda: DAC(num_neighbours=NAN), TypeError, "num_neighbours must be an integer, got nan"),
+    (lambda: Gossip(num_neighbours=NAN), TypeError, "num_neighbours must be an integer, got nan"),
+    (lambda: IFCA(NAN), TypeError, "num_clusters must be an integer, got nan"),
+    (lambda: IFCA("2"), TypeError, "num_clusters must be an integer, got '2'"),
+    (lambda: FedLF(fairness="no"), TypeError, "fairness must be True or False, got 'no'"),
+    (lambda: CRAFT(layerwise="yes"), TypeError, "layerwise must be True or False, got 'yes'"),
+    (lambda: Gossip(edge_prob="0.5"), TypeError, "edge_prob must be a real number, got '0.5'"),
+    (lambda: STRATEGIES["fedprox"](mu="0.1"), TypeError, "mu must be a real number, got '0.1'"),
+    (lambda: STRATEGIES["qfedavg"](q=NAN), ValueError, "q must be finite, got nan"),
+    (lambda: STRATEGIES["fedfv"](alpha="0.1"), TypeError, "alpha must be a real number, got '0.1'"),
+    (lambda: STRATEGIES["fedoui"](probe_size=32.0), TypeError, "probe_size must be an integer, got 32.0"),
+]
+
+
+@pytest.mark.parametrize("make, error, match", BAD_CONSTRUCTORS, ids=[m for _, _, m in BAD_CONSTRUCTORS])
+def test_constructors_refuse_strings_and_nan_naming_the_argument_with_repr(make, error, match):
+    with pytest.raises(error, match=match.replace("(", r"\(")):
+        make()
+
+
+def test_checkpoint_every_nan_is_refused(setting):
+    fed, _, _, model = setting
+    with pytest.raises(TypeError, match="checkpoint_every must be an integer, got nan"):
+        simulate(fed, model, FedAvg(), checkpoint_every=NAN, **SMALL)
+
+
+def test_bad_model_and_device_are_refused_up_front(setting):
+    fed, _, _, model = setting
+    with pytest.raises(TypeError, match="model must be a torch.nn.Module.*NoneType"):
+        simulate(fed, None, FedAvg(), **SMALL)
+    with pytest.raises(ValueError, match="device='meta'"):
+        simulate(fed, model, FedAvg(), device="meta", **SMALL)
+
+
+def test_a_strategy_that_drops_a_parameter_is_named(setting):
+    fed, _, _, model = setting
+
+    class Dropping(FedAvg):
+        def aggregate(self, server_state, updates):
+            state, diag = super().aggregate(server_state, updates)
+            params = dict(state["params"])
+            params.pop("out.bias")
+            return {**state, "params": params}, diag
+
+    with pytest.raises(ValueError, match=r"missing \['out.bias'\]"):
+        simulate(fed, model, Dropping(), **SMALL)
+
+
+@pytest.mark.parametrize("outer", ["ditto", "fedvg"])
+@pytest.mark.parametrize("inner", ["ifca", "gossip", "local", "ditto", "dac"])
+def test_compositions_that_cannot_work_are_refused_at_construction(setting, outer, inner):
+    _, _, val, _ = setting
+    base = {"ifca": lambda: IFCA(2), "gossip": Gossip, "local": LocalOnly, "ditto": lambda: Ditto(0.1), "dac": DAC}[
+        inner
+    ]()
+    with pytest.raises(ValueError, match="cannot work"):
+        Ditto(0.1, base=base) if outer == "ditto" else FedVG(val, base=base, engine="loop")

@@ -38,6 +38,7 @@ from ..aggregators import (
     scaffold_server_update,
 )
 from ..aggregators.fednova import PROX_TAU_EFF
+from ..checks import check_positive
 from ..engine import LocalTraining
 from ..params import Params
 from .base import ClientOutput, ClientUpdates, ClientWork, Needs, Strategy
@@ -197,9 +198,7 @@ class FedDyn(Strategy):
     def __init__(self, alpha: float = 0.01, server_lr: float = 1.0):
         """Check the arguments (see the class docstring) and keep them."""
         super().__init__(server_lr)
-        if not (alpha > 0 and alpha < float("inf")):
-            raise ValueError(f"FedDyn's alpha must be a finite number > 0, got {alpha}.")
-        self.alpha = float(alpha)
+        self.alpha = check_positive(alpha, "FedDyn's alpha")
 
     def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[dict, dict]:
         """Server state ``params``, ``optimizer``, ``h`` (0) and ``num_clients``; client state ``gradient``.
@@ -210,6 +209,13 @@ class FedDyn(Strategy):
         server, _ = super().init_state(params, model, num_clients, seed)
         h = {k: torch.zeros_like(v) for k, v in params.items()}
         return {**server, "h": h, "num_clients": int(num_clients)}, {"gradient": _zeros_stacked(params, num_clients)}
+
+    def nonfinite_hint(self) -> str:
+        """FedDyn's direction divides its state h by alpha: a tiny alpha overflows it."""
+        return (
+            f"FedDyn's direction divides its state h by alpha (now {self.alpha:g}), which overflows: use a "
+            "larger alpha (the paper uses 1e-2 to 1e-1)."
+        )
 
     def configure_local(self, config: LocalTraining) -> LocalTraining:
         """The clients' settings with ``prox_mu = alpha``."""
