@@ -187,17 +187,20 @@ def check_bool(value: Any, name: str) -> bool:
     raise TypeError(f"{name} must be True or False, got {value!r} ({type(value).__name__}).")
 
 
+SEED_MAX = 2**64 - 1
+
+
 def check_seed(seed: Any, name: str = "seed") -> int:
     """A seed: a non-negative integer (NumPy's ``SeedSequence`` and ``default_rng`` take no negatives).
 
     Args:
-        seed: the seed.
+        seed: the seed, ``0 <= seed < 2**64`` (torch's generators take 64 bits).
         name: the argument's name, for the message.
 
     Returns:
         ``int(seed)``.
     """
-    return check_int(seed, name, 0)
+    return check_int(seed, name, 0, SEED_MAX)
 
 
 def as_vector(values: Any, name: str, per: str, empty: str, dtype=None) -> np.ndarray:
