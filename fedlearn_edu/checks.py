@@ -24,6 +24,7 @@ __all__ = [
     "check_positive",
     "check_range",
     "check_seed",
+    "check_bool",
     "as_vector",
     "as_labels",
     "check_model_data",
@@ -168,17 +169,38 @@ def check_range(
     return out
 
 
+def check_bool(value: Any, name: str) -> bool:
+    """``value`` as a bool: ``True``/``False`` (or a NumPy bool) only, never a truthy string or number.
+
+    Args:
+        value: the flag.
+        name: the argument's name, for the message.
+
+    Returns:
+        ``bool(value)``.
+
+    Raises:
+        TypeError: anything else (``"no"`` would otherwise be true).
+    """
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise TypeError(f"{name} must be True or False, got {value!r} ({type(value).__name__}).")
+
+
+SEED_MAX = 2**64 - 1
+
+
 def check_seed(seed: Any, name: str = "seed") -> int:
     """A seed: a non-negative integer (NumPy's ``SeedSequence`` and ``default_rng`` take no negatives).
 
     Args:
-        seed: the seed.
+        seed: the seed, ``0 <= seed < 2**64`` (torch's generators take 64 bits).
         name: the argument's name, for the message.
 
     Returns:
         ``int(seed)``.
     """
-    return check_int(seed, name, 0)
+    return check_int(seed, name, 0, SEED_MAX)
 
 
 def as_vector(values: Any, name: str, per: str, empty: str, dtype=None) -> np.ndarray:
@@ -418,7 +440,8 @@ def _raise_first_nonfinite(checked: list[tuple[str, Tensor]]) -> None:
     for label, t in checked:
         i = first_nonfinite_row(t)
         if i is not None:
-            raise ValueError(f"{label}: the update of client {i} (row {i}) contains NaN or Inf.")
+            # a row of the stacked tensors, not a client id: the caller (the driver) knows the ids
+            raise ValueError(f"{label}: row {i} of the stacked updates contains NaN or Inf.")
 
 
 def check_updates(updates: Updates, what: str = "deltas", finite: bool = True) -> int:
@@ -640,7 +663,7 @@ def check_reference(reference, pseudo_grads, what: str = "reference"):
     return reference
 
 
-def check_stacked_like(x: Updates, like: Updates, what: str, like_what: str) -> None:
+def check_stacked_like(x: Updates, like: Updates, what: str, like_what: str, finite: bool = True) -> None:
     """``x`` must be finite and have exactly ``like``'s structure and shapes (client axis included).
 
     Args:
@@ -648,12 +671,13 @@ def check_stacked_like(x: Updates, like: Updates, what: str, like_what: str) -> 
         like: the quantity ``x`` must match.
         what: ``x``'s name, for the messages.
         like_what: ``like``'s name, for the messages.
+        finite: also refuse NaN/Inf in ``x`` (``False``: the structure only).
 
     Raises:
         TypeError: not floating-point tensors.
         ValueError: other keys or shapes, or NaN/Inf.
     """
-    check_updates(x, what)
+    check_updates(x, what, finite=finite)
     if isinstance(like, Tensor):
         if not isinstance(x, Tensor) or x.shape != like.shape:
             shape = tuple(x.shape) if isinstance(x, Tensor) else "a dict"

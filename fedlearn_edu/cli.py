@@ -64,7 +64,7 @@ def _number(kind, low, high=None, low_open=False, high_open=True):
 
 
 _POSITIVE_INT = _number(int, 1)
-_SEED = _number(int, 0)
+_SEED = _number(int, 0, 2**64 - 1)
 _POSITIVE = _number(float, 0, low_open=True)
 _NONNEGATIVE = _number(float, 0)
 _FRACTION = _number(float, 0, 1, low_open=True, high_open=True)
@@ -77,7 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
     ``--clients``, ``--alpha``, ``--min-size``), the method (``--strategy``, ``--model``,
     ``--server-lr``, ``--mu``, ``--val-fraction``), the schedule (``--rounds``,
     ``--clients-per-round``, ``--local-epochs``, ``--batch-size``, ``--lr``, ``--eval-every``)
-    and how it runs (``--engine``, ``--device``, ``--seed``, ``--plot``, ``--no-progress``).
+    and how it runs (``--engine``, ``--device``, ``--seed``, ``--plot``, ``--no-progress``,
+    ``--checkpoint``, ``--resume``, ``--on-nonfinite``).
     Numbers are checked as they are parsed (an integer >= 1, a finite number > 0, a fraction
     in (0, 1)); choices come from the registries (:data:`~fedlearn_edu.strategies.STRATEGIES`,
     ``MODELS``, ``PARTITIONS``).
@@ -123,19 +124,39 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="server step size eta_s (default: the strategy's own, e.g. 1 for FedAvg, 0.1 for CRAFT; see below)",
     )
-    run.add_argument("--mu", type=_NONNEGATIVE, default=0.01, help="FedProx proximal coefficient")
+    run.add_argument(
+        "--mu", type=_NONNEGATIVE, default=None, help="fedprox only: the proximal coefficient (default 0.01)"
+    )
     run.add_argument(
         "--val-fraction",
         type=_FRACTION,
-        default=0.1,
-        help="fedvg: share of every client's training data pooled as the server's validation set",
+        default=None,
+        help="fedvg only: share of every client's training data pooled as the server's validation set (default 0.1)",
     )
     run.add_argument("--eval-every", type=_POSITIVE_INT, default=1)
     run.add_argument("--engine", default="auto", choices=["auto", "loop", "vmap"])
     run.add_argument("--device", default="auto")
     run.add_argument("--seed", type=_SEED, default=0)
-    run.add_argument("--plot", default=None, metavar="PNG", help="save the accuracy curves to this file")
+    run.add_argument(
+        "--plot",
+        default=None,
+        metavar="PNG",
+        help="save the accuracy curves to this file (.png added if it has no suffix; a folder: "
+        "FOLDER/<strategy>_<dataset>_seed<seed>.png)",
+    )
     run.add_argument("--no-progress", action="store_true")
+    run.add_argument(
+        "--checkpoint", default=None, metavar="FILE", help="save the run to FILE after every round (resumable)"
+    )
+    run.add_argument(
+        "--resume", action="store_true", help="continue from --checkpoint FILE if it exists (bit-identical)"
+    )
+    run.add_argument(
+        "--on-nonfinite",
+        default="raise",
+        choices=["raise", "skip"],
+        help="a client whose update is NaN/Inf: stop the run (raise, default) or drop it for the round (skip)",
+    )
     run.set_defaults(error=run.error)  # errors found after parsing are reported like argparse's own
     _benchmark_parser(sub)
     return parser
@@ -267,25 +288,43 @@ def _benchmark(args) -> int:
     return 0
 
 
+EXIT_DIVERGED = 3  # the run diverged (NaN/Inf): one line with the cause and the fix on stderr
+
+# flags that only some strategies read: {flag: (attribute, the strategies that read it)}
+STRATEGY_FLAGS = {"--mu": ("mu", ("fedprox",)), "--val-fraction": ("val_fraction", ("fedvg",))}
+NO_SERVER_STEP = ("gossip", "dac")
+
+
 def main(argv=None) -> int:
     """Run the command line; input errors exit with status 2 and a one-line message, as argparse's own.
+
+    Exit status: 0 after a run; 2 for bad input (argparse's convention); ``EXIT_DIVERGED`` (3)
+    when the run diverges (a NaN/Inf update or server step): one line on stderr with the cause
+    and the fix (e.g. "lower the client lr", "lower server_lr", ``--on-nonfinite skip``).
 
     Args:
         argv: the arguments after the program name (default: ``sys.argv[1:]``).
 
     Returns:
-        ``0`` after a run; bad input exits through ``SystemExit(2)`` instead.
+        ``0`` after a run; bad input exits through ``SystemExit(2)``, a diverged run through
+        ``SystemExit(3)``.
     """
     args = build_parser().parse_args(argv)
     if args.command == "benchmark":
         args.argv = None if argv is None else list(argv)[1:]
         return _benchmark(args)
+    _check_strategy_flags(args)
     if args.plot:
-        folder = Path(args.plot).expanduser().absolute().parent
-        if not folder.is_dir():
-            args.error(f"argument --plot: folder {folder} does not exist")
+        args.plot = _plot_path(args)
     try:
         history = _run(args)
+    except FloatingPointError as err:
+        message = " ".join(str(err).split())
+        for api, flag in (("on_nonfinite='skip'", "--on-nonfinite skip"), ("server_lr (now", "--server-lr (now")):
+            message = message.replace(api, flag)
+        message = message.replace("client lr (now", "client lr --lr (now")
+        print(f"python -m fedlearn_edu run: the run diverged: {message}", file=sys.stderr)
+        raise SystemExit(EXIT_DIVERGED) from None
     except FileNotFoundError as err:
         first = str(err).splitlines()[0].replace(" Looked in, in this order:", "")
         args.error(f"{first} Pass --data-root FOLDER, set FEDLEARN_DATA=FOLDER, or add --download.")
@@ -293,6 +332,29 @@ def main(argv=None) -> int:
         args.error(" ".join(str(err).split()))
     _report(args, history)
     return 0
+
+
+def _check_strategy_flags(args) -> None:
+    """A flag that the chosen strategy does not read is an error, never silently ignored."""
+    for flag, (attr, readers) in STRATEGY_FLAGS.items():
+        if getattr(args, attr) is not None and args.strategy not in readers:
+            args.error(f"argument {flag}: applies only to --strategy {'/'.join(readers)}, not {args.strategy}")
+    if args.server_lr is not None and args.strategy in NO_SERVER_STEP:
+        args.error(f"argument --server-lr: {args.strategy} has no server step (each client averages with neighbours)")
+    if args.resume and args.checkpoint is None:
+        args.error("argument --resume: needs --checkpoint FILE (the file to continue from)")
+
+
+def _plot_path(args) -> Path:
+    """The file ``--plot`` writes: a folder gets a file name, a name without suffix gets ``.png``."""
+    path = Path(args.plot).expanduser().absolute()
+    if path.is_dir():
+        path = path / f"{args.strategy}_{args.dataset}_seed{args.seed}.png"
+    elif not path.suffix:
+        path = path.with_suffix(".png")
+    if not path.parent.is_dir():
+        args.error(f"argument --plot: folder {path.parent} does not exist")
+    return path
 
 
 def _run(args):
@@ -314,11 +376,12 @@ def _run(args):
     model = make_model(args.model, fed.input_shape, fed.num_classes, seed=args.seed)
     kwargs = {} if args.server_lr is None else {"server_lr": args.server_lr}
     if args.strategy == "fedprox":
-        kwargs["mu"] = args.mu
+        kwargs["mu"] = 0.01 if args.mu is None else args.mu
     if args.strategy == "fedvg":
         from .data import server_validation_split
 
-        fed, kwargs["val_data"] = server_validation_split(fed, args.val_fraction, seed=args.seed)
+        fraction = 0.1 if args.val_fraction is None else args.val_fraction
+        fed, kwargs["val_data"] = server_validation_split(fed, fraction, seed=args.seed)
     strategy = make_strategy(args.strategy, **kwargs)
     return simulate(
         fed,
@@ -334,6 +397,9 @@ def _run(args):
         device=args.device,
         engine=args.engine,
         progress=not args.no_progress,
+        on_nonfinite=args.on_nonfinite,
+        checkpoint=args.checkpoint,
+        resume=args.resume,
     )
 
 

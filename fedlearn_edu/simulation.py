@@ -17,7 +17,6 @@ One round t:
 from __future__ import annotations
 
 import copy
-import dataclasses
 import math
 import os
 import time
@@ -31,8 +30,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.func import functional_call
 
+from . import checkpoint as _ckpt
 from .aggregators import count_conflicts
 from .attacks import Attack
+from .checkpoint import CHECKPOINT_VERSION
 from .checks import (
     all_finite,
     check_float,
@@ -59,7 +60,6 @@ ON_NONFINITE = ("raise", "skip")
 # "conflicts" -- how many selected clients' updates have a negative inner product with the
 # applied update, whole model and per layer group (an extra pass over all the updates).
 DIAGNOSTICS = ("conflicts",)
-CHECKPOINT_VERSION = 2  # 2: the strategy's explicit server state (1: parameters + strategy.state_dict())
 
 
 @dataclass
@@ -482,18 +482,38 @@ def server_step(
     new_state, diag = strategy.aggregate(server_state, updates)
     new_state = _map_tensors(Tensor.detach, new_state)
     new_params = strategy.server_params(new_state) or {}
+    _check_same_model(strategy.server_params(server_state) or {}, new_params, name, updates.round)
     bad = nonfinite_keys(new_params)
     if bad:
+        hint = strategy.nonfinite_hint() or (
+            f"the step is too large for them. Lower server_lr (now {strategy.server_lr:g}) or use a bounded "
+            "server optimizer."
+        )
         raise FloatingPointError(
             f"Round {updates.round}: every client update was finite, but the server step of {name} made the "
-            f"global parameters {bad[:3]} NaN/Inf: the step is too large for them. Lower server_lr "
-            f"(now {strategy.server_lr:g}) or use a bounded server optimizer."
+            f"global parameters {bad[:3]} NaN/Inf: {hint}"
         )
     diag = {k: (v.detach().cpu() if isinstance(v, Tensor) else v) for k, v in diag.items()}
     if conflicts and strategy.needs.server_model == "one":
         params = strategy.server_params(server_state)
         diag.update(count_conflicts(updates.deltas, {k: new_params[k] - params[k] for k in params}))
     return new_state, diag
+
+
+def _check_same_model(old: Params, new: Params, name: str, t: int) -> None:
+    """The server step must return every parameter, each of its shape (a clear error, not a KeyError later)."""
+    missing, unknown = sorted(set(old) - set(new)), sorted(set(new) - set(old))
+    if missing or unknown:
+        raise ValueError(
+            f"Round {t}: {name}'s aggregate returned a server model with other parameters than the model's "
+            f"(missing {missing[:5]}, unknown {unknown[:5]}): it must return every parameter."
+        )
+    for k, v in old.items():
+        if tuple(new[k].shape) != tuple(v.shape):
+            raise ValueError(
+                f"Round {t}: {name}'s aggregate changed the shape of {k!r} from {tuple(v.shape)} to "
+                f"{tuple(new[k].shape)}."
+            )
 
 
 def _progress(iterable, enabled: bool, desc: str):
@@ -563,15 +583,25 @@ def simulate(
             ``"raise"`` stops the run with the cause; ``"skip"`` drops the client for the
             round (the others are aggregated, the global model never sees the bad update,
             ``History.dropped`` says who and why; a round where every client is dropped
-            is skipped with a warning).
+            is skipped with a warning). A client is also dropped when a per-client signal it
+            reports (e.g. FedOUI's OUI, DAC's scores) is NaN/Inf. Every strategy then runs as if
+            the dropped client had not been selected that round: its client state is kept, it
+            is left out of the server step (AFL's ``N/m`` uses the m' survivors). Errors name
+            clients by their ids.
         checkpoint: a file to save the run to (the strategy's server state -- parameters,
             optimizer moments, its own tensors --, client state, the sampler's RNG state, History
-            so far), written atomically (a temporary file, then ``os.replace``).
+            so far), written atomically (a temporary file, then ``os.replace``; temporaries a
+            killed save left are removed on the next save or resume). A ``str`` or
+            ``os.PathLike`` in an existing, writable folder, checked before round 1. It holds a
+            SHA-256 fingerprint of every tensor that affects the run (each client's training
+            and test split, the strategy's tensors such as FedVG's validation set, the initial
+            model), so a resume on other data is refused (see :mod:`fedlearn_edu.checkpoint`).
         checkpoint_every: save every k rounds (and after the last round).
-        resume: continue from ``checkpoint`` when the file exists (start afresh when it does
+        resume: ``True``/``False``: continue from ``checkpoint`` when the file exists (start afresh when it does
             not). The result is bit-identical to the uninterrupted run. A checkpoint written by
             another configuration, or by an older version of the package, is refused (naming
-            the first setting that differs, or telling to delete the file).
+            the first setting or data tensor that differs, or telling to delete the file); an
+            empty, truncated, corrupt or foreign file gives one ``ValueError`` saying so.
         diagnostics: optional per-round diagnostics to record in ``History.diagnostics``, from
             ``DIAGNOSTICS``: ``("conflicts",)`` counts, every round, the selected clients whose
             update conflicts with the applied one (``History.conflicts``). Added to those the
@@ -600,15 +630,16 @@ def simulate(
     """
     if not isinstance(strategy, Strategy):
         raise TypeError(f"strategy must be a fedlearn_edu Strategy (e.g. FedAvg()), got {type(strategy).__name__}.")
+    if not isinstance(model, nn.Module):
+        raise TypeError(
+            f"model must be a torch.nn.Module (e.g. make_model('mlp', ...)), got {type(model).__name__}: {model!r}."
+        )
     check_run_arguments(
         federation, rounds, clients_per_round, eval_every, lr_decay, model=model, seed=seed, strategy=strategy
     )
     if on_nonfinite not in ON_NONFINITE:
         raise ValueError(f"on_nonfinite must be one of {ON_NONFINITE}, got {on_nonfinite!r}.")
-    if int(checkpoint_every) != checkpoint_every or checkpoint_every < 1:
-        raise ValueError(f"checkpoint_every must be a positive integer, got {checkpoint_every}.")
-    if resume and checkpoint is None:
-        raise ValueError("resume=True needs checkpoint=PATH (the file to continue from).")
+    checkpoint = _ckpt.check_checkpoint_args(checkpoint, resume, checkpoint_every)
     wanted = _diagnostics(diagnostics, strategy)
     attackers = _check_attack(attack, strategy, len(federation))
     if secure_aggregation:
@@ -649,17 +680,15 @@ def simulate(
         config["attack"] = attack.describe()
     if secure_aggregation:
         config["secure_aggregation"] = True
-    settings = None if checkpoint is None else _run_settings(config, federation, net)
+    settings = None if checkpoint is None else _ckpt.run_settings(config, federation, net, strategy)
     history = History(strategy=name, config=config, evaluated=strategy.evaluates)
     attacked = None if attack is None else attackers.numpy()
     history.attackers = attacked
     first = 1
     if resume and os.path.exists(checkpoint):
-        saved = _load_checkpoint(checkpoint, settings)
+        saved = _ckpt.load(checkpoint, settings)
         if saved["round"] > rounds:
-            raise ValueError(
-                f"The checkpoint {os.fspath(checkpoint)!r} is at round {saved['round']}, past rounds={rounds}."
-            )
+            raise ValueError(f"The checkpoint {checkpoint!r} is at round {saved['round']}, past rounds={rounds}.")
         server_state = _to(saved["server_state"], dev)
         client_state = _to(saved["client_state"], dev)
         sampler.set_state(saved["sampler"])
@@ -699,13 +728,14 @@ def simulate(
             )
         updates = ClientUpdates(t, ids, out.deltas, num_samples[ids], out.train_loss, net, out.signals, work.config)
         recorded = out.train_loss if out.recorded_loss is None else out.recorded_loss
-        finite = _finite_rows(len(ids), out.deltas, out.state)
+        finite = _finite_rows(len(ids), out.deltas, out.state, _row_signals(out.signals, len(ids)))
         dropped = {}
         if not bool(finite.all()):
             bad = ids[~finite.cpu()].tolist()
             dropped = {i: _nonfinite_reason(i in bad_data) for i in bad}
             if on_nonfinite == "raise":
-                raise FloatingPointError(_nonfinite_message(t, dropped, work.config.lr))
+                blown_up = _blown_up(strategy, server_state, params0)
+                raise FloatingPointError(_nonfinite_message(t, dropped, work.config.lr, blown_up, strategy.server_lr))
             keep = finite.cpu()
             updates = updates.subset(keep)
             recorded = recorded[keep.to(recorded.device)]
@@ -730,7 +760,7 @@ def simulate(
             if progress and hasattr(bar, "set_postfix"):
                 bar.set_postfix(mean_acc=f"{np.nanmean(history.client_accuracy[-1]):.3f}")
         if checkpoint is not None and (t % checkpoint_every == 0 or t == rounds):
-            _save_checkpoint(
+            _ckpt.save(
                 checkpoint,
                 {
                     "version": CHECKPOINT_VERSION,
@@ -816,62 +846,57 @@ def _finite_rows(m: int, *trees: dict) -> Tensor:
     return finite
 
 
+def _row_signals(signals: dict, m: int) -> dict:
+    """The floating-point per-client signals ``Tensor[m, ...]`` (nested dicts kept), for the NaN check."""
+    out = {}
+    for k, v in signals.items():
+        if isinstance(v, dict):
+            out[k] = _row_signals(v, m)
+        elif isinstance(v, Tensor) and v.is_floating_point() and v.dim() > 0 and v.shape[0] == m:
+            out[k] = v
+    return out
+
+
 def _nonfinite_reason(bad_data: bool) -> str:
     if bad_data:
         return "its training data hold NaN/Inf values"
     return "local training diverged (NaN/Inf in the update)"
 
 
-def _nonfinite_message(t: int, dropped: dict, lr: float) -> str:
+TINY_LR = 1e-12  # a client lr below this vanishes in float32 steps; SCAFFOLD's control update divides by it
+
+
+def _blown_up(strategy: Strategy, server_state: dict, params0: Params) -> float | None:
+    """``max |theta_t| / max |theta_0|`` when the server's model grew more than 1e4-fold (else ``None``)."""
+    params = strategy.server_params(server_state) if strategy.needs.server_model == "one" else None
+    if not params:
+        return None
+    now = max(float(v.detach().abs().max()) for v in params.values() if v.numel())
+    start = max(float(v.detach().abs().max()) for v in params0.values() if v.numel())
+    return now / max(start, 1e-12) if now > 1e4 * max(start, 1e-12) else None
+
+
+def _nonfinite_message(
+    t: int, dropped: dict, lr: float, blown_up: float | None = None, server_lr: float | None = None
+) -> str:
     data = [i for i, why in dropped.items() if "data" in why]
     diverged = [i for i in dropped if i not in data]
     parts = []
     if data:
         parts.append(f"the training data of client(s) {data[:5]} hold NaN/Inf values: clean the data")
     if diverged:
-        parts.append(
-            f"local training of client(s) {diverged[:5]} diverged (NaN/Inf in the update): lower the client lr "
-            f"(now {lr:g}) or the number of local epochs"
-        )
-    return f"Round {t}: " + "; ".join(parts) + ", or pass on_nonfinite='skip' to drop such clients for the round."
-
-
-# --------------------------------------------------------------------------- #
-# checkpoints
-# --------------------------------------------------------------------------- #
-def _run_settings(config: dict, federation: Federation, model: nn.Module) -> dict:
-    """What a checkpoint must agree on to be resumed (everything but ``rounds``), as plain values."""
-    settings = {k: v for k, v in config.items() if k != "rounds"}
-    settings["local"] = dataclasses.asdict(config["local"])
-    settings["model"] = [f"{n}:{tuple(p.shape)}" for n, p in model.named_parameters()]
-    settings["federation"] = f"{federation.name}: {federation.num_train_samples.tolist()} training samples"
-    settings["data_checksum"] = float(sum(float(c.train_x.double().sum()) + float(c.train_y.sum()) for c in federation))
-    return settings
-
-
-def _save_checkpoint(path, payload: dict) -> None:
-    """Write ``payload`` to ``path`` atomically: a temporary file beside it, then ``os.replace``."""
-    path = os.fspath(path)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    torch.save(payload, tmp)
-    os.replace(tmp, path)
-
-
-def _load_checkpoint(path, settings: dict) -> dict:
-    """Load a checkpoint (``weights_only=True``: tensors and plain containers only) and check it."""
-    saved = torch.load(os.fspath(path), map_location="cpu", weights_only=True)
-    if not isinstance(saved, dict) or "version" not in saved or "settings" not in saved:
-        raise ValueError(f"{os.fspath(path)!r} is not a fedlearn_edu checkpoint (version {CHECKPOINT_VERSION}).")
-    if saved["version"] != CHECKPOINT_VERSION:
-        raise ValueError(
-            f"The checkpoint {os.fspath(path)!r} was written in format version {saved['version']!r}; this version "
-            f"of fedlearn_edu reads version {CHECKPOINT_VERSION} (the strategy's explicit server state) and "
-            "cannot resume from it. Delete the file (the run then starts afresh), or pass another checkpoint path."
-        )
-    for key, value in settings.items():
-        if saved["settings"].get(key) != value:
-            raise ValueError(
-                f"The checkpoint {os.fspath(path)!r} was written by another configuration: its {key} is "
-                f"{saved['settings'].get(key)!r}, this run's is {value!r}. Use the same settings, or another file."
+        what = f"local training of client(s) {diverged[:5]} diverged (NaN/Inf in the update)"
+        if blown_up is not None:
+            fix = (
+                f"the server step had already blown the global model up ({blown_up:.2g} times its initial size) "
+                f"before local training: lower server_lr (now {server_lr:g})"
             )
-    return saved
+        elif lr < TINY_LR:
+            fix = (
+                f"the client lr (now {lr:g}) is too small: steps vanish in float32 and updates that divide by "
+                "the step size (SCAFFOLD's control variates) overflow; raise it"
+            )
+        else:
+            fix = f"lower the client lr (now {lr:g}) or the number of local epochs"
+        parts.append(f"{what}: {fix}")
+    return f"Round {t}: " + "; ".join(parts) + ", or pass on_nonfinite='skip' to drop such clients for the round."

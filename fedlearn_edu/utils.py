@@ -40,6 +40,8 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
         raise ValueError("device='cuda' was requested but CUDA is not available; use device='auto' or 'cpu'.")
     if dev.type == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
         raise ValueError("device='mps' was requested but MPS is not available; use device='auto' or 'cpu'.")
+    if dev.type == "meta":
+        raise ValueError("device='meta' holds shapes, not values: a simulation cannot run on it; use 'auto' or 'cpu'.")
     return dev
 
 

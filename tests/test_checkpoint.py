@@ -176,3 +176,175 @@ def test_a_checkpoint_of_an_older_format_is_refused_with_what_to_do(fed, tmp_pat
     assert (
         str(path) in str(err.value) and "Delete the file" in str(err.value) and "another checkpoint" in str(err.value)
     )
+
+
+# ------------------------------------------------------------- data fingerprints
+def _changed(fed, how):
+    """A copy of ``fed`` with one change that a sum of the training data cannot see."""
+    from fedlearn_edu.data.federation import ClientData, Federation
+
+    cs = [ClientData(c.train_x.clone(), c.train_y.clone(), c.test_x.clone(), c.test_y.clone(), c.info) for c in fed]
+    if how == "swap samples between clients":
+        a, b = cs[0].train_x[0].clone(), cs[1].train_x[0].clone()
+        cs[0].train_x[0], cs[1].train_x[0] = b, a
+        ya, yb = cs[0].train_y[0].clone(), cs[1].train_y[0].clone()
+        cs[0].train_y[0], cs[1].train_y[0] = yb, ya
+    elif how == "swap two labels":
+        j = int((cs[0].train_y != cs[0].train_y[0]).nonzero()[0])
+        cs[0].train_y[0], cs[0].train_y[j] = cs[0].train_y[j].clone(), cs[0].train_y[0].clone()
+    elif how == "zero a test split":
+        cs[2].test_x.zero_()
+    return Federation(cs, fed.num_classes, fed.name)
+
+
+@pytest.mark.parametrize("how", ["swap samples between clients", "swap two labels", "zero a test split"])
+def test_a_resume_on_changed_data_is_refused(fed, tmp_path, how):
+    path = tmp_path / "run.pt"
+    simulate(fed, _model(fed), FedAvg(), checkpoint=path, **dict(KW, rounds=2))
+    other = _changed(fed, how)
+    # the old check (a sum of the training inputs and labels) could not tell these apart
+    assert sum(float(c.train_x.double().sum()) + float(c.train_y.sum()) for c in other) == pytest.approx(
+        sum(float(c.train_x.double().sum()) + float(c.train_y.sum()) for c in fed)
+    )
+    with pytest.raises(ValueError, match="written on other data") as err:
+        simulate(other, _model(fed), FedAvg(), checkpoint=path, resume=True, **KW)
+    expected = {
+        "swap samples between clients": "training inputs of client 0",
+        "swap two labels": "training labels of client 0",
+        "zero a test split": "test inputs of client 2",
+    }[how]
+    assert expected in str(err.value) and str(path) in str(err.value)
+    # the unchanged data still resume
+    assert simulate(fed, _model(fed), FedAvg(), checkpoint=path, resume=True, **KW).eval_rounds[-1] == 5
+
+
+def test_a_resume_with_another_validation_set_or_initial_model_is_refused(fed, tmp_path):
+    from fedlearn_edu import FedVG
+    from fedlearn_edu.data import server_validation_split
+
+    train, val = server_validation_split(fed, fraction=0.2, seed=0)
+    _, val2 = server_validation_split(fed, fraction=0.2, seed=1)
+    assert val2[0].shape == val[0].shape
+    path = tmp_path / "fedvg.pt"
+    simulate(train, _model(fed), FedVG(val, engine="loop"), checkpoint=path, **dict(KW, rounds=2))
+    with pytest.raises(ValueError, match="validation inputs differ"):
+        simulate(train, _model(fed), FedVG(val2, engine="loop"), checkpoint=path, resume=True, **KW)
+    other_init = make_model("mlp", fed.input_shape, fed.num_classes, hidden=(12,), seed=1)
+    with pytest.raises(ValueError, match="the model's initial"):
+        simulate(train, other_init, FedVG(val, engine="loop"), checkpoint=path, resume=True, **KW)
+
+
+# ------------------------------------------------------------- broken files
+def _written(fed, tmp_path):
+    path = tmp_path / "run.pt"
+    simulate(fed, _model(fed), FedAvg(), checkpoint=path, **dict(KW, rounds=2))
+    return path
+
+
+class _Foreign:
+    pass
+
+
+@pytest.mark.parametrize("kind", ["empty", "truncated", "corrupt", "garbage", "pickled object", "tensor", "no keys"])
+def test_a_broken_checkpoint_gives_one_clear_error(fed, tmp_path, kind):
+    """The file, what is wrong with it, what to do -- never torch's raw errors or its advice."""
+    import pickle
+
+    path = _written(fed, tmp_path)
+    data = path.read_bytes()
+    if kind == "empty":
+        path.write_bytes(b"")
+    elif kind == "truncated":
+        path.write_bytes(data[: len(data) // 2])
+    elif kind == "corrupt":
+        mid = len(data) // 2
+        path.write_bytes(data[:mid] + bytes(b ^ 0xFF for b in data[mid : mid + 64]) + data[mid + 64 :])
+    elif kind == "garbage":
+        path.write_bytes(b"\x00\x01 not a checkpoint at all" * 10)
+    elif kind == "pickled object":
+        path.write_bytes(pickle.dumps(_Foreign(), protocol=2))
+    elif kind == "tensor":
+        torch.save(torch.zeros(3), path)
+    elif kind == "no keys":
+        saved = torch.load(path, weights_only=True)
+        del saved["history"]
+        torch.save(saved, path)
+    with pytest.raises(ValueError) as err:
+        simulate(fed, _model(fed), FedAvg(), checkpoint=path, resume=True, **KW)
+    msg = str(err.value)
+    assert str(path) in msg and "Delete the file" in msg and "another checkpoint path" in msg, msg
+    assert "weights_only" not in msg and "PytorchStreamReader" not in msg and "Errno" not in msg, msg
+    assert err.value.__cause__ is None and (err.value.__context__ is None or err.value.__suppress_context__)
+    assert {
+        "empty": "empty",
+        "truncated": "truncated",
+        "corrupt": "corrupt",
+        "garbage": "corrupt",
+        "pickled object": "never unpickled",
+        "tensor": "not a fedlearn_edu checkpoint",
+        "no keys": "damaged",
+    }[kind] in msg
+
+
+# ------------------------------------------------------------- arguments
+@pytest.mark.parametrize(
+    "checkpoint, resume, every, error, match",
+    [
+        (3, False, 1, TypeError, "checkpoint must be a path"),
+        (b"run.pt", False, 1, TypeError, "checkpoint must be a path"),
+        ("", False, 1, ValueError, "empty string"),
+        ("{tmp}", False, 1, ValueError, "is a directory"),
+        ("{tmp}/missing/run.pt", False, 1, ValueError, "does not exist"),
+        ("{tmp}/run.pt", "False", 1, TypeError, "resume must be True or False, got 'False'"),
+        ("{tmp}/run.pt", 1, 1, TypeError, "resume must be True or False"),
+        ("{tmp}/run.pt", False, float("nan"), TypeError, "checkpoint_every must be an integer, got nan"),
+        ("{tmp}/run.pt", False, 0, ValueError, "checkpoint_every must be >= 1"),
+        (None, True, 1, ValueError, "resume=True needs checkpoint"),
+    ],
+)
+def test_checkpoint_arguments_are_checked_before_round_1(
+    fed, tmp_path, monkeypatch, checkpoint, resume, every, error, match
+):
+    import fedlearn_edu.simulation as simulation
+
+    def no_round(*args, **kwargs):
+        raise AssertionError("a round ran although the arguments are invalid")
+
+    monkeypatch.setattr(simulation, "server_step", no_round)
+    if isinstance(checkpoint, str):
+        checkpoint = checkpoint.format(tmp=tmp_path)
+    with pytest.raises(error, match=match):
+        simulate(fed, _model(fed), FedAvg(), checkpoint=checkpoint, resume=resume, checkpoint_every=every, **KW)
+
+
+@pytest.mark.skipif(os.name != "posix" or os.geteuid() == 0, reason="POSIX permissions, not as root")
+def test_a_read_only_folder_is_refused_before_round_1(fed, tmp_path):
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    folder.chmod(0o500)
+    try:
+        with pytest.raises(ValueError, match="not writable"):
+            simulate(fed, _model(fed), FedAvg(), checkpoint=folder / "run.pt", **KW)
+    finally:
+        folder.chmod(0o700)
+
+
+def test_stale_temporaries_are_removed_on_the_next_save_and_resume(fed, tmp_path):
+    """A save killed mid-write leaves ``<checkpoint>.tmp-<pid>``: the next save (or a resume)
+    removes those of dead processes (and this one's); a live process's, other files' stay."""
+    path = tmp_path / "run.pt"
+    dead = tmp_path / "run.pt.tmp-999999999"  # above any pid_max: no such process
+    own = tmp_path / f"run.pt.tmp-{os.getpid()}"
+    live = tmp_path / f"run.pt.tmp-{os.getppid()}"
+    other = tmp_path / "other.pt.tmp-999999999"
+    odd = tmp_path / "run.pt.tmp-notapid"
+    for f in (dead, own, live, other, odd):
+        f.write_bytes(b"partial")
+    simulate(fed, _model(fed), FedAvg(), checkpoint=path, **dict(KW, rounds=1))
+    assert not dead.exists() and not own.exists()
+    assert live.exists() and other.exists() and odd.exists()
+    dead.write_bytes(b"partial")
+    import fedlearn_edu.checkpoint as ckpt
+
+    saved = ckpt.load(path, torch.load(path, weights_only=True)["settings"])  # a resume cleans up first
+    assert saved["round"] == 1 and not dead.exists()

@@ -73,3 +73,105 @@ def test_partition_choices_come_from_the_registry():
     run = build_parser()._subparsers._group_actions[0].choices["run"]
     action = next(a for a in run._actions if a.dest == "partition")
     assert list(action.choices) == list(PARTITIONS)
+
+
+# ------------------------------------------------------------------ run-time faults
+SMALL_RUN = ["run", "--rounds", "2", "--clients", "6", "--clients-per-round", "3", "--no-progress"]
+
+
+def test_a_diverging_run_prints_one_line_with_cause_and_fix_and_exits_3(capsys):
+    from fedlearn_edu.cli import EXIT_DIVERGED
+
+    with pytest.raises(SystemExit) as exit_info:
+        main([*SMALL_RUN, "--lr", "1e30", "--local-epochs", "2"])
+    assert exit_info.value.code == EXIT_DIVERGED == 3
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Traceback" not in err[0], err
+    assert err[0].startswith("python -m fedlearn_edu run: the run diverged: Round 1:")
+    assert "diverged" in err[0] and "lower the client lr --lr (now 1e+30)" in err[0] and "--on-nonfinite skip" in err[0]
+
+
+def test_a_diverging_server_step_names_the_server_lr_flag(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main([*SMALL_RUN, "--server-lr", "1e30"])
+    assert exit_info.value.code == 3
+    assert "lower --server-lr (now 1e+30)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("seed", ["18446744073709551616", str(2**70)])
+def test_a_seed_past_64_bits_is_a_clear_error(seed, capsys, no_simulation):
+    with pytest.raises(SystemExit) as exit_info:
+        main([*SMALL_RUN, "--seed", seed])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "--seed" in err and "18446744073709551615" in err and "Overflow" not in err
+
+
+@pytest.mark.parametrize(
+    "flags, match",
+    [
+        (["--strategy", "scaffold", "--mu", "0.1"], "--mu: applies only to --strategy fedprox, not scaffold"),
+        (["--strategy", "feddyn", "--val-fraction", "0.2"], "--val-fraction: applies only to --strategy fedvg"),
+        (["--strategy", "fedavg", "--mu", "0.1"], "--mu: applies only"),
+        (["--strategy", "gossip", "--server-lr", "0.5"], "--server-lr: gossip has no server step"),
+        (["--resume"], "--resume: needs --checkpoint"),
+    ],
+)
+def test_a_flag_that_does_not_apply_is_an_error(flags, match, capsys, no_simulation):
+    with pytest.raises(SystemExit) as exit_info:
+        main([*SMALL_RUN, *flags])
+    assert exit_info.value.code == 2
+    assert match in capsys.readouterr().err
+
+
+def test_flags_that_apply_are_applied(monkeypatch):
+    """--mu reaches FedProx, --val-fraction FedVG's split (they are no longer read by others)."""
+    import fedlearn_edu
+
+    seen = {}
+
+    def fake(fed, model, strategy, **kwargs):
+        seen["strategy"], seen["fed"], seen["kwargs"] = strategy, fed, kwargs
+        raise ValueError("stop here")
+
+    monkeypatch.setattr(fedlearn_edu, "simulate", fake)
+    with pytest.raises(SystemExit):
+        main([*SMALL_RUN, "--strategy", "fedprox", "--mu", "0.3", "--on-nonfinite", "skip"])
+    assert seen["strategy"].mu == 0.3 and seen["kwargs"]["on_nonfinite"] == "skip"
+    with pytest.raises(SystemExit):
+        main([*SMALL_RUN, "--strategy", "fedvg", "--val-fraction", "0.5"])
+    assert seen["strategy"].num_val > 0
+    small = seen["strategy"].num_val
+    with pytest.raises(SystemExit):
+        main([*SMALL_RUN, "--strategy", "fedvg", "--val-fraction", "0.2"])
+    assert seen["strategy"].num_val < small
+
+
+def test_checkpoint_and_resume_flags(tmp_path, capsys):
+    path = tmp_path / "run.pt"
+    assert main([*SMALL_RUN, "--checkpoint", str(path)]) == 0 and path.exists()
+    first = capsys.readouterr().out
+    assert main([*SMALL_RUN[:2], "3", *SMALL_RUN[3:], "--checkpoint", str(path), "--resume"]) == 0
+    resumed = capsys.readouterr().out.splitlines()
+    assert [line for line in first.splitlines() if line.startswith("fedavg")][-1] in resumed
+    path.write_bytes(b"")
+    with pytest.raises(SystemExit) as exit_info:
+        main([*SMALL_RUN, "--checkpoint", str(path), "--resume"])
+    assert exit_info.value.code == 2 and "is empty" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main([*SMALL_RUN, "--checkpoint", str(tmp_path)])
+    assert "is a directory" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kind", ["folder", "no suffix", "file"])
+def test_plot_writes_the_file_it_names(tmp_path, capsys, kind):
+    target = {"folder": tmp_path, "no suffix": tmp_path / "curves", "file": tmp_path / "c.png"}[kind]
+    real = {
+        "folder": tmp_path / "fedavg_digits_seed0.png",
+        "no suffix": tmp_path / "curves.png",
+        "file": tmp_path / "c.png",
+    }[kind]
+    assert main([*SMALL_RUN, "--plot", str(target)]) == 0
+    assert real.is_file() and real.stat().st_size > 0
+    assert f"saved {real}" in capsys.readouterr().out
+    assert not (tmp_path.parent / f"{tmp_path.name}.png").exists()

@@ -67,8 +67,8 @@ def test_fedavg_dict_equals_flat_and_is_scale_invariant_in_weights():
 @pytest.mark.parametrize(
     "bad, msg",
     [
-        (torch.tensor([[1.0, float("nan")], [0.0, 0.0]]), "client 0"),
-        (torch.tensor([[1.0, 0.0], [float("inf"), 0.0]]), "client 1"),
+        (torch.tensor([[1.0, float("nan")], [0.0, 0.0]]), "row 0 of"),
+        (torch.tensor([[1.0, 0.0], [float("inf"), 0.0]]), "row 1 of"),
         (torch.zeros(0, 3), "m = 0"),
         (torch.zeros(3), "Tensor\\[m, d\\]"),
     ],

@@ -53,14 +53,26 @@ def project_simplex(v: Tensor) -> Tensor:
         v = v.to(torch.get_default_dtype())
     if not bool(torch.isfinite(v).all()):
         raise ValueError("v contains NaN or Inf.")
+    w, r = _project(v)
+    if bool((r == 0).any()):
+        # Huge entries: u_1 - (u_1 - 1) rounds to 0, so no k passes the test. The projection is
+        # invariant to adding a constant to every entry; shifted so that the largest is 0, the
+        # test holds at k = 1 exactly (0 - (0 - 1) = 1). Only such rows take this path.
+        shifted, _ = _project(v - v.max(dim=-1, keepdim=True).values)
+        w = torch.where(r == 0, shifted, w)
+    return w
+
+
+def _project(v: Tensor) -> tuple[Tensor, Tensor]:
+    """The sort-based projection of :func:`project_simplex` and each row's support size r (0: failed)."""
     n = v.shape[-1]
     u = torch.sort(v, dim=-1, descending=True).values
     css = torch.cumsum(u, dim=-1) - 1
     k = torch.arange(1, n + 1, device=v.device, dtype=v.dtype)
-    support = (u - css / k) > 0  # true for k = 1 and for a prefix of the sorted entries
-    r = support.sum(dim=-1, keepdim=True)  # >= 1
-    theta = torch.gather(css, -1, r - 1) / r.to(v.dtype)
-    return torch.clamp(v - theta, min=0)
+    support = (u - css / k) > 0  # true for k = 1 (unless rounding, see above) and a prefix of the sorted entries
+    r = support.sum(dim=-1, keepdim=True)
+    theta = torch.gather(css, -1, (r - 1).clamp_min(0)) / r.clamp_min(1).to(v.dtype)
+    return torch.clamp(v - theta, min=0), r
 
 
 def _selected(clients, m: int, lambdas: Tensor) -> Tensor:
@@ -117,7 +129,13 @@ def afl_lambda_step(lambdas, losses, lr: float, clients=None) -> Tensor:
     gamma = check_positive(lr, "lr")
     grad = torch.zeros_like(lam)
     grad[idx] = L * (lam.shape[0] / L.shape[0])
-    return project_simplex(lam + gamma * grad)
+    ascent = lam + gamma * grad
+    if not bool(torch.isfinite(ascent).all()):
+        raise ValueError(
+            f"The ascent step lambda + lr * (N/m) * losses overflows (lr={lr!r}, largest loss {float(L.max()):g}): "
+            "use a smaller lr (AFL's lambda_lr)."
+        )
+    return project_simplex(ascent)
 
 
 def afl_direction(deltas: Updates, lambdas, clients=None) -> Updates:

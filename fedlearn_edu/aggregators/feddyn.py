@@ -34,13 +34,15 @@ from .fedavg import fedavg
 __all__ = ["feddyn_client_update", "feddyn_server_update"]
 
 
-def feddyn_client_update(linear_terms: Updates, deltas: Updates, alpha: float) -> Updates:
+def feddyn_client_update(linear_terms: Updates, deltas: Updates, alpha: float, *, finite: bool = True) -> Updates:
     """FedDyn's client state: ``phi_k+ = phi_k - alpha * Delta_k`` with ``Delta_k = theta_k^t - theta^{t-1}``.
 
     Args:
         linear_terms: ``phi_k`` of the selected clients, ``Tensor[m, d]`` or dict of ``Tensor[m, ...]``.
         deltas: ``Delta_k``, structured like ``linear_terms``.
         alpha: the regularisation strength (> 0).
+        finite: refuse NaN/Inf in ``deltas``; ``False`` computes every row anyway (row k of the
+            result depends on row k only), leaving a NaN row to the caller (the driver drops it).
 
     Returns:
         ``phi_k+``, structured like ``linear_terms`` (new tensors).
@@ -50,7 +52,7 @@ def feddyn_client_update(linear_terms: Updates, deltas: Updates, alpha: float) -
         tensor([[0.9500, 0.0500]])
     """
     check_updates(linear_terms, "linear_terms")
-    check_stacked_like(deltas, linear_terms, "deltas", "linear_terms")
+    check_stacked_like(deltas, linear_terms, "deltas", "linear_terms", finite=finite)
     a = check_positive(alpha, "alpha")
     return map_updates(lambda g, d: g - a * d, linear_terms, deltas)
 

@@ -41,7 +41,7 @@ def _per_client(values: Tensor, t: Tensor) -> Tensor:
 
 
 def scaffold_control_update(
-    client_controls: Updates, server_control: Updates, deltas: Updates, local_steps, lr
+    client_controls: Updates, server_control: Updates, deltas: Updates, local_steps, lr, *, finite: bool = True
 ) -> Updates:
     """SCAFFOLD's option-II control variates: ``c_i+ = c_i - c + (x - y_i) / (K_i eta_l)``.
 
@@ -55,6 +55,8 @@ def scaffold_control_update(
         deltas: ``Delta y_i = y_i - x``, structured like ``client_controls``.
         local_steps: ``K_i``, a number or ``Tensor[m]`` (> 0).
         lr: the local learning rate ``eta_l`` (> 0).
+        finite: refuse NaN/Inf in ``deltas``; ``False`` computes every row anyway (row i of the
+            result depends on row i only), leaving a NaN row to the caller (the driver drops it).
 
     Returns:
         ``c_i+``, structured like ``client_controls`` (new tensors; the inputs are not modified).
@@ -65,7 +67,7 @@ def scaffold_control_update(
         tensor([[ 0.5000, -1.5000]])
     """
     m = check_updates(client_controls, "client_controls")
-    check_stacked_like(deltas, client_controls, "deltas", "client_controls")
+    check_stacked_like(deltas, client_controls, "deltas", "client_controls", finite=finite)
     check_reference(server_control, client_controls, "server_control")
     if server_control is None:
         raise TypeError("server_control must be given (zeros at the start of training).")

@@ -329,7 +329,12 @@ def probe_batch(x: Tensor, probe_size: int = 32, seed: int = 0) -> Tensor:
 
 
 def client_oui(
-    model: nn.Module, params: Mapping[str, Tensor], probes: Tensor | Sequence[Tensor], layer: str | None = None
+    model: nn.Module,
+    params: Mapping[str, Tensor],
+    probes: Tensor | Sequence[Tensor],
+    layer: str | None = None,
+    *,
+    nan_rows: bool = False,
 ) -> Tensor:
     """OUI of m clients' models, each on its own probe batch.
 
@@ -338,6 +343,8 @@ def client_oui(
         params: stacked client parameters ``{name: Tensor[m, ...]}`` (e.g. ``local.params``).
         probes: ``Tensor[m, B, *input_shape]`` or a sequence of m ``Tensor[B, *input_shape]``.
         layer: optional submodule name to hook instead of ``features=True``.
+        nan_rows: a model whose pre-activations hold NaN/Inf (a diverged client) gets OUI NaN
+            (the driver then drops that client) instead of a ``ValueError``.
 
     Returns:
         ``Tensor[m]`` (float64, on the CPU), one OUI per client. With ``layer=None`` all
@@ -381,6 +388,12 @@ def client_oui(
             ]
         )
     if not bool(torch.isfinite(z).all()):
-        bad = (~torch.isfinite(z.reshape(m, -1))).any(dim=1).nonzero()[0].item()
-        raise ValueError(f"The pre-activations of client {bad} (row {bad}) contain NaN or Inf.")
+        bad = (~torch.isfinite(z.reshape(m, -1))).any(dim=1)
+        if not nan_rows:
+            raise ValueError(
+                f"The pre-activations of row {int(bad.nonzero()[0])} (of the {m} stacked models) contain NaN or Inf."
+            )
+        # the bad rows are zeroed so the others are computed exactly as without them, then marked NaN
+        values = _oui_values(torch.where(bad.reshape(m, *([1] * (z.dim() - 1))), torch.zeros_like(z), z))
+        return values.masked_fill(bad.cpu(), float("nan"))
     return _oui_values(z)

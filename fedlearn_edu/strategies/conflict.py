@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from torch import Tensor, nn
 
 from ..aggregators import config_direction, fedfv_direction, qfedavg_step
+from ..checks import check_bool, check_float, check_range
 from ..engine import LocalResult
 from ..params import Params
 from ..signals import global_model_loss
@@ -34,7 +35,7 @@ class ConFIG(Strategy):
     def __init__(self, server_lr: float = 1.0, layerwise: bool = False):
         """Check the arguments (see the class docstring) and keep them."""
         super().__init__(server_lr)
-        self.layerwise = bool(layerwise)
+        self.layerwise = check_bool(layerwise, "layerwise")
 
     def direction(self, server_state: dict, updates: ClientUpdates) -> tuple[Params, dict, dict]:
         """ConFIG's direction from the pseudo-gradients ``-Delta_i``; the state unchanged.
@@ -105,8 +106,7 @@ class FedFV(GlobalLossSignal):
     def __init__(self, server_lr: float = 1.0, alpha: float = 0.1, loss: str = "global"):
         """Check the arguments (see the class docstring) and keep them."""
         super().__init__(server_lr)
-        if not 0 <= alpha <= 1:
-            raise ValueError(f"alpha must be in [0, 1], got {alpha}.")
+        alpha = check_range(alpha, "alpha", 0, 1)
         if loss not in ("global", "local"):
             raise ValueError(f"loss must be 'global' or 'local', got {loss!r}.")
         self.alpha = float(alpha)
@@ -167,9 +167,7 @@ class QFedAvg(GlobalLossSignal):
     def __init__(self, q: float = 1.0, server_lr: float = 1.0):
         """Check the arguments (see the class docstring) and keep them."""
         super().__init__(server_lr)
-        if not (q >= 0 and q < float("inf")):
-            raise ValueError(f"q must be a finite number >= 0, got {q}.")
-        self.q = float(q)
+        self.q = check_float(q, "q", nonnegative=True)
 
     def direction(self, server_state: dict, updates: ClientUpdates) -> tuple[Params, dict, dict]:
         """q-FedAvg's step (as a direction); the state unchanged; diagnostics ``losses``.

@@ -5,6 +5,7 @@ from __future__ import annotations
 from torch import nn
 
 from ..aggregators import craft_direction
+from ..checks import check_bool
 from ..params import Params, layer_groups
 from .base import ClientUpdates, Strategy
 
@@ -94,8 +95,8 @@ class CRAFT(Strategy):
     def __init__(self, server_lr: float = 0.1, layerwise: bool = True, merge_norm: bool = True):
         """Check the arguments (see the class docstring) and keep them."""
         super().__init__(server_lr)
-        self.layerwise = bool(layerwise)
-        self.merge_norm = bool(merge_norm)
+        self.layerwise = check_bool(layerwise, "layerwise")
+        self.merge_norm = check_bool(merge_norm, "merge_norm")
 
     def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[dict, dict]:
         """FedAvg's server state plus ``reference`` (``g_hat``; ``None``: zero, round 1).

@@ -39,6 +39,7 @@ from ..aggregators import (
     random_graph,
     sample_neighbours,
 )
+from ..checks import check_bool, check_float, check_int, check_positive, check_range
 from ..params import Params, repeat_params
 from ..utils import derive_seed
 from .base import ClientOutput, ClientUpdates, ClientWork, Needs, Strategy
@@ -54,9 +55,7 @@ def _check_num_neighbours(n, allow_none: bool = False) -> int | None:
     """``n`` as a positive ``int`` (or ``None`` when allowed), or a clear error."""
     if n is None and allow_none:
         return None
-    if isinstance(n, bool) or int(n) != n or n < 1:
-        raise ValueError(f"num_neighbours must be a positive integer, got {n!r}.")
-    return int(n)
+    return check_int(n, "num_neighbours", 1)
 
 
 def _sizes(work: ClientWork, who: str) -> Tensor:
@@ -202,9 +201,7 @@ class Gossip(_Decentralised):
     def __init__(self, edge_prob: float = 0.3, num_neighbours: int | None = None):
         """Check the arguments (see the class docstring) and keep them."""
         super().__init__()
-        if not 0 < float(edge_prob) <= 1:
-            raise ValueError(f"edge_prob must be in (0, 1], got {edge_prob}.")
-        self.edge_prob = float(edge_prob)
+        self.edge_prob = check_range(edge_prob, "edge_prob", 0, 1, low_open=True)
         self.num_neighbours = _check_num_neighbours(num_neighbours, allow_none=True)
 
     def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[dict, dict]:
@@ -295,14 +292,11 @@ class DAC(_Decentralised):
         """Check the arguments (see the class docstring) and keep them."""
         super().__init__()
         self.num_neighbours = _check_num_neighbours(num_neighbours)
-        if not (tau >= 0 and tau < float("inf")):
-            raise ValueError(f"tau must be a finite number >= 0, got {tau}.")
-        if tau_rate is not None and not (tau_rate > 0 and tau_rate < float("inf")):
-            raise ValueError(f"tau_rate must be a finite number > 0 or None, got {tau_rate}.")
-        if not isinstance(warmup, bool):
-            raise TypeError(f"warmup must be True or False, got {warmup!r}.")
+        tau = check_float(tau, "tau", nonnegative=True)
+        tau_rate = None if tau_rate is None else check_positive(tau_rate, "tau_rate")
+        warmup = check_bool(warmup, "warmup")
         self.tau = float(tau)
-        self.tau_rate = None if tau_rate is None else float(tau_rate)
+        self.tau_rate = tau_rate
         self.warmup = warmup
 
     def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[dict, dict]:
@@ -381,8 +375,17 @@ class DAC(_Decentralised):
         for j, i in enumerate(ids.tolist()):
             received = {k: v[nb[i].to(v.device)] for k, v in models.items()}
             losses[i] = client_losses(work.model, received, [work.datasets[j]])[0].clamp_min(1e-12)
-        new_s, new_c = dac_update_similarities(similarity, server_state["contacted"].cpu(), nb, losses)
-        signals = {"neighbours": nb[ids], "similarity": new_s[ids], "contacted": new_c[ids]}
+        # A client whose data give NaN/Inf losses cannot score: its row is computed from stand-in
+        # losses (row i depends only on row i) and sent as NaN, so the driver drops the client.
+        unscored = ~torch.isfinite(losses).all(dim=1)
+        new_s, new_c = dac_update_similarities(
+            similarity, server_state["contacted"].cpu(), nb, losses.masked_fill(unscored.unsqueeze(1), 1.0)
+        )
+        signals = {
+            "neighbours": nb[ids],
+            "similarity": new_s[ids].masked_fill(unscored[ids].unsqueeze(1), float("nan")),
+        }
+        signals["contacted"] = new_c[ids]
         return neighbour_average_matrix(nb, _sizes(work, "DAC")), signals
 
     def direction(self, server_state: dict, updates: ClientUpdates) -> tuple[Params, dict, dict]:

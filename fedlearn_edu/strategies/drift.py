@@ -38,6 +38,7 @@ from ..aggregators import (
     scaffold_server_update,
 )
 from ..aggregators.fednova import PROX_TAU_EFF
+from ..checks import check_positive
 from ..engine import LocalTraining
 from ..params import Params
 from .base import ClientOutput, ClientUpdates, ClientWork, Needs, Strategy
@@ -153,7 +154,8 @@ class SCAFFOLD(Strategy):
         c_i = state["control"]
         local = work.train(params, linear={k: c[k].unsqueeze(0) - c_i[k] for k in params})
         deltas = {k: local.params[k] - params[k].unsqueeze(0) for k in params}
-        new_c_i = scaffold_control_update(c_i, c, deltas, local.num_steps, work.config.lr)
+        # a client whose update is NaN/Inf gets a NaN row: the driver drops it (on_nonfinite)
+        new_c_i = scaffold_control_update(c_i, c, deltas, local.num_steps, work.config.lr, finite=False)
         delta_c = {k: new_c_i[k] - c_i[k] for k in params}
         signals = {"delta_c": delta_c, "num_steps": local.num_steps}
         return ClientOutput(deltas, local.train_loss, signals, {"control": new_c_i})
@@ -211,9 +213,7 @@ class FedDyn(Strategy):
     def __init__(self, alpha: float = 0.01, server_lr: float = 1.0):
         """Check the arguments (see the class docstring) and keep them."""
         super().__init__(server_lr)
-        if not (alpha > 0 and alpha < float("inf")):
-            raise ValueError(f"FedDyn's alpha must be a finite number > 0, got {alpha}.")
-        self.alpha = float(alpha)
+        self.alpha = check_positive(alpha, "FedDyn's alpha")
 
     def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[dict, dict]:
         """Server state ``params``, ``optimizer``, ``h`` (0) and ``num_clients``; client state ``gradient``.
@@ -230,6 +230,13 @@ class FedDyn(Strategy):
         server, _ = super().init_state(params, model, num_clients, seed)
         h = {k: torch.zeros_like(v) for k, v in params.items()}
         return {**server, "h": h, "num_clients": int(num_clients)}, {"gradient": _zeros_stacked(params, num_clients)}
+
+    def nonfinite_hint(self) -> str:
+        """FedDyn's direction divides its state h by alpha: a tiny alpha overflows it."""
+        return (
+            f"FedDyn's direction divides its state h by alpha (now {self.alpha:g}), which overflows: use a "
+            "larger alpha (the paper uses 1e-2 to 1e-1)."
+        )
 
     def configure_local(self, config: LocalTraining) -> LocalTraining:
         """The clients' settings with ``prox_mu = alpha``.
@@ -257,7 +264,7 @@ class FedDyn(Strategy):
         phi_k = state["gradient"]
         local = work.train(params, linear={k: -v for k, v in phi_k.items()})
         deltas = {k: local.params[k] - params[k].unsqueeze(0) for k in params}
-        new_phi = feddyn_client_update(phi_k, deltas, self.alpha)
+        new_phi = feddyn_client_update(phi_k, deltas, self.alpha, finite=False)  # NaN rows: the driver's
         return ClientOutput(deltas, local.train_loss, {}, {"gradient": new_phi})
 
     def direction(

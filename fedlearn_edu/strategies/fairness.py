@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from ..aggregators import afl_direction, afl_lambda_step, fedlf_direction
+from ..checks import check_bool, check_positive
 from ..params import Params
 from .base import ClientUpdates, Needs
 from .conflict import GlobalLossSignal
@@ -55,6 +56,13 @@ class AFL(GlobalLossSignal):
     Training is the same either way: the clients always receive ``theta_t``, and
     ``History.final_params`` is ``theta_T``; the server state's ``average`` holds ``theta^A``.
 
+    **A dropped client** (``simulate(..., on_nonfinite="skip")``, a client whose update is NaN)
+    counts as not selected that round: both steps run over the m' surviving clients with
+    ``N/m'``, and the dropped client's ``lambda_k`` takes no ascent step. The survivors' steps
+    are therefore ``m/m'`` larger than they would have been with the bad client present -- the
+    unbiased Stochastic-AFL estimate over the clients actually heard from (``N`` enters the
+    update, so no choice leaves the other clients' steps as they were).
+
     Args:
         lambda_lr: gamma_lambda (> 0), the ascent step on the mixture weights.
         server_lr: eta_s.
@@ -70,8 +78,7 @@ class AFL(GlobalLossSignal):
     def __init__(self, lambda_lr: float = 0.1, server_lr: float = 1.0, iterate: str = "last"):
         """Check the arguments (see the class docstring) and keep them."""
         super().__init__(server_lr)
-        if not (lambda_lr > 0 and lambda_lr < float("inf")):
-            raise ValueError(f"lambda_lr must be a finite number > 0, got {lambda_lr}.")
+        lambda_lr = check_positive(lambda_lr, "lambda_lr")
         if iterate not in AFL_ITERATES:
             raise ValueError(f"iterate must be one of {AFL_ITERATES}, got {iterate!r}.")
         self.lambda_lr = float(lambda_lr)
@@ -195,8 +202,8 @@ class FedLF(GlobalLossSignal):
         super().__init__(server_lr)
         if groups not in FEDLF_GROUPS:
             raise ValueError(f"groups must be one of {FEDLF_GROUPS}, got {groups!r}.")
-        self.fairness = bool(fairness)
-        self.layerwise = bool(layerwise)
+        self.fairness = check_bool(fairness, "fairness")
+        self.layerwise = check_bool(layerwise, "layerwise")
         self.groups = groups
 
     @property

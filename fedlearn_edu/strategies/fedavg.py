@@ -12,6 +12,7 @@ import torch
 from torch import Tensor
 
 from ..aggregators import fedavg
+from ..checks import check_float
 from ..engine import LocalTraining
 from ..params import Params
 from .base import ClientUpdates, Needs, Strategy
@@ -99,9 +100,7 @@ class FedProx(FedAvg):
     def __init__(self, mu: float = 0.01, server_lr: float = 1.0, optimizer: ServerOptimizer | None = None):
         """Check the arguments (see the class docstring) and keep them."""
         super().__init__(server_lr, optimizer)
-        if not (mu >= 0 and mu < float("inf")):
-            raise ValueError(f"mu must be a finite number >= 0, got {mu}.")
-        self.mu = float(mu)
+        self.mu = check_float(mu, "mu", nonnegative=True)
 
     def configure_local(self, config: LocalTraining) -> LocalTraining:
         """The clients' settings with ``prox_mu = mu``.

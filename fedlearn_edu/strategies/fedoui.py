@@ -13,7 +13,6 @@ In both, ``theta_{t+1} = theta_t + eta_s sum_k w_k Delta_k`` with ``Delta_k = th
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import torch
@@ -21,6 +20,7 @@ from torch import Tensor, nn
 
 from ..aggregators import fedalign_weights, fedavg
 from ..aggregators.fedoui import scores_and_fit, weights_from_scores
+from ..checks import check_int, check_positive, check_seed
 from ..engine import LocalResult
 from ..params import Params
 from ..signals.oui import client_oui, probe_batch
@@ -70,13 +70,11 @@ class FedOUI(Strategy):
     ):
         """Check the arguments (see the class docstring) and keep them."""
         super().__init__(server_lr)
-        if int(probe_size) != probe_size or probe_size < 2:
-            raise ValueError(f"probe_size must be an integer >= 2, got {probe_size}.")
-        if not (eps > 0 and math.isfinite(eps)):
-            raise ValueError(f"eps must be a finite number > 0, got {eps}.")
-        self.probe_size = int(probe_size)
-        self.eps = float(eps)
-        self.probe_seed = int(probe_seed)
+        if layer is not None and not isinstance(layer, str):
+            raise TypeError(f"layer must be None or a submodule name (str), got {layer!r}.")
+        self.probe_size = check_int(probe_size, "probe_size", 2)
+        self.eps = check_positive(eps, "eps")
+        self.probe_seed = check_seed(probe_seed, "probe_seed")
         self.layer = layer
 
     def client_signals(
@@ -95,7 +93,8 @@ class FedOUI(Strategy):
             ``{"oui": Tensor[m]}``.
         """
         probes = torch.stack([probe_batch(x, self.probe_size, self.probe_seed) for x, _ in datasets])
-        return {"oui": client_oui(model, local.params, probes, layer=self.layer)}
+        # a diverged client reports NaN, which the driver sees (and drops with on_nonfinite="skip")
+        return {"oui": client_oui(model, local.params, probes, layer=self.layer, nan_rows=True)}
 
     def direction(self, server_state: dict, updates: ClientUpdates) -> tuple[Params, dict, dict]:
         """``g = -sum_k w_k Delta_k`` with FedOUI's weights; the state unchanged.
@@ -150,9 +149,7 @@ class FedAlign(Strategy):
     def __init__(self, eps: float = 1e-3, server_lr: float = 1.0):
         """Check the arguments (see the class docstring) and keep them."""
         super().__init__(server_lr)
-        if not (eps > 0 and math.isfinite(eps)):
-            raise ValueError(f"eps must be a finite number > 0, got {eps}.")
-        self.eps = float(eps)
+        self.eps = check_positive(eps, "eps")
 
     def direction(self, server_state: dict, updates: ClientUpdates) -> tuple[Params, dict, dict]:
         """``g = -sum_k w_k Delta_k`` with FedAlign's weights; the state unchanged.

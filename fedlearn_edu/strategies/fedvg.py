@@ -31,6 +31,7 @@ from __future__ import annotations
 from torch import Tensor
 
 from ..aggregators import fedvg_aggregate, fedvg_layerwise_weights, fedvg_mixed_weights, fedvg_weights
+from ..checks import check_bool, check_float, check_int, check_positive, check_range
 from ..engine import LocalTraining, make_engine
 from ..params import Params
 from ..signals import as_validation_set, validation_gradient_norms
@@ -110,14 +111,15 @@ class FedVG(Strategy):
                 )
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}.")
-        if not float(norm_order) > 0:
-            raise ValueError(f"norm_order must be a positive number (1, 2, inf, ...), got {norm_order}.")
-        if not (eps > 0 and eps < float("inf")):
-            raise ValueError(f"eps must be a finite number > 0, got {eps}.")
-        if not 0 <= server_momentum < 1:
-            raise ValueError(f"server_momentum must be in [0, 1), got {server_momentum}.")
-        if not (prox_mu >= 0 and prox_mu < float("inf")):
-            raise ValueError(f"prox_mu must be a finite number >= 0, got {prox_mu}.")
+        if isinstance(norm_order, (int, float)) and not isinstance(norm_order, bool) and norm_order == float("inf"):
+            norm_order = float("inf")
+        else:
+            norm_order = check_positive(norm_order, "norm_order (1, 2, inf, ...)")
+        eps = check_positive(eps, "eps")
+        server_momentum = check_range(server_momentum, "server_momentum", 0, 1, high_open=True)
+        prox_mu = check_float(prox_mu, "prox_mu", nonnegative=True)
+        mix = check_bool(mix, "mix")
+        batch_size = check_int(batch_size, "batch_size", 1)
         if optimizer is None:
             if base is not None and server_momentum == 0:
                 optimizer = base.optimizer  # stateless: its moments live in the server state

@@ -34,6 +34,7 @@ from torch import Tensor, nn
 from torch.func import functional_call
 
 from ..aggregators import fedavg
+from ..checks import check_float, check_int
 from ..engine import LocalTraining
 from ..params import Params, get_params, repeat_params, stack_params
 from ..utils import derive_seed
@@ -208,12 +209,8 @@ class IFCA(Strategy):
     def __init__(self, num_clusters: int, warmup_rounds: int = 0, server_lr: float = 1.0):
         """Check the arguments (see the class docstring) and keep them."""
         super().__init__(server_lr)
-        if int(num_clusters) != num_clusters or num_clusters < 1:
-            raise ValueError(f"num_clusters must be an integer >= 1, got {num_clusters}.")
-        if int(warmup_rounds) != warmup_rounds or warmup_rounds < 0:
-            raise ValueError(f"warmup_rounds must be an integer >= 0, got {warmup_rounds}.")
-        self.num_clusters = int(num_clusters)
-        self.warmup_rounds = int(warmup_rounds)
+        self.num_clusters = check_int(num_clusters, "num_clusters", 1)
+        self.warmup_rounds = check_int(warmup_rounds, "warmup_rounds", 0)
 
     def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[dict, dict]:
         """The K cluster models (cluster 0 is theta_0) and the client state ``cluster`` (-1).
@@ -335,10 +332,9 @@ class Ditto(Strategy):
         """Check the arguments (see the class docstring) and keep them."""
         base = FedAvg() if base is None else base
         check_base("Ditto", base)
-        if not (lam >= 0 and lam < float("inf")):
-            raise ValueError(f"Ditto's lam must be a finite number >= 0, got {lam}.")
-        if personal_epochs is not None and (int(personal_epochs) != personal_epochs or personal_epochs < 1):
-            raise ValueError(f"personal_epochs must be a positive integer, got {personal_epochs}.")
+        lam = check_float(lam, "Ditto's lam", nonnegative=True)
+        if personal_epochs is not None:
+            personal_epochs = check_int(personal_epochs, "personal_epochs", 1)
         super().__init__(optimizer=base.optimizer)
         self.lam = float(lam)
         self.base = base

@@ -95,7 +95,7 @@ def test_inputs_are_not_modified():
         ({"lr": float("nan")}, "lr"),
         ({"deltas": torch.zeros(3, 3)}, "deltas"),
         ({"server_control": torch.zeros(3)}, "server_control"),
-        ({"client_controls": torch.full((3, 2), float("nan"))}, "client 0"),
+        ({"client_controls": torch.full((3, 2), float("nan"))}, "row 0 of"),
     ],
 )
 def test_control_update_rejects_bad_input(kwargs, match):

@@ -1,0 +1,324 @@
+"""Checkpoints of :func:`~fedlearn_edu.simulate`: checked arguments, fingerprints, atomic saves, clear errors.
+
+A checkpoint is one ``torch.save`` file of tensors and plain containers (loaded with
+``weights_only=True``: nothing is unpickled from it). It records the run's settings and a
+SHA-256 fingerprint of every tensor that affects the run -- each client's training and
+test split, the strategy's own tensors (FedVG's validation set, ...) and the model's
+initial parameters and buffers -- so a resume on other data is refused, naming what differs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import warnings
+from collections.abc import Mapping
+
+import torch
+from torch import Tensor, nn
+
+from .checks import check_int
+from .data.federation import Federation
+
+__all__ = ["CHECKPOINT_VERSION", "check_checkpoint_args", "fingerprint", "run_settings", "save", "load"]
+
+# 3: fingerprints of every tensor that affects the run; 2: the strategy's explicit server state
+# (with a sum of the training data); 1: parameters + strategy.state_dict()
+CHECKPOINT_VERSION = 3
+KEYS = ("version", "settings", "round", "server_state", "client_state", "sampler", "history")
+WHAT_TO_DO = "Delete the file (the run then starts afresh), or pass another checkpoint path."
+
+
+def check_checkpoint_args(checkpoint, resume, checkpoint_every) -> str | None:
+    """Check ``simulate``'s ``checkpoint``, ``resume`` and ``checkpoint_every`` before round 1.
+
+    Args:
+        checkpoint: ``None`` or a path (``str`` or ``os.PathLike``; not bytes, not a number) of
+            a file in an existing, writable folder; not a directory.
+        resume: ``True`` or ``False``.
+        checkpoint_every: a positive integer.
+
+    Returns:
+        The path as a ``str`` (``None`` without a checkpoint).
+
+    Raises:
+        TypeError: a path or flag of the wrong type.
+        ValueError: a directory, a missing or read-only folder, ``resume=True`` without a path.
+    """
+    if not isinstance(resume, bool):
+        raise TypeError(f"resume must be True or False, got {resume!r} ({type(resume).__name__}).")
+    check_int(checkpoint_every, "checkpoint_every", 1)
+    if checkpoint is None:
+        if resume:
+            raise ValueError("resume=True needs checkpoint=PATH (the file to continue from).")
+        return None
+    if not isinstance(checkpoint, (str, os.PathLike)) or isinstance(checkpoint, bytes):
+        raise TypeError(
+            "checkpoint must be a path (str or pathlib.Path) or None, "
+            f"got {checkpoint!r} ({type(checkpoint).__name__})."
+        )
+    path = os.fspath(checkpoint)
+    if not isinstance(path, str):
+        raise TypeError(f"checkpoint must be a str path, got {path!r} ({type(path).__name__}).")
+    if not path:
+        raise ValueError("checkpoint must be a file path, got '' (an empty string).")
+    if os.path.isdir(path):
+        raise ValueError(
+            f"checkpoint={path!r} is a directory; pass a file path in it, e.g. {os.path.join(path, 'run.pt')!r}."
+        )
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise ValueError(f"checkpoint={path!r}: its folder {folder!r} does not exist; create it or pass another path.")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ValueError(f"checkpoint={path!r}: its folder {folder!r} is not writable; pass another path.")
+    if os.path.exists(path) and not os.access(path, os.W_OK):
+        raise ValueError(f"checkpoint={path!r} exists and is not writable; pass another path.")
+    return path
+
+
+def fingerprint(t: Tensor) -> str:
+    """SHA-256 (hex) of a tensor's dtype, shape and bytes (contiguous, on the CPU).
+
+    Args:
+        t: any tensor.
+
+    Returns:
+        64 hex digits; equal for tensors of equal dtype, shape and bytes.
+    """
+    t = t.detach().to("cpu").contiguous()
+    h = hashlib.sha256(f"{t.dtype}:{tuple(t.shape)}:".encode())
+    if t.numel():
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def _strategy_tensors(obj, prefix: str, out: dict, depth: int = 0) -> None:
+    """``out[label] = tensor`` for every tensor the strategy holds (its base's, its validation set)."""
+    if depth > 4:
+        return
+    if isinstance(obj, Tensor):
+        out[prefix] = obj
+    elif isinstance(obj, Mapping):
+        for k, v in obj.items():
+            _strategy_tensors(v, f"{prefix}[{k!r}]", out, depth + 1)
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            _strategy_tensors(v, f"{prefix}[{i}]", out, depth + 1)
+    elif _is_strategy_part(obj):
+        for k, v in vars(obj).items():
+            _strategy_tensors(v, f"{prefix}.{k}", out, depth + 1)
+
+
+def _is_strategy_part(obj) -> bool:
+    """A strategy or its server optimizer (hyper-parameters only; engines and caches are not walked)."""
+    from .strategies.base import Strategy
+    from .strategies.server_optim import ServerOptimizer
+
+    return isinstance(obj, (Strategy, ServerOptimizer))
+
+
+def _fingerprints(federation: Federation, model: nn.Module, strategy) -> dict[str, str]:
+    """``{what: SHA-256}`` of every tensor that affects the run."""
+    tensors = {}
+    for i, c in enumerate(federation):
+        tensors[f"the training inputs of client {i}"] = c.train_x
+        tensors[f"the training labels of client {i}"] = c.train_y
+        tensors[f"the test inputs of client {i}"] = c.test_x
+        tensors[f"the test labels of client {i}"] = c.test_y
+    for name, t in model.state_dict().items():
+        tensors[f"the model's initial {name!r}"] = t
+    if strategy is not None:
+        if strategy.needs.validation:
+            x, y = strategy.validation_data
+            tensors["the server's validation inputs"], tensors["the server's validation labels"] = x, y
+        own = {}
+        _strategy_tensors(strategy, "strategy", own)
+        tensors.update({f"the strategy's tensor {k}": v for k, v in own.items()})
+    return {k: fingerprint(v) for k, v in tensors.items()}
+
+
+def run_settings(config: dict, federation: Federation, model: nn.Module, strategy=None) -> dict:
+    """What a checkpoint must agree on to be resumed (everything but ``rounds``), as plain values.
+
+    Args:
+        config: the run's ``History.config``.
+        federation: the clients.
+        model: the run's model at round 0 (its initial parameters are fingerprinted).
+        strategy: the strategy (its tensors, e.g. FedVG's validation set, are fingerprinted).
+
+    Returns:
+        ``{setting: value}``, with ``"fingerprints"``: ``{what: SHA-256 hex}``.
+    """
+    settings = {k: v for k, v in config.items() if k != "rounds"}
+    settings["local"] = dataclasses.asdict(config["local"])
+    settings["model"] = [f"{n}:{tuple(p.shape)}" for n, p in model.named_parameters()]
+    settings["federation"] = f"{federation.name}: {federation.num_train_samples.tolist()} training samples"
+    settings["fingerprints"] = _fingerprints(federation, model, strategy)
+    return settings
+
+
+def _temporaries(path: str) -> list[str]:
+    """The stale temporaries ``<path>.tmp-<pid>`` of this checkpoint (their writer is gone, or is us)."""
+    folder, base = os.path.split(os.path.abspath(path))
+    stale = []
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    for name in names:
+        pid = name[len(base) + 5 :] if name.startswith(f"{base}.tmp-") else ""
+        if pid.isdigit() and (int(pid) == os.getpid() or not _alive(int(pid))):
+            stale.append(os.path.join(folder, name))
+    return stale
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (POSIX; elsewhere every other process counts as alive)."""
+    if os.name != "posix":
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, OSError):
+        return True
+    return True
+
+
+def remove_stale_temporaries(path) -> None:
+    """Delete the temporaries a save killed mid-write left beside ``path``.
+
+    Args:
+        path: the checkpoint's path.
+    """
+    for tmp in _temporaries(os.fspath(path)):
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+
+
+def _digest(obj, h=None) -> str:
+    """SHA-256 over a nested payload (keys, plain values and every tensor's bytes), in order."""
+    h = hashlib.sha256() if h is None else h
+    if isinstance(obj, Tensor):
+        h.update(b"T" + fingerprint(obj).encode())
+    elif isinstance(obj, Mapping):
+        h.update(b"{")
+        for k, v in obj.items():
+            h.update(repr(k).encode())
+            _digest(v, h)
+        h.update(b"}")
+    elif isinstance(obj, (list, tuple)):
+        h.update(b"[")
+        for v in obj:
+            _digest(v, h)
+        h.update(b"]")
+    else:
+        h.update(repr(obj).encode())
+    return h.hexdigest()
+
+
+def save(path, payload: dict) -> None:
+    """Write ``payload`` to ``path`` atomically: a temporary file beside it, then ``os.replace``.
+
+    Stale temporaries of the same checkpoint (a save killed mid-write) are removed first.
+
+    Args:
+        path: the checkpoint's path.
+        payload: tensors and plain containers.
+    """
+    path = os.fspath(path)
+    remove_stale_temporaries(path)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    torch.save({**payload, "digest": _digest(payload)}, tmp)  # torch's zip records carry no checksum
+    os.replace(tmp, path)
+
+
+def _read(path: str) -> dict:
+    """The file's contents, or one clear ``ValueError`` (never torch's own errors)."""
+    try:
+        size = os.path.getsize(path)
+    except OSError as err:
+        raise ValueError(f"The checkpoint {path!r} cannot be read ({err.strerror or err}). {WHAT_TO_DO}") from None
+    if size == 0:
+        raise ValueError(f"The checkpoint {path!r} is empty (0 bytes: a save that never finished?). {WHAT_TO_DO}")
+    try:
+        with warnings.catch_warnings():  # torch's warnings about a foreign file's pickle protocol
+            warnings.simplefilter("ignore")
+            saved = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # noqa: BLE001 -- torch raises many types here; none of its advice applies
+        if "Unsupported global" in str(err):
+            why = "it holds objects other than tensors and plain containers, which are never unpickled here"
+        else:
+            why = "it is truncated or corrupt, or was not written by torch.save"
+        raise ValueError(
+            f"The checkpoint {path!r} is not a readable fedlearn_edu checkpoint: {why}. {WHAT_TO_DO}"
+        ) from None
+    if not isinstance(saved, dict) or "version" not in saved or "settings" not in saved:
+        raise ValueError(
+            f"The checkpoint {path!r} is not a fedlearn_edu checkpoint (version {CHECKPOINT_VERSION}): it holds "
+            f"{'a dict without version/settings' if isinstance(saved, dict) else type(saved).__name__}. "
+            f"{WHAT_TO_DO}"
+        )
+    return saved
+
+
+def load(path, settings: dict) -> dict:
+    """Load a checkpoint (``weights_only=True``) and check it against this run's ``settings``.
+
+    Args:
+        path: the checkpoint file.
+        settings: :func:`run_settings` of this run.
+
+    Returns:
+        The checkpoint's contents (keys ``KEYS``).
+
+    Raises:
+        ValueError: an empty, truncated, corrupt or foreign file, another format version,
+            another configuration or other data (the message names the file, what is wrong
+            and what to do).
+    """
+    path = os.fspath(path)
+    remove_stale_temporaries(path)
+    saved = _read(path)
+    if saved["version"] != CHECKPOINT_VERSION:
+        raise ValueError(
+            f"The checkpoint {path!r} was written in format version {saved['version']!r}; this version "
+            f"of fedlearn_edu reads version {CHECKPOINT_VERSION} (the strategy's explicit server state, "
+            f"fingerprints of the data) and cannot resume from it. {WHAT_TO_DO}"
+        )
+    missing = [k for k in (*KEYS, "digest") if k not in saved]
+    if missing or not isinstance(saved["settings"], dict) or not isinstance(saved["round"], int):
+        raise ValueError(
+            f"The checkpoint {path!r} is damaged (missing or malformed {missing or ['settings/round']}). {WHAT_TO_DO}"
+        )
+    digest = saved.pop("digest")
+    if digest != _digest(saved):
+        raise ValueError(
+            f"The checkpoint {path!r} is corrupt: its contents do not match the checksum written with them "
+            f"(a damaged or edited file). {WHAT_TO_DO}"
+        )
+    for key, value in settings.items():
+        theirs = saved["settings"].get(key)
+        if key == "fingerprints" and isinstance(theirs, dict):
+            for what, digest in value.items():
+                if theirs.get(what) != digest:
+                    raise ValueError(
+                        f"The checkpoint {path!r} was written on other data: {what} differ from the run's that "
+                        "wrote it (their SHA-256 fingerprints differ). Resume on the same data, or pass another "
+                        "checkpoint path (or delete the file) to start afresh."
+                    )
+            extra = sorted(set(theirs) - set(value))
+            if extra:
+                raise ValueError(
+                    f"The checkpoint {path!r} was written on other data: {extra[0]} is not part of this run. "
+                    "Resume on the same data, or pass another checkpoint path."
+                )
+        elif theirs != value:
+            raise ValueError(
+                f"The checkpoint {path!r} was written by another configuration: its {key} is "
+                f"{theirs!r}, this run's is {value!r}. Use the same settings, or another file."
+            )
+    return saved
