@@ -353,13 +353,14 @@ class Strategy:
         optimizer: the :class:`~fedlearn_edu.strategies.server_optim.ServerOptimizer` that
             applies the direction (default ``ServerSGD(server_lr)``).
 
-    Class attributes:
-        needs: the strategy's :class:`Needs` (client signals, validation set, server model).
-        model_key: the server-state entry that holds the server's model(s) (``"params"``).
-        evaluates: which model ``History.client_accuracy`` is of: ``"global"``,
-            ``"personal"`` or ``"cluster"``.
-        diagnostics: optional per-round diagnostics the strategy needs recorded whatever the
-            user asks (names from ``fedlearn_edu.simulation.DIAGNOSTICS``); none by default.
+    Class attributes, read by the driver and the Flower adapter:
+
+    - ``needs``: the strategy's :class:`Needs` (client signals, validation set, server model).
+    - ``model_key``: the server-state entry that holds the server's model(s) (``"params"``).
+    - ``evaluates``: which model ``History.client_accuracy`` is of: ``"global"``,
+      ``"personal"`` or ``"cluster"``.
+    - ``diagnostics``: optional per-round diagnostics the strategy needs recorded whatever the
+      user asks (names from ``fedlearn_edu.simulation.DIAGNOSTICS``); none by default.
     """
 
     name = "strategy"
