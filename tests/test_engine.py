@@ -274,19 +274,31 @@ def test_tune_cpu_allocator_is_applied_once_and_says_so():
 def test_tuned_allocator_reuses_a_large_freed_block_without_page_faults():
     """A 128 MiB tensor (above glibc's 32 MiB mmap ceiling) freed and allocated again: with the
     heap-only setting the second one reuses the freed memory (no fresh page for each 4 KiB);
-    glibc's default maps it afresh, 32,768 page faults."""
-    import resource
+    glibc's default maps it afresh, 32,768 page faults. Measured in a fresh process: in a long
+    test session the heap's earlier history decides where a freed block lands."""
+    import subprocess
+    import sys
 
-    if not tune_cpu_allocator():
+    code = """
+import resource, sys, torch
+from fedlearn_edu.utils import tune_cpu_allocator
+if not tune_cpu_allocator():
+    print("unsupported"); sys.exit(0)
+n = 32 * 2**20  # float32 entries: 128 MiB
+a, b = torch.ones(n), torch.ones(n)  # two: an aligned block asks a little more than its size
+del a, b
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+again = torch.ones(n)
+faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+assert float(again[-1]) == 1.0
+print(faults)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    if out.stdout.strip() == "unsupported":
         pytest.skip("the allocator setting needs Linux with glibc")
-    n = 32 * 2**20  # float32 entries: 128 MiB
-    a, b = torch.ones(n), torch.ones(n)  # allocated, touched and freed (two: an aligned block
-    del a, b  # asks a little more than its size, so one freed block of the same size is too small)
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    again = torch.ones(n)
-    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
-    assert float(again[-1]) == 1.0
-    assert faults < n * 4 // 4096 // 10, faults
+    n = 32 * 2**20
+    assert int(out.stdout.strip()) < n * 4 // 4096 // 10, out.stdout
 
 
 @pytest.mark.parametrize("trim_padding", [False, True])
