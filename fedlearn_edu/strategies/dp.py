@@ -126,7 +126,9 @@ class DPFedAvg(Strategy):
 
     Example:
         >>> strategy = DPFedAvg(clip=1.0, noise_multiplier=1.1)
-        >>> adaptive = DPFedAvg(clip=0.1, noise_multiplier=1.0, target_quantile=0.5, count_noise=0.5)
+        >>> adaptive = DPFedAvg(clip=0.1, noise_multiplier=1.0, target_quantile=0.5, count_noise=2.0)
+        >>> round(adaptive.update_noise_multiplier, 4)  # z_Delta = (1 - 1/16)^(-1/2)
+        1.0328
     """
 
     name = "dpfedavg"
