@@ -190,3 +190,14 @@ def test_the_strategies_a_weighted_secure_sum_would_carry(name):
     a, _ = s.aggregate(state, u1)
     b, _ = s.aggregate(state, u2)
     torch.testing.assert_close(a["params"]["w"], b["params"]["w"], rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("z, sigma_b", [(1.0, 5.0), (0.8, 0.5), (2.0, 1.01), (1.1, 100.0)])
+def test_the_noise_split_matches_flowers_adaptive_clipping(z, sigma_b):
+    """Flower's adaptive-clipping wrappers split the noise multiplier by the same formula (Andrew et al.)."""
+    from flwr.supercore.differential_privacy import compute_adaptive_noise_params
+
+    from fedlearn_edu.strategies.dp import split_noise_multiplier
+
+    _, theirs = compute_adaptive_noise_params(z, 10, sigma_b)
+    assert split_noise_multiplier(z, sigma_b) == pytest.approx(theirs, rel=1e-12)
