@@ -21,7 +21,14 @@ the update-level kinds replace the attackers' rows of the round's stacked update
 * ``"model_replacement"`` (Bagdasaryan et al., AISTATS 2020): ``(m / eta_s)(X - theta_t)``
   for the round's m clients, the server's step size eta_s and the attacker's target model X
   (``target``), so that FedAvg's step lands on X;
-* ``"free_rider"``: a zero update (the client trains nothing and still takes part).
+* ``"free_rider"``: a zero update (the client trains nothing and still takes part);
+* ``"stale_free_rider"``: the previous round's *global* update ``theta_t - theta_{t-1}`` sent
+  as the client's own (the "delta weights" free-rider of Lin et al., 2019, "Free-riders in
+  federated learning: attacks and defenses"; Fraboni et al., AISTATS 2021): it trains
+  nothing, yet its update looks like an honest one (under FedAvg with eta_s = 1 it is last
+  round's average update), which a zero update does not. In round 1 there is no previous
+  model and it sends zero. Strategies with one global model only; the driver keeps
+  theta_{t-1} (and checkpoints it, so a resumed run is the same).
 """
 
 from __future__ import annotations
@@ -39,7 +46,16 @@ from .utils import derive_seed
 
 __all__ = ["Attack", "ATTACKS", "alie_z"]
 
-ATTACKS = ("label_flip", "sign_flip", "scale", "gaussian", "alie", "model_replacement", "free_rider")
+ATTACKS = (
+    "label_flip",
+    "sign_flip",
+    "scale",
+    "gaussian",
+    "alie",
+    "model_replacement",
+    "free_rider",
+    "stale_free_rider",
+)
 _TAG_CHOICE, _TAG_NOISE = 0xA77AC4, 0x6A055
 
 
@@ -95,6 +111,11 @@ class Attack:
             object.__setattr__(self, "target", {k: v.detach().clone() for k, v in self.target.items()})
 
     @property
+    def needs_previous(self) -> bool:
+        """The attack sends theta_t - theta_{t-1}: the driver must keep the previous global model."""
+        return self.kind == "stale_free_rider"
+
+    @property
     def data_level(self) -> bool:
         """The attack changes the attackers' training data (label flipping), not their updates."""
         return self.kind == "label_flip"
@@ -132,6 +153,7 @@ class Attack:
         round: int,
         server_params: Params | None = None,
         server_lr: float = 1.0,
+        previous_params: Params | None = None,
     ) -> Params:
         """The round's updates with the attackers' rows replaced (pure; the input is not modified).
 
@@ -140,15 +162,17 @@ class Attack:
             client_ids: ``Tensor[m]`` their ids.
             attackers: ``Tensor[k]`` the attackers' ids (:meth:`attackers`).
             round: t (seeds the Gaussian attack).
-            server_params: theta_t (``"model_replacement"`` only).
+            server_params: theta_t (``"model_replacement"`` and ``"stale_free_rider"``).
             server_lr: eta_s (``"model_replacement"`` only).
+            previous_params: theta_{t-1} (``"stale_free_rider"``; ``None`` in round 1: a zero update).
 
         Returns:
             ``{name: Tensor[m, ...]}``; the same object when no selected client attacks or the
             attack is data-level.
 
         Raises:
-            ValueError: ``"model_replacement"`` without a server model, or a target of another shape.
+            ValueError: ``"model_replacement"`` or ``"stale_free_rider"`` (after round 1) without a
+                server model, or a target of another shape.
         """
         ids = client_ids.cpu()
         bad = torch.isin(ids, attackers.cpu())
@@ -163,6 +187,8 @@ class Attack:
             missing = sorted(set(deltas) - set(self.target))
             if missing:
                 raise ValueError(f"The model-replacement target lacks the parameters {missing[:5]}.")
+        if self.kind == "stale_free_rider" and previous_params is not None and server_params is None:
+            raise ValueError("The stale free-rider attack needs a strategy with one global model.")
         for k, t in deltas.items():
             r = rows.to(t.device)
             new = t.clone()
@@ -170,8 +196,11 @@ class Attack:
                 new[r] = -self.scale * t[r]
             elif self.kind == "scale":
                 new[r] = self.scale * t[r]
-            elif self.kind == "free_rider":
+            elif self.kind == "free_rider" or (self.kind == "stale_free_rider" and previous_params is None):
                 new[r] = 0
+            elif self.kind == "stale_free_rider":
+                step = server_params[k].to(t.dtype) - previous_params[k].to(device=t.device, dtype=t.dtype)
+                new[r] = step.expand_as(t[r])
             elif self.kind == "gaussian":
                 for j in rows.tolist():
                     g = torch.Generator().manual_seed(derive_seed(self.seed, round, int(ids[j]), _TAG_NOISE))

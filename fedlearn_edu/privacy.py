@@ -12,6 +12,14 @@ covered by the same q only approximately (for sampling without replacement under
 substitution relation the RDP bound differs, Wang, Balle & Kasiviswanathan 2019); the
 figures are the standard ones reported for this setting, not a proof for the simulator's
 sampler.
+
+**Adaptive clipping** (``DPFedAvg(..., target_quantile=gamma, count_noise=sigma_b)``, Andrew
+et al. 2021): each round releases two Gaussian sums of the same clients, the clipped updates
+(noise multiplier z_Delta) and the unclipped count (noise sigma_b, sensitivity 1/2 for the
+centred bits). Together they are one Gaussian mechanism with multiplier
+``z = (z_Delta^-2 + (2 sigma_b)^-2)^(-1/2)``; the strategy takes z as its ``noise_multiplier``
+and derives z_Delta from it (:func:`fedlearn_edu.strategies.dp.split_noise_multiplier`), so
+the run is accounted here with ``noise_multiplier=z``, as a fixed-clipping run.
 """
 
 from __future__ import annotations

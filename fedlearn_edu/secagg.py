@@ -10,11 +10,32 @@ derived from a session seed), and client i sends
 Every mask appears once with ``+`` and once with ``-``, so ``sum_i y_i = sum_i x_i (mod 2^k)``:
 the server learns the sum (exactly, in fixed point: the sum of the rounded inputs, when
 ``|sum| < 2^(k-1-s)``) and, from a strict subset of the ``y_i``, nothing -- each such ``y_i`` is
-uniform modulo ``2^k`` whatever ``x_i``. *Dropouts* (not simulated): if client j drops after
-the masks are fixed, its pairwise masks do not cancel; in the protocol every client has
-Shamir-shared its seeds with the others beforehand, and any t survivors' shares let the
-server rebuild j's masks and remove them (Bonawitz et al.; SecAgg+, Bell et al. 2020, uses a
-sparse graph of pairs).
+uniform modulo ``2^k`` whatever ``x_i``.
+
+**Pair seeds** come from a key agreement, as in the protocol: client i holds a secret key
+``k_i`` (derived from the session seed) and publishes ``pk_i = g^(k_i) mod p``; the pair seed
+is ``s_ij = H(pk_j^(k_i)) = H(g^(k_i k_j)) = s_ji`` (``p = 2^61 - 1``, :data:`PRIME`). It is a
+*toy* Diffie-Hellman over a 61-bit field (a discrete logarithm there is within reach): the
+simulation shows the protocol's arithmetic, it is not cryptography.
+
+**Dropouts** (Bonawitz et al., Section 4). If client j drops after the masks are fixed, its
+``y_j`` never arrives and the survivors' masks with j no longer cancel. So, before masking,
+every client Shamir-shares its secret key among the m clients (t-of-m, :func:`shamir_share`):
+a random polynomial ``f(x) = k_i + a_1 x + ... + a_{t-1} x^(t-1)`` over the field, client i's
+share for the client at position r being ``(r, f(r))``. Any t shares give ``k_i = f(0)`` by
+Lagrange interpolation (:func:`shamir_reconstruct`); t - 1 shares say nothing about it: for
+every candidate secret there is exactly one polynomial of degree t - 1 through them and
+``(0, candidate)``, so each secret is equally consistent with them. When clients drop
+(``secure_sum(..., dropped=ids, threshold=t)``), the server asks t survivors for their
+shares of each dropped key, rebuilds ``k_j``, recomputes ``s_ij = H(pk_i^(k_j))`` with every
+survivor i and removes those masks: the sum it decodes is exactly the survivors' sum. With
+fewer than t survivors it cannot (``ValueError``). A threshold ``t > m / 2`` also keeps
+a server from rebuilding the keys of two disjoint groups. Not simulated: the protocol's
+second, *self* mask ``b_i`` (also Shamir-shared; the server learns, per client, either
+``b_i`` or ``k_i``, never both), which stops a server from unmasking a client it falsely
+declares dropped after its ``y_i`` arrived; authenticated channels; dropouts during the
+recovery itself. SecAgg+ (Bell et al. 2020) replaces the complete graph of pairs by a sparse
+random graph of O(log m) neighbours.
 
 Which strategies can run under it: those whose server step needs only sums of
 client-computed vectors (``Strategy.needs.sums_only``): FedAvg and its server optimizers
@@ -28,6 +49,8 @@ revealed or computed securely instead. ``simulate(..., secure_aggregation=True)`
 
 from __future__ import annotations
 
+import random
+
 import torch
 from torch import Tensor
 
@@ -35,8 +58,12 @@ from .checks import Updates, check_int, check_seed, check_updates
 from .utils import derive_seed
 
 __all__ = [
+    "PRIME",
     "encode",
     "decode",
+    "shamir_share",
+    "shamir_reconstruct",
+    "secret_keys",
     "pairwise_masks",
     "mask_inputs",
     "secure_sum",
@@ -46,6 +73,11 @@ __all__ = [
 ]
 
 _TAG_PAIR = 0x5EC466
+_TAG_KEY, _TAG_SHARE = 0x5EC4E1, 0x5EC5A4
+
+PRIME = 2**61 - 1
+"""The field of the key agreement and of the Shamir shares: the Mersenne prime ``2^61 - 1``."""
+_GENERATOR = 3
 
 
 def _check_bits(scale_bits, modulus_bits) -> tuple[int, int]:
@@ -92,30 +124,125 @@ def decode(y: Tensor, scale_bits: int = 16, modulus_bits: int = 48) -> Tensor:
     return signed.double() / 2.0**s
 
 
+def shamir_share(secret: int, threshold: int, num_shares: int, seed: int, prime: int = PRIME) -> list[tuple[int, int]]:
+    """Shamir's t-of-n secret sharing: the points ``(x, f(x))``, x = 1..n, of a random f with ``f(0) = secret``.
+
+    ``f(x) = secret + a_1 x + ... + a_{t-1} x^(t-1) (mod p)`` with ``a_1..a_{t-1}`` uniform in
+    ``[0, p)`` (from ``seed``: a reproducible simulation, not a cryptographic generator).
+
+    Args:
+        secret: an integer in ``[0, p)``.
+        threshold: t in ``[1, n]``, the number of shares that reconstruct the secret.
+        num_shares: n in ``[1, p)``.
+        seed: the polynomial's seed.
+        prime: p, the field's (prime) modulus.
+
+    Returns:
+        ``[(x, f(x)) for x in 1..n]`` (Python ints).
+
+    Raises:
+        ValueError: an argument out of range.
+
+    Example:
+        >>> shares = shamir_share(42, threshold=2, num_shares=3, seed=0, prime=101)
+        >>> shamir_reconstruct(shares[1:], prime=101)
+        42
+    """
+    prime = check_int(prime, "prime", 3)
+    n = check_int(num_shares, "num_shares", 1, prime - 1)
+    t = check_int(threshold, "threshold", 1, n)
+    secret = check_int(secret, "secret", 0, prime - 1)
+    rng = random.Random(check_seed(seed))
+    coefficients = [secret] + [rng.randrange(prime) for _ in range(t - 1)]
+    shares = []
+    for x in range(1, n + 1):
+        y = 0
+        for a in reversed(coefficients):  # Horner
+            y = (y * x + a) % prime
+        shares.append((x, y))
+    return shares
+
+
+def shamir_reconstruct(shares, prime: int = PRIME) -> int:
+    """The secret ``f(0)`` from t shares, by Lagrange interpolation over the field.
+
+    ``f(0) = sum_j y_j prod_{l != j} x_l / (x_l - x_j)  (mod p)``. Given at least t shares of a
+    t-of-n sharing it is the secret; given fewer, some other number (they do not determine it).
+
+    Args:
+        shares: ``[(x, y), ...]`` with distinct ``x`` in ``[1, p)``.
+        prime: p.
+
+    Returns:
+        ``f(0)`` in ``[0, p)`` for the polynomial of degree < ``len(shares)`` through the shares.
+
+    Raises:
+        ValueError: no shares, or repeated or out-of-range ``x``.
+    """
+    prime = check_int(prime, "prime", 3)
+    points = [(int(x), int(y) % prime) for x, y in shares]
+    xs = [x for x, _ in points]
+    if not points or len(set(xs)) != len(xs) or not all(0 < x < prime for x in xs):
+        raise ValueError(f"shares must be a non-empty list of (x, y) with distinct x in [1, p), got x = {xs!r}.")
+    secret = 0
+    for j, (xj, yj) in enumerate(points):
+        num, den = 1, 1
+        for m, xm in enumerate(xs):
+            if m != j:
+                num = num * xm % prime
+                den = den * (xm - xj) % prime
+        secret = (secret + yj * num * pow(den, -1, prime)) % prime
+    return secret
+
+
+def secret_keys(client_ids: Tensor, seed: int) -> dict[int, int]:
+    """Each client's secret key ``k_i`` in ``[1, p - 2]`` (from the session seed), for the pair seeds.
+
+    Args:
+        client_ids: ``Tensor[m]``.
+        seed: the session seed.
+
+    Returns:
+        ``{client id: k_i}``.
+    """
+    seed = check_seed(seed)
+    return {int(i): 1 + derive_seed(seed, int(i), _TAG_KEY) % (PRIME - 2) for i in client_ids.tolist()}
+
+
+def _public_key(key: int) -> int:
+    return pow(_GENERATOR, key, PRIME)
+
+
+def _pair_mask(key: int, other_public: int, shape: tuple, k: int) -> Tensor:
+    """``PRG(s_ij)`` with ``s_ij = H(pk_j^(k_i) mod p)``: the same from either side of the pair."""
+    g = torch.Generator().manual_seed(derive_seed(pow(other_public, key, PRIME), _TAG_PAIR))
+    return torch.randint(0, 2**k, tuple(shape), generator=g, dtype=torch.int64)
+
+
 def pairwise_masks(client_ids: Tensor, shape: tuple, seed: int, modulus_bits: int = 48) -> Tensor:
     """Each client's total mask ``sum_{j > i} PRG(s_ij) - sum_{j < i} PRG(s_ji)  (mod 2^k)``.
 
     Args:
-        client_ids: ``Tensor[m]`` the participating clients' ids (their order is the protocol's).
+        client_ids: ``Tensor[m]`` the participating clients' ids (``j > i`` compares ids).
         shape: the shape of one client's input.
-        seed: the session seed the pair seeds ``s_ij = derive_seed(seed, i, j)`` come from.
+        seed: the session seed the clients' secret keys come from (:func:`secret_keys`); the
+            pair seeds are ``s_ij = H(g^(k_i k_j) mod p)`` (see the module docstring).
         modulus_bits: k.
 
     Returns:
         ``Tensor[m, *shape]`` int64 in ``[0, 2^k)``; the rows sum to 0 modulo ``2^k``.
     """
     k = check_int(modulus_bits, "modulus_bits", 8, 62)
-    seed = check_seed(seed)
+    keys = secret_keys(client_ids, seed)
     ids = [int(i) for i in client_ids.tolist()]
     m = len(ids)
     out = torch.zeros((m, *shape), dtype=torch.int64)
     for a in range(m):
         for b in range(a + 1, m):
-            i, j = sorted((ids[a], ids[b]))
-            g = torch.Generator().manual_seed(derive_seed(seed, i, j, _TAG_PAIR))
-            prg = torch.randint(0, 2**k, tuple(shape), generator=g, dtype=torch.int64)
-            out[a] = torch.remainder(out[a] + prg, 2**k)
-            out[b] = torch.remainder(out[b] - prg, 2**k)
+            prg = _pair_mask(keys[ids[a]], _public_key(keys[ids[b]]), shape, k)
+            low, high = (a, b) if ids[a] < ids[b] else (b, a)
+            out[low] = torch.remainder(out[low] + prg, 2**k)
+            out[high] = torch.remainder(out[high] - prg, 2**k)
     return out
 
 
@@ -135,10 +262,49 @@ def mask_inputs(encoded: Tensor, client_ids: Tensor, seed: int, modulus_bits: in
     return torch.remainder(encoded.cpu() + masks, 2**modulus_bits)
 
 
+def _check_dropped(client_ids: Tensor, dropped, threshold) -> tuple[Tensor, int]:
+    """``(survivors mask Tensor[m] bool, t)`` after checking ``dropped`` and ``threshold``."""
+    ids = [int(i) for i in client_ids.tolist()]
+    m = len(ids)
+    t = m // 2 + 1 if threshold is None else check_int(threshold, "threshold", 1, max(m, 1))
+    if dropped is None:
+        gone = []
+    elif isinstance(dropped, Tensor):
+        gone = [int(i) for i in dropped.reshape(-1).tolist()]
+    else:
+        try:
+            gone = [check_int(i, "dropped", 0) for i in dropped]
+        except TypeError:
+            raise TypeError(f"dropped must be client ids (a list or Tensor of ints), got {dropped!r}.") from None
+    unknown = sorted(set(gone) - set(ids))
+    if unknown:
+        raise ValueError(f"dropped names clients {unknown!r} that are not among client_ids {ids!r}.")
+    survivors = torch.tensor([i not in set(gone) for i in ids], dtype=torch.bool)
+    alive = int(survivors.sum())
+    if gone and alive < t:
+        raise ValueError(
+            f"Only {alive} of the {m} clients survived, fewer than the threshold t={t}: the server cannot "
+            f"rebuild the dropped clients' keys {sorted(gone)!r} (it needs t shares of each), so the round fails."
+        )
+    return survivors, t
+
+
 def secure_sum(
-    inputs: Updates, client_ids: Tensor, seed: int, scale_bits: int = 16, modulus_bits: int = 48
+    inputs: Updates,
+    client_ids: Tensor,
+    seed: int,
+    scale_bits: int = 16,
+    modulus_bits: int = 48,
+    dropped=None,
+    threshold: int | None = None,
 ) -> tuple[Updates, Updates]:
     """The server's view of one round: the masked inputs, and the sum it decodes from them.
+
+    The protocol as simulated (module docstring): every client Shamir-shares its secret key
+    t-of-m among the m clients and sends its masked input; the clients in ``dropped`` drop
+    after masking (their inputs never arrive); the server rebuilds each dropped client's key
+    from the shares of the first t survivors and removes its masks with the survivors, then
+    decodes the sum. Without dropouts nothing is rebuilt.
 
     Args:
         inputs: ``Tensor[m, d]`` or ``{name: Tensor[m, ...]}`` the clients' vectors.
@@ -146,18 +312,40 @@ def secure_sum(
         seed: the session seed.
         scale_bits: s.
         modulus_bits: k.
+        dropped: ids (a subset of ``client_ids``, list or ``Tensor``) of the clients that drop
+            after masking; ``None`` or empty: no dropout.
+        threshold: t in ``[1, m]``, the shares needed to rebuild a key (``None``: a
+            majority, ``m // 2 + 1``).
 
     Returns:
-        ``(total, masked)``: the decoded sum (float64, the inputs' structure without the client
-        axis; equal to the sum of the fixed-point-rounded inputs) and the masked inputs ``y_i``
-        (int64, with the client axis).
+        ``(total, masked)``: the decoded sum of the *survivors'* inputs (float64, the inputs'
+        structure without the client axis; equal to the sum of their fixed-point-rounded
+        inputs) and the masked inputs ``y_i`` the server received (int64, the survivors' rows,
+        in ``client_ids`` order).
+
+    Raises:
+        ValueError: ``dropped`` names unknown clients, or fewer than t clients survived.
     """
     check_updates(inputs, "inputs")
     s, k = _check_bits(scale_bits, modulus_bits)
+    survivors, t = _check_dropped(client_ids, dropped, threshold)
+    ids = [int(i) for i in client_ids.tolist()]
+    alive = [i for i, ok in zip(ids, survivors.tolist()) if ok]
 
     def one(x: Tensor, salt: int) -> tuple[Tensor, Tensor]:
-        y = mask_inputs(encode(x, s, k), client_ids, derive_seed(seed, salt), k)
-        return decode(torch.remainder(y.sum(0), 2**k), s, k), y
+        session = derive_seed(seed, salt)
+        keys = secret_keys(client_ids, session)
+        # the "share keys" step: client i's key, t-of-m, one share for the client at position r + 1
+        shares = {i: shamir_share(keys[i], t, len(ids), derive_seed(session, i, _TAG_SHARE)) for i in ids}
+        y = mask_inputs(encode(x, s, k), client_ids, session, k)[survivors]  # what arrives
+        total = torch.remainder(y.sum(0), 2**k)
+        helpers = [r for r, i in enumerate(ids) if i in alive][:t]
+        for j in (i for i in ids if i not in alive):
+            key = shamir_reconstruct([shares[j][r] for r in helpers])  # k_j from t survivors' shares
+            for i in alive:  # remove the mask between survivor i and the dropped j
+                prg = _pair_mask(key, _public_key(keys[i]), tuple(x.shape[1:]), k)
+                total = torch.remainder(total - prg if i < j else total + prg, 2**k)
+        return decode(total, s, k), y
 
     if isinstance(inputs, Tensor):
         return one(inputs, 0)

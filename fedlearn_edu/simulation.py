@@ -685,6 +685,7 @@ def simulate(
     attacked = None if attack is None else attackers.numpy()
     history.attackers = attacked
     first = 1
+    previous = None  # theta_{t-1}, for an attack that sends the last global update (stale free-riders)
     if resume and os.path.exists(checkpoint):
         saved = _ckpt.load(checkpoint, settings)
         if saved["round"] > rounds:
@@ -694,6 +695,8 @@ def simulate(
         sampler.set_state(saved["sampler"])
         history = History.from_state(saved["history"], config)
         history.attackers = attacked
+        if attack is not None and attack.needs_previous:
+            previous = _to(saved.get("attack_state", {}).get("previous"), dev)
         first = saved["round"] + 1
         if history.eval_rounds[-1] % eval_every and first <= rounds:
             _drop_last_evaluation(history)  # the earlier run's final evaluation, off this run's grid
@@ -723,9 +726,10 @@ def simulate(
         rows = select_rows(client_state, dev_ids)
         out = strategy.client_update(work, server_state, rows)
         if attack is not None and not attack.data_level:
-            out.deltas = attack.apply(
-                out.deltas, ids, attackers, t, strategy.server_params(server_state), strategy.server_lr
-            )
+            theta_t = strategy.server_params(server_state)
+            out.deltas = attack.apply(out.deltas, ids, attackers, t, theta_t, strategy.server_lr, previous)
+            if attack.needs_previous:
+                previous = {k: v.detach().clone() for k, v in theta_t.items()}
         updates = ClientUpdates(t, ids, out.deltas, num_samples[ids], out.train_loss, net, out.signals, work.config)
         recorded = out.train_loss if out.recorded_loss is None else out.recorded_loss
         finite = _finite_rows(len(ids), out.deltas, out.state, _row_signals(out.signals, len(ids)))
@@ -760,18 +764,18 @@ def simulate(
             if progress and hasattr(bar, "set_postfix"):
                 bar.set_postfix(mean_acc=f"{np.nanmean(history.client_accuracy[-1]):.3f}")
         if checkpoint is not None and (t % checkpoint_every == 0 or t == rounds):
-            _ckpt.save(
-                checkpoint,
-                {
-                    "version": CHECKPOINT_VERSION,
-                    "settings": settings,
-                    "round": t,
-                    "server_state": _to(_plain(server_state), "cpu"),
-                    "client_state": _to(client_state, "cpu"),
-                    "sampler": sampler.get_state(),
-                    "history": history.to_state(),
-                },
-            )
+            payload = {
+                "version": CHECKPOINT_VERSION,
+                "settings": settings,
+                "round": t,
+                "server_state": _to(_plain(server_state), "cpu"),
+                "client_state": _to(client_state, "cpu"),
+                "sampler": sampler.get_state(),
+                "history": history.to_state(),
+            }
+            if previous is not None:  # an optional entry: the layout of every other run is unchanged
+                payload["attack_state"] = {"previous": _to(previous, "cpu")}
+            _ckpt.save(checkpoint, payload)
     history.seconds = time.perf_counter() - start
     final = strategy.server_params(server_state)
     history.final_params = None if final is None else {k: v.cpu() for k, v in final.items()}
@@ -786,9 +790,10 @@ def _check_attack(attack, strategy: Strategy, num_clients: int) -> Tensor | None
         return None
     if not isinstance(attack, Attack):
         raise TypeError(f"attack must be a fedlearn_edu.attacks.Attack (or None), got {type(attack).__name__}.")
-    if attack.kind == "model_replacement" and strategy.needs.server_model != "one":
+    if attack.kind in ("model_replacement", "stale_free_rider") and strategy.needs.server_model != "one":
+        what = "model-replacement" if attack.kind == "model_replacement" else "stale free-rider"
         raise ValueError(
-            f"The model-replacement attack aims at one global model; {strategy.name} keeps "
+            f"The {what} attack aims at one global model; {strategy.name} keeps "
             f"{'K cluster models' if strategy.needs.server_model == 'clusters' else 'none'}."
         )
     return attack.attackers(num_clients)

@@ -15,7 +15,8 @@ The message layout both sides of :mod:`fedlearn_edu.flower` agree on:
   signal, a float or a list of floats) and ``"signal-dtypes"``, a ``ConfigRecord`` with each
   signal's dtype and shape, so the server rebuilds the very tensors the client computed.
   The reply carries Delta_i, not theta_i: Flower's built-in strategies (which average
-  theta_i) do not read it;
+  theta_i) do not read it, and Flower's DP clipping wrappers and SecAgg+ do not fit it
+  (:mod:`fedlearn_edu.flower.server` says what they do);
 * node (``Context.state``, never sent): ``"fedlearn-client-state"``, the node's rows of the
   strategy's client state (:func:`state_to_arrays`).
 * server -> node (``evaluate``): ``"arrays"`` the clients' view of the server state (as for

@@ -1,4 +1,43 @@
-"""The server side: any fedlearn_edu strategy as a Flower Message-API strategy."""
+"""The server side: any fedlearn_edu strategy as a Flower Message-API strategy.
+
+**Flower's differential-privacy wrappers and SecAgg+ do not fit the adapter**; what happens
+(flwr 1.42-1.x, checked by ``tests/flower/test_flower_privacy_wrappers.py``):
+
+* ``DifferentialPrivacyClientSideFixedClipping`` + ``fixedclipping_mod``: the wrapper puts
+  ``clipping_norm`` into Flower's config of the round, but :class:`FlowerStrategy` sends its own
+  config record (the round's local-training settings), so the mod would find no clipping norm
+  and every node would answer with an error; and the mod clips ``reply - sent`` and needs the
+  reply's array names to equal the sent ones (``"params/fc.weight"`` sent, ``"fc.weight"``
+  replied: an error reply). The adapter **refuses** the wrapper: :meth:`FlowerStrategy.configure_train`
+  raises ``ValueError`` when Flower's config carries ``clipping_norm``.
+* ``DifferentialPrivacyServerSideFixedClipping``: it treats every reply array as a model,
+  replacing our Delta_i by ``theta_t + clip_C(Delta_i - theta_t)`` (a clipped distance to the
+  global model, not a clipped update), which the wrapped strategy then aggregates as an update;
+  and it adds its noise (``N(0, (z C / m)^2)``) to the ``ArrayRecord`` returned to Flower, not to
+  the server state the adapter keeps and sends the nodes: the released model carries the noise,
+  the model trained on does not. From round 2 on the wrapper clips against its noised copy
+  theta~_t, so the strategy receives ``theta~_t + clip_C(Delta_i - theta~_t)``, which with
+  noise much larger than the updates lies at distance C from theta~_t whatever the client sent.
+  Neither the clipping nor the noise is DP-FedAvg's, and no privacy guarantee follows.
+* ``SecAggPlusWorkflow`` + ``secaggplus_mod`` belong to Flower's legacy API: the workflow needs
+  a ``LegacyContext`` whose strategy is a ``flwr.server.strategy.Strategy``
+  (``configure_fit``/``aggregate_fit``; :class:`FlowerStrategy` is a Message-API
+  ``flwr.serverapp.strategy.Strategy``), and the mod reads the reply as a ``FitRes``
+  (``fitres.parameters``, ``fitres.num_examples``), which the adapter's reply is not. It
+  returns only the ``num_examples``-weighted average of one vector per client. No strategy goes
+  through it by this adapter; the ones that could run under such a secure sum are those with
+  ``Strategy.needs.sums_only`` (:func:`fedlearn_edu.secagg.check_secure_aggregation`), and of
+  them only the ones whose server step reads exactly ``sum n_i Delta_i / sum n_i`` (FedAvg,
+  FedAvgM, FedProx, FedAdam, FedYogi, FedAdagrad; SCAFFOLD, FedDyn, FedNova and DP-FedAvg need
+  other or further sums).
+
+What to use instead: :class:`~fedlearn_edu.strategies.DPFedAvg` inside the adapter
+(``FlowerStrategy(DPFedAvg(clip, noise_multiplier), model)``): the clipping, the noise and
+the adaptive clipping norm are in the strategy's server step and state, so the nodes train
+from the noised model and the run is accounted by :func:`fedlearn_edu.privacy.epsilon`
+(central DP: the server sees the unclipped updates, as with Flower's server-side wrapper).
+For secure aggregation, the simulation :mod:`fedlearn_edu.secagg`.
+"""
 
 from __future__ import annotations
 
@@ -31,6 +70,9 @@ from .records import (
 )
 
 __all__ = ["FlowerStrategy"]
+
+# The key Flower's client-side DP wrappers put into the round's config (flwr.supercore.differential_privacy).
+_FLOWER_CLIPPING_NORM = "clipping_norm"
 
 
 class FlowerStrategy(FlowerBaseStrategy):
@@ -182,7 +224,17 @@ class FlowerStrategy(FlowerBaseStrategy):
 
         Raises:
             TimeoutError: fewer than ``min_available_nodes`` nodes connected within ``wait_s``.
+            ValueError: Flower's ``config`` carries ``clipping_norm`` (a client-side DP wrapper,
+                which does not fit the adapter's replies; see the module docstring).
         """
+        if _FLOWER_CLIPPING_NORM in config:
+            raise ValueError(
+                "FlowerStrategy cannot run inside Flower's DifferentialPrivacyClientSideFixedClipping (or its "
+                f"adaptive variant; Flower's round config carries {_FLOWER_CLIPPING_NORM!r}): the nodes reply with "
+                "updates Delta_i, which fixedclipping_mod would treat as model parameters. Use "
+                "FlowerStrategy(DPFedAvg(clip=C, noise_multiplier=z), model) instead "
+                "(see fedlearn_edu.flower.server)."
+            )
         nodes = self._sample(grid, self.fraction_train, self.min_train_nodes, server_round, salt=0x7EA1)
         if not self._started:
             num_nodes = len(list(grid.get_node_ids()))

@@ -22,6 +22,23 @@ fixed denominator, and a re-weighting strategy built on it (``FedVG(base=DPFedAv
 refused at construction. (McMahan et al. also allow bounded weights ``w_i = min(n_i / w_hat, 1)``
 fixed per client, with denominator ``q W``; not implemented here.)
 
+**Adaptive clipping** (Andrew, Thakkar, McMahan & Ramaswamy, NeurIPS 2021), with
+``target_quantile=gamma``: the clipping norm C_t lives in the server state (``"clip"``) and
+follows the gamma-quantile of the update norms. Each client also reports the bit
+``b_i = 1[||Delta_i|| <= C_t]``; the server forms the noisy fraction of unclipped updates
+``b_bar = (sum_i b_i + N(0, sigma_b^2)) / D`` and takes the geometric step
+``C_{t+1} = C_t exp(-eta_C (b_bar - gamma))`` (``clip_lr`` eta_C, ``count_noise`` sigma_b).
+With ``sigma_b = 0`` and fixed norms, every C with a fraction gamma of the norms at or below
+it is a fixed point (exp(0) = 1): C settles at the gamma-quantile of the norms. Privacy:
+the count is a second Gaussian mechanism on the same clients (sensitivity 1/2 once the bits
+are centred, ``b_i - 1/2``, a public shift for a fixed D); the paper's Theorem 1 accounts the
+pair (updates with noise multiplier z_Delta, the count with sigma_b) as *one* Gaussian
+mechanism with multiplier ``z = (z_Delta^-2 + (2 sigma_b)^-2)^(-1/2)``. The package takes the
+total z (``noise_multiplier``) and noises the update sum with
+``z_Delta = (z^-2 - (2 sigma_b)^-2)^(-1/2)`` (:func:`split_noise_multiplier`; it needs
+``2 sigma_b > z``), so :func:`fedlearn_edu.privacy.epsilon` (and :meth:`DPFedAvg.epsilon`)
+account the run with z, exactly as for fixed clipping.
+
 The noise is drawn on the CPU from ``derive_seed(run seed, t, tag)`` (the run seed is kept in
 the server state): the same run gives the same noise on every engine and device, and
 :meth:`DPFedAvg.aggregate` stays a pure function.
@@ -29,37 +46,89 @@ the server state): the same run gives the same noise on every engine and device,
 
 from __future__ import annotations
 
-import torch
-from torch import nn
+import math
 
-from ..aggregators.robust import norm_clip
-from ..checks import check_float, check_int
+import torch
+from torch import Tensor, nn
+
+from ..aggregators.robust import norm_clip, update_norms
+from ..checks import check_float, check_int, check_range
 from ..params import Params
 from ..utils import derive_seed
 from .base import ClientUpdates, Needs, Strategy
 from .server_optim import ServerOptimizer
 
-__all__ = ["DPFedAvg"]
+__all__ = ["DPFedAvg", "split_noise_multiplier"]
 
 _TAG_NOISE = 0xD9F3
+_TAG_COUNT = 0xC0B7
+
+
+def split_noise_multiplier(noise_multiplier: float, count_noise: float) -> float:
+    """The update's noise multiplier z_Delta = (z^-2 - (2 sigma_b)^-2)^(-1/2) (Andrew et al. 2021).
+
+    Noising the clipped-update sum with z_Delta C and the unclipped count with sigma_b makes
+    the pair one Gaussian mechanism with noise multiplier z (the paper's Theorem 1).
+
+    Args:
+        noise_multiplier: z >= 0, the total noise multiplier the run is accounted with
+            (0: no noise, z_Delta = 0).
+        count_noise: sigma_b >= 0, the standard deviation of the noise on the count of
+            unclipped updates; needs ``2 sigma_b > z`` when z > 0.
+
+    Returns:
+        z_Delta (>= z).
+
+    Raises:
+        ValueError: ``count_noise`` is too small for ``noise_multiplier`` (z_Delta undefined).
+
+    Example:
+        >>> round(split_noise_multiplier(1.0, 5.0), 6)  # (1 - 1/100)^(-1/2)
+        1.005038
+    """
+    z = check_float(noise_multiplier, "noise_multiplier", nonnegative=True)
+    sigma_b = check_float(count_noise, "count_noise", nonnegative=True)
+    if z == 0:
+        return 0.0
+    if not 2 * sigma_b > z:
+        raise ValueError(
+            f"count_noise must be > noise_multiplier / 2 = {z / 2!r} for the update's noise multiplier "
+            f"z_Delta = (z^-2 - (2 count_noise)^-2)^(-1/2) to exist, got {count_noise!r}."
+        )
+    return (z**-2 - (2 * sigma_b) ** -2) ** -0.5
 
 
 class DPFedAvg(Strategy):
     """DP-FedAvg with a fixed clipping norm (McMahan et al., 2018); see the module docstring.
 
     Args:
-        clip: C > 0, the clipping norm of every client's whole update.
-        noise_multiplier: z >= 0 (0: clipping only, no privacy).
-        denominator: D, the fixed number the noisy sum is divided by (``None``: the round's
-            number of selected clients m, fixed for fixed-size sampling).
+        clip: C > 0, the clipping norm of every client's whole update (with adaptive
+            clipping: C_0, the initial one).
+        noise_multiplier: z >= 0 (0: clipping only, no privacy); with adaptive clipping the
+            *total* multiplier the run is accounted with (the update sum gets z_Delta, see
+            :func:`split_noise_multiplier`).
+        denominator: D, the fixed number the noisy sum (and the noisy count) is divided by
+            (``None``: the round's number of selected clients m, fixed for fixed-size sampling).
         server_lr: eta_s.
         optimizer: the server optimizer (default ``ServerSGD(server_lr)``).
+        target_quantile: gamma in ``[0, 1]``: adaptive clipping towards the gamma-quantile of
+            the update norms (``None``, the default: fixed clipping at ``clip``).
+        clip_lr: eta_C > 0, the geometric update's step size (adaptive clipping only; the
+            paper's default 0.2).
+        count_noise: sigma_b >= 0, the noise on the count of unclipped updates (adaptive
+            clipping only; ``None``: 0 without noise, and required, ``> z / 2``, with noise;
+            the paper suggests about m / 20).
 
     Diagnostics: ``clipped`` (``Tensor[m]`` the factors ``min(1, C / ||Delta_i||)``) and
-    ``noise_std`` (``z C / D``, the noise's standard deviation on the mean).
+    ``noise_std`` (``z C / D``, the noise's standard deviation on the mean; ``z_Delta C_t / D``
+    with adaptive clipping, which adds ``clip`` (C_t, the round's norm) and ``unclipped``
+    (b_bar, the noisy fraction of updates with norm <= C_t)).
 
     Example:
         >>> strategy = DPFedAvg(clip=1.0, noise_multiplier=1.1)
+        >>> adaptive = DPFedAvg(clip=0.1, noise_multiplier=1.0, target_quantile=0.5, count_noise=2.0)
+        >>> round(adaptive.update_noise_multiplier, 4)  # z_Delta = (1 - 1/16)^(-1/2)
+        1.0328
     """
 
     name = "dpfedavg"
@@ -73,12 +142,71 @@ class DPFedAvg(Strategy):
         denominator: int | None = None,
         server_lr: float = 1.0,
         optimizer: ServerOptimizer | None = None,
+        target_quantile: float | None = None,
+        clip_lr: float = 0.2,
+        count_noise: float | None = None,
     ):
         """Check the arguments (see the class docstring) and keep them."""
         super().__init__(server_lr, optimizer)
         self.clip = check_float(clip, "clip", positive=True)
         self.noise_multiplier = check_float(noise_multiplier, "noise_multiplier", nonnegative=True)
         self.denominator = None if denominator is None else check_int(denominator, "denominator", 1)
+        # Kept private (with read-only properties) so that a fixed-clipping DPFedAvg's repr,
+        # which run settings and checkpoints record, is what it was.
+        self._adaptive = None
+        if target_quantile is None:
+            if count_noise is not None:
+                raise ValueError(
+                    f"count_noise is for adaptive clipping; give target_quantile too (got {count_noise!r})."
+                )
+            return
+        gamma = check_range(target_quantile, "target_quantile", 0.0, 1.0)
+        eta = check_float(clip_lr, "clip_lr", positive=True)
+        if count_noise is None:
+            if self.noise_multiplier > 0:
+                raise ValueError(
+                    "count_noise must be given for adaptive clipping with noise_multiplier > 0 "
+                    f"(> noise_multiplier / 2 = {self.noise_multiplier / 2!r}; about m / 20 in the paper), got None."
+                )
+            count_noise = 0.0
+        sigma_b = check_float(count_noise, "count_noise", nonnegative=True)
+        split_noise_multiplier(self.noise_multiplier, sigma_b)  # refuses a too small sigma_b
+        self._adaptive = (gamma, eta, sigma_b)
+
+    @property
+    def adaptive(self) -> bool:
+        """Whether the clipping norm adapts (``target_quantile`` was given)."""
+        return self._adaptive is not None
+
+    @property
+    def target_quantile(self) -> float | None:
+        """The target quantile gamma (``None`` for fixed clipping)."""
+        return None if self._adaptive is None else self._adaptive[0]
+
+    @property
+    def clip_lr(self) -> float | None:
+        """The clipping norm's step size eta_C (``None`` for fixed clipping)."""
+        return None if self._adaptive is None else self._adaptive[1]
+
+    @property
+    def count_noise(self) -> float | None:
+        """The count's noise sigma_b (``None`` for fixed clipping)."""
+        return None if self._adaptive is None else self._adaptive[2]
+
+    @property
+    def update_noise_multiplier(self) -> float:
+        """The multiplier of the update sum's noise: z (fixed clipping) or z_Delta (adaptive)."""
+        if self._adaptive is None:
+            return self.noise_multiplier
+        return split_noise_multiplier(self.noise_multiplier, self._adaptive[2])
+
+    def __repr__(self) -> str:
+        """``DPFedAvg(clip=..., ...)``, with the adaptive-clipping arguments when given."""
+        out = super().__repr__()
+        if self._adaptive is None:
+            return out
+        gamma, eta, sigma_b = self._adaptive
+        return f"{out[:-1]}, target_quantile={gamma!r}, clip_lr={eta!r}, count_noise={sigma_b!r})"
 
     def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[dict, dict]:
         """FedAvg's server state plus ``noise_seed`` (the run's seed, for the round's noise).
@@ -90,48 +218,93 @@ class DPFedAvg(Strategy):
             seed: the run's seed.
 
         Returns:
-            ``(server_state, {})``.
+            ``(server_state, {})``; with adaptive clipping the server state also holds
+            ``"clip"``, C_t (a Python float, C_0 = ``clip``).
         """
         server, clients = super().init_state(params, model, num_clients, seed)
-        return {**server, "noise_seed": int(seed)}, clients
+        server = {**server, "noise_seed": int(seed)}
+        if self._adaptive is not None:
+            server["clip"] = self.clip
+        return server, clients
 
-    def noise(self, like: Params, seed: int, round: int) -> Params:
+    def noise(self, like: Params, seed: int, round: int, clip: float | None = None) -> Params:
         """The round's Gaussian noise ``N(0, (z C)^2 I)`` shaped like ``like``, drawn on the CPU.
+
+        With adaptive clipping the multiplier is z_Delta (:attr:`update_noise_multiplier`).
 
         Args:
             like: ``{name: Tensor}`` (shapes, dtype and device of the result).
             seed: the run's seed.
             round: t.
+            clip: the round's clipping norm (``None``: ``self.clip``).
 
         Returns:
             ``{name: Tensor}``.
         """
         g = torch.Generator().manual_seed(derive_seed(seed, round, _TAG_NOISE))
-        std = self.noise_multiplier * self.clip
+        std = self.update_noise_multiplier * (self.clip if clip is None else float(clip))
         return {
             k: (std * torch.randn(v.shape, generator=g, dtype=torch.float64)).to(device=v.device, dtype=v.dtype)
             for k, v in like.items()
         }
 
-    def direction(self, server_state: dict, updates: ClientUpdates) -> tuple[Params, dict, dict]:
-        """``g = -(sum of clipped updates + noise) / D``.
+    def next_clip(self, clip: float, norms: Tensor, denominator: int, seed: int, round: int) -> tuple[float, float]:
+        """Adaptive clipping's step: ``C exp(-eta_C (b_bar - gamma))``, b_bar the noisy unclipped fraction.
 
         Args:
-            server_state: with ``params`` and ``noise_seed`` (not modified).
+            clip: C_t.
+            norms: ``Tensor[m]`` the round's update norms ``||Delta_i||``.
+            denominator: D.
+            seed: the run's seed (the count's noise: ``derive_seed(seed, t, tag)``, CPU float64).
+            round: t.
+
+        Returns:
+            ``(C_{t+1}, b_bar)`` with ``b_bar = (sum_i 1[||Delta_i|| <= C_t] + N(0, sigma_b^2)) / D``.
+
+        Raises:
+            RuntimeError: the strategy clips with a fixed norm.
+        """
+        if self._adaptive is None:
+            raise RuntimeError("next_clip is for adaptive clipping (DPFedAvg(..., target_quantile=gamma)).")
+        gamma, eta, sigma_b = self._adaptive
+        count = float((norms.double().cpu() <= clip).sum())
+        if sigma_b > 0:
+            g = torch.Generator().manual_seed(derive_seed(seed, round, _TAG_COUNT))
+            count += sigma_b * float(torch.randn((), generator=g, dtype=torch.float64))
+        b_bar = count / denominator
+        return float(clip) * math.exp(-eta * (b_bar - gamma)), b_bar
+
+    def direction(self, server_state: dict, updates: ClientUpdates) -> tuple[Params, dict, dict]:
+        """``g = -(sum of clipped updates + noise) / D`` (and, adaptive, the next clipping norm).
+
+        Args:
+            server_state: with ``params`` and ``noise_seed`` (and ``clip``, adaptive; not modified).
             updates: the round's updates.
 
         Returns:
-            ``(g, server_state, {"clipped": factors, "noise_std": z C / D})``.
+            ``(g, server_state, {"clipped": factors, "noise_std": z C / D})``; adaptive: the
+            new server state holds C_{t+1} (:meth:`next_clip`) and the diagnostics add
+            ``clip`` (C_t) and ``unclipped`` (b_bar).
         """
-        clipped, factors = norm_clip(updates.deltas, self.clip)
+        clip = self.clip if self._adaptive is None else float(server_state["clip"])
+        clipped, factors = norm_clip(updates.deltas, clip)
         total = {k: v.sum(dim=0) for k, v in clipped.items()}
-        noise = self.noise(total, server_state["noise_seed"], updates.round)
+        noise = self.noise(total, server_state["noise_seed"], updates.round, clip)
         d = updates.num_clients if self.denominator is None else self.denominator
         g = {k: -(total[k] + noise[k]) / d for k in total}
-        return g, server_state, {"clipped": factors, "noise_std": self.noise_multiplier * self.clip / d}
+        diag = {"clipped": factors, "noise_std": self.update_noise_multiplier * clip / d}
+        if self._adaptive is None:
+            return g, server_state, diag
+        norms = update_norms(updates.deltas)
+        new_clip, b_bar = self.next_clip(clip, norms, d, server_state["noise_seed"], updates.round)
+        return g, {**server_state, "clip": new_clip}, {**diag, "clip": clip, "unclipped": b_bar}
 
     def epsilon(self, rounds: int, sampling_rate: float, delta: float, accountant: str = "rdp") -> float:
         """The epsilon at ``delta`` after ``rounds`` rounds at sampling rate q (:func:`fedlearn_edu.privacy.epsilon`).
+
+        Accounted with the total noise multiplier z (``noise_multiplier``), also under adaptive
+        clipping (the update sum's z_Delta and the count's sigma_b together are one Gaussian
+        mechanism with multiplier z; see the module docstring).
 
         Args:
             rounds: T.

@@ -1,0 +1,158 @@
+"""Adaptive clipping for DP-FedAvg (Andrew, Thakkar, McMahan & Ramaswamy, NeurIPS 2021)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from fedlearn_edu import DPFedAvg, federated_dataset, make_model, simulate
+from fedlearn_edu.strategies import ClientUpdates
+from fedlearn_edu.strategies.dp import split_noise_multiplier
+from fedlearn_edu.utils import derive_seed
+
+KW = dict(rounds=3, clients_per_round=5, lr=0.1, batch_size=16, progress=False, seed=2, device="cpu")
+
+
+def _updates(norms, t=1, d=7, seed=0):
+    """Updates whose whole norms are exactly ``norms`` (random directions)."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(len(norms), d, generator=g, dtype=torch.float64)
+    x = x / x.norm(dim=1, keepdim=True) * torch.tensor(norms, dtype=torch.float64)[:, None]
+    deltas = {"w": x[:, :4].reshape(-1, 2, 2).clone(), "b": x[:, 4:].clone()}
+    m = len(norms)
+    return ClientUpdates(t, torch.arange(m), deltas, torch.ones(m), torch.zeros(m), None)
+
+
+def _params(u):
+    return {k: torch.zeros(v.shape[1:], dtype=v.dtype) for k, v in u.deltas.items()}
+
+
+def test_the_split_noise_multiplier_is_the_papers_formula():
+    for z, sigma_b in [(1.0, 5.0), (0.8, 0.5), (2.0, 1.01), (1.1, 100.0)]:
+        z_delta = split_noise_multiplier(z, sigma_b)
+        assert z_delta == pytest.approx((z**-2 - (2 * sigma_b) ** -2) ** -0.5, rel=1e-12)
+        # the defining property: the pair composes to one Gaussian mechanism with multiplier z
+        assert (z_delta**-2 + (2 * sigma_b) ** -2) ** -0.5 == pytest.approx(z, rel=1e-12)
+        assert z_delta > z
+    assert split_noise_multiplier(0.0, 0.0) == 0.0
+    for sigma_b in (0.5, 0.3, 0.0):  # 2 sigma_b <= z: z_Delta undefined
+        with pytest.raises(ValueError, match=r"count_noise must be > noise_multiplier / 2 = 0\.5"):
+            split_noise_multiplier(1.0, sigma_b)
+    with pytest.raises(ValueError, match=r"count_noise must be > noise_multiplier / 2"):
+        DPFedAvg(noise_multiplier=1.0, target_quantile=0.5, count_noise=0.4)
+
+
+def test_bad_arguments_name_the_argument():
+    with pytest.raises(ValueError, match=r"target_quantile must be in \[0, 1\], got 1\.5"):
+        DPFedAvg(target_quantile=1.5, noise_multiplier=0.0)
+    with pytest.raises(ValueError, match="clip_lr must be > 0, got 0"):
+        DPFedAvg(target_quantile=0.5, clip_lr=0, noise_multiplier=0.0)
+    with pytest.raises(ValueError, match="count_noise must be >= 0, got -1.0"):
+        DPFedAvg(target_quantile=0.5, count_noise=-1.0, noise_multiplier=0.0)
+    with pytest.raises(ValueError, match="count_noise must be given for adaptive clipping"):
+        DPFedAvg(target_quantile=0.5, noise_multiplier=1.0)
+    with pytest.raises(ValueError, match="count_noise is for adaptive clipping; give target_quantile"):
+        DPFedAvg(count_noise=1.0)
+    with pytest.raises(TypeError, match="target_quantile must be a real number, got '0.5'"):
+        DPFedAvg(target_quantile="0.5", noise_multiplier=0.0)
+    assert not DPFedAvg().adaptive and DPFedAvg().target_quantile is None
+    assert repr(DPFedAvg()) == "DPFedAvg(optimizer=ServerSGD(lr=1.0), clip=1.0, noise_multiplier=1.0, denominator=None)"
+
+
+def test_one_round_is_the_numpy_transcription():
+    """Clip at C_t, noise the sum with z_Delta C_t, and C_{t+1} = C_t exp(-eta (b_bar - gamma))."""
+    norms = [0.3, 0.9, 1.4, 2.5, 0.05, 1.1]
+    u = _updates(norms, t=3)
+    z, sigma_b, gamma, eta, c0, d = 1.2, 2.0, 0.4, 0.3, 1.0, 10
+    s = DPFedAvg(clip=c0, noise_multiplier=z, denominator=d, target_quantile=gamma, clip_lr=eta, count_noise=sigma_b)
+    state = s.init_state(_params(u), None, 20, 11)[0]
+    assert state["clip"] == c0
+    before = {k: v.clone() for k, v in u.deltas.items()}
+    new, diag = s.aggregate(state, u)
+    assert state["clip"] == c0 and all(torch.equal(u.deltas[k], before[k]) for k in before)  # nothing modified
+    # NumPy: the count's noise is N(0, sigma_b^2) from its own seeded stream
+    g = torch.Generator().manual_seed(derive_seed(11, 3, 0xC0B7))
+    count_noise = sigma_b * float(torch.randn((), generator=g, dtype=torch.float64))
+    b = np.array(norms) <= c0
+    b_bar = (b.sum() + count_noise) / d
+    assert diag["unclipped"] == pytest.approx(b_bar, rel=1e-12)
+    assert new["clip"] == pytest.approx(c0 * np.exp(-eta * (b_bar - gamma)), rel=1e-12)
+    z_delta = (z**-2 - (2 * sigma_b) ** -2) ** -0.5
+    assert diag["noise_std"] == pytest.approx(z_delta * c0 / d) and diag["clip"] == c0
+    x = np.concatenate([u.deltas["w"].reshape(6, -1).numpy(), u.deltas["b"].numpy()], axis=1)
+    clipped = x * np.minimum(1, c0 / np.linalg.norm(x, axis=1))[:, None]
+    noise = s.noise(_params(u), 11, 3, clip=c0)
+    flat_noise = np.concatenate([noise["w"].reshape(-1).numpy(), noise["b"].numpy()])
+    ref = -(-(clipped.sum(0) + flat_noise) / d)  # theta_0 = 0, server_lr 1: theta_1 = -g
+    got = np.concatenate([new["params"]["w"].reshape(-1).numpy(), new["params"]["b"].numpy()])
+    np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-14)
+    big = s.noise({"v": torch.zeros(100, 100, dtype=torch.float64)}, 11, 3, clip=c0)["v"]
+    assert abs(float(big.std()) - z_delta * c0) < 0.03 * z_delta * c0  # the update noise uses z_Delta
+
+
+def test_the_clip_settles_at_the_target_quantile_without_noise():
+    """sigma_b = 0, fixed norms: every C with a fraction gamma of the norms <= C is a fixed point."""
+    norms = [0.2, 0.5, 0.7, 1.3, 2.0, 4.0, 6.5, 9.0]
+    u = _updates(norms)
+    for gamma, lo, hi in [(0.5, 1.3, 2.0), (0.25, 0.5, 0.7), (0.75, 4.0, 6.5)]:
+        for c0 in (0.01, 50.0):
+            s = DPFedAvg(clip=c0, noise_multiplier=0.0, target_quantile=gamma, clip_lr=0.5)
+            state = s.init_state(_params(u), None, 8, 0)[0]
+            path = []
+            for _ in range(200):
+                state, _ = s.aggregate({**state, "params": _params(u)}, u)
+                path.append(state["clip"])
+            assert lo <= path[-1] < hi, (gamma, c0, path[-1])  # the gamma-quantile of the norms
+            assert path[-1] == path[-2] == path[-50]  # a fixed point: exp(0) = 1
+            assert np.quantile(norms, gamma, method="inverted_cdf") == lo
+    # a gamma between two grid points: C oscillates within one step's factor of the quantile
+    s = DPFedAvg(clip=1.0, noise_multiplier=0.0, target_quantile=0.55, clip_lr=0.1)
+    state = s.init_state(_params(u), None, 8, 0)[0]
+    tail = []
+    for i in range(400):
+        state, _ = s.aggregate({**state, "params": _params(u)}, u)
+        if i >= 300:
+            tail.append(state["clip"])
+    step = math.exp(0.1 * 0.55)
+    assert 2.0 / step <= min(tail) and max(tail) <= 2.0 * step and min(tail) < 2.0 <= max(tail)
+
+
+def _run(fed, strategy, **kw):
+    model = make_model("mlp", fed.input_shape, fed.num_classes, hidden=(8,), seed=0)
+    return simulate(fed, model, strategy, **{**KW, **kw})
+
+
+def _adaptive():
+    return DPFedAvg(clip=0.05, noise_multiplier=0.7, target_quantile=0.5, clip_lr=0.5, count_noise=1.0)
+
+
+def test_adaptive_runs_agree_across_engines_and_resume_bitwise(tmp_path):
+    fed = federated_dataset("digits", num_clients=8, alpha=0.5, seed=0)
+    a = _run(fed, _adaptive(), engine="loop")
+    b = _run(fed, _adaptive(), engine="vmap")
+    for k in a.final_params:
+        torch.testing.assert_close(a.final_params[k], b.final_params[k], rtol=1e-4, atol=1e-5)
+    clips = [d["clip"] for d in a.diagnostics]
+    assert clips[0] == 0.05 and len(set(clips)) == 3  # the norm moved every round
+    assert [d["clip"] for d in b.diagnostics] == pytest.approx(clips, rel=1e-6)
+    assert a.final_server_state["clip"] != 0.05
+    path = tmp_path / "run.pt"
+    _run(fed, _adaptive(), engine="loop", rounds=2, checkpoint=path)
+    resumed = _run(fed, _adaptive(), engine="loop", checkpoint=path, resume=True)
+    assert all(torch.equal(a.final_params[k], resumed.final_params[k]) for k in a.final_params)
+    assert resumed.final_server_state["clip"] == a.final_server_state["clip"]
+    fixed = _run(fed, DPFedAvg(clip=0.05, noise_multiplier=0.7), engine="loop")
+    assert any(not torch.equal(a.final_params[k], fixed.final_params[k]) for k in a.final_params)
+
+
+def test_the_run_is_accounted_with_the_total_multiplier():
+    pytest.importorskip("dp_accounting")
+    from fedlearn_edu.privacy import epsilon
+
+    s = _adaptive()
+    assert s.update_noise_multiplier == pytest.approx((0.7**-2 - 2.0**-2) ** -0.5)
+    assert s.epsilon(10, 0.25, 1e-5) == epsilon(10, 0.25, 0.7, 1e-5)
+    assert s.epsilon(10, 0.25, 1e-5) > epsilon(10, 0.25, s.update_noise_multiplier, 1e-5)
