@@ -111,6 +111,7 @@ def test_other_models_take_the_generic_path():
     assert engine._is_plain_mlp(mlp, params)
     assert not engine._is_plain_mlp(make_model("cnn", (1, 8, 8), 10), get_params(make_model("cnn", (1, 8, 8), 10)))
     assert not engine._is_plain_mlp(mlp, {k: v for k, v in params.items() if k != "out.bias"})  # a subset
+    assert not engine._is_plain_mlp(mlp, {k: v.to("meta") for k, v in params.items()})  # CPU only
     assert not engine._is_plain_mlp(_MLPChild((1, 8, 8), 10, hidden=(16,)), params)
     swapped = make_model("mlp", (1, 8, 8), 10, hidden=(16,))
     swapped.hidden[0] = nn.Sequential(nn.Linear(64, 16))
