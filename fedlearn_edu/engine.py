@@ -397,10 +397,11 @@ def _weight_grad_in_layout(weight: Tensor) -> bool:
 
     Both are the same b-term sums, but MKL's kernel depends on the product's shape: on the
     project's CPU (MKL, AVX-512), float32, the two agreed bitwise for every ``out >= 12``
-    tried (``in`` 33-3,136, ``out`` 12-1,000, b 1-64, m 1-100, 1 and 2 threads) and differed
+    tried (``in`` 33-3,136, ``out`` 12-1,000, b 1-64, m 1-100: about 16,000 products, some
+    also with 2 threads) and differed
     for ``out <= 11`` and for float64 at every ``out``. So: float32 on the CPU with at least
     16 outputs; anything else keeps autograd's product (the output layer of 10 classes is
-    0.1 % of the MNIST MLP's weights). The engine's tests check the result bitwise against
+    1 % of the MNIST MLP's weights). The engine's tests check the result bitwise against
     ``vmap`` over ``functional_call``.
     """
     return weight.device.type == "cpu" and weight.dtype == torch.float32 and weight.shape[-2] >= 16
@@ -421,7 +422,6 @@ def _is_plain_mlp(model: nn.Module, params: Params) -> bool:
 
     if any(v.device.type != "cpu" for v in params.values()):
         return False
-
     if type(model) is not MLP or any(k in model.__dict__ for k in ("forward", "features", "head")):
         return False
     if set(params) != {name for name, _ in model.named_parameters()}:
