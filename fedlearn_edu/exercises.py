@@ -960,7 +960,12 @@ def check_trimmed_mean(your_function: Callable, seed: int = 0) -> bool:
             0.45,
             "cut b values at *each* end, keep m - 2b",
         ),
-        ("ties: repeated values", torch.tensor([[1.0, 2.0], [1.0, 2.0], [1.0, 9.0], [3.0, 2.0]]), 0.25, ""),
+        (
+            "ties: repeated values",
+            torch.tensor([[1.0, 2.0], [1.0, 2.0], [1.0, 9.0], [3.0, 2.0]]),
+            0.25,
+            "cut by position in the sorted values, not by value: a repeated value may stay",
+        ),
         ("float64, 12 clients, beta = 0.25", torch.randn(12, 7, generator=g, dtype=torch.float64), 0.25, ""),
     ]
     cases = [Case(name, (x, beta), trimmed_mean(x, beta), hint) for name, x, beta, hint in inputs]
@@ -1022,6 +1027,12 @@ def check_krum(your_function: Callable, seed: int = 0) -> bool:
         ),
         ("a client at the centre of the others, f = 2", spread, 2, score),
         ("f = 0: the m - 2 nearest", torch.randn(5, 6, generator=g), 0, "with f = 0 each client counts m - 2"),
+        (
+            "six clients on a line, f = 1: squared distances pick another client than distances",
+            torch.tensor([[1.0, 0.0], [10.0, 0.0], [9.0, 0.0], [8.0, 0.0], [5.0, 0.0], [2.0, 0.0]]),
+            1,
+            "square the distances: ||Delta_i - Delta_j||^2",
+        ),
         ("two identical clients (a tie)", twins, 1, "a tie in the scores goes to the lower index"),
         ("float64, 11 clients, f = 4", torch.randn(11, 8, generator=g, dtype=torch.float64), 4, score),
     ]
@@ -1077,7 +1088,14 @@ def check_clip_and_noise(your_function: Callable, seed: int = 0) -> bool:
     huge = torch.cat([torch.randn(3, 4, generator=g) * 0.1, torch.full((1, 4), 1e4)])
     inputs = [
         ("6 clients, all longer than C = 0.5", torch.randn(6, 8, generator=g) * 3, 0.5, 1.0, 6, whole),
-        ("every update shorter than C: nothing clipped", torch.randn(5, 4, generator=g) * 0.01, 10.0, 0.7, 5, ""),
+        (
+            "every update shorter than C: nothing clipped",
+            torch.randn(5, 4, generator=g) * 0.01,
+            10.0,
+            0.7,
+            5,
+            "min(1, C / ||Delta_i||) is 1 for a short update: it is not scaled up",
+        ),
         ("z = 0: clipping only", torch.randn(5, 3, generator=g), 0.3, 0.0, 5, whole),
         (
             "a fixed denominator D = 10 with 4 clients this round",
