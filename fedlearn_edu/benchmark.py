@@ -38,7 +38,7 @@ the results are identical whichever engine ran them.
 
 >>> from fedlearn_edu import benchmark
 >>> sorted(benchmark.METHODS)[:3]
-['afl', 'config', 'craft']
+['afl', 'bulyan', 'centeredclipping']
 >>> benchmark.parse_federation("dirichlet:0.1").partition_params
 {'alpha': 0.1}
 """
@@ -355,7 +355,9 @@ def method(spec) -> Method:
         raise TypeError(f"A method is a name or a benchmark.Method, got {spec!r}.")
     key = spec.lower().replace("-", "").replace("_", "")
     if key not in METHODS:
-        raise ValueError(f"Unknown method {spec!r}; choose one of {sorted(METHODS)} or pass a benchmark.Method.")
+        raise ValueError(
+            f"Unknown method {spec!r}; choose one of {','.join(sorted(METHODS))} or pass a benchmark.Method."
+        )
     return METHODS[key]
 
 
@@ -1534,6 +1536,13 @@ def classroom_records(root=None, download: bool = True) -> Path:
     """The folder of the classroom grid's records (the chapter *Comparing the methods*).
 
     :func:`records_folder` ``("classroom", root, download)``; see there.
+
+    Args:
+        root: the data folder downloads go under (``None``: the default).
+        download: fetch the files when no folder holds them.
+
+    Returns:
+        The folder, holding at least :data:`RECORD_FILES`.
     """
     return records_folder("classroom", root, download)
 
