@@ -12,6 +12,8 @@ The protocol (issue "which method, when"; chapter *Comparing the methods*):
    ``-inf``; ties go to the first candidate in the grid's order).
 3. **Evaluate** the pick on the *evaluation seeds*, disjoint from the tuning seeds (the
    records say which run was which: column ``phase``).
+   A method with a single candidate (nothing to tune) is not tuned: its candidate is the
+   pick and only its evaluation runs execute.
 4. **Summarise** per method x federation over the evaluation seeds: final and last-k mean
    accuracy, worst-10 %, std across clients, rounds to a target accuracy, seconds per round,
    each as the mean with a 95 % Student-t interval over seeds, and the paired difference to
@@ -36,7 +38,7 @@ the results are identical whichever engine ran them.
 
 >>> from fedlearn_edu import benchmark
 >>> sorted(benchmark.METHODS)[:3]
-['afl', 'config', 'craft']
+['afl', 'bulyan', 'centeredclipping']
 >>> benchmark.parse_federation("dirichlet:0.1").partition_params
 {'alpha': 0.1}
 """
@@ -68,6 +70,11 @@ __all__ = [
     "METHODS",
     "CLASSROOM_METHODS",
     "CLASSROOM_FEDERATIONS",
+    "ROBUST_METHODS",
+    "ROBUST_FEDERATIONS",
+    "ATTACK_SETTINGS",
+    "records_folder",
+    "fixed_step",
     "parse_federation",
     "method",
     "run_configs",
@@ -215,6 +222,42 @@ METHODS: dict[str, Method] = {
     )
 }
 
+# The robust rules and DP-FedAvg (chapter *When clients misbehave*): the robust rules at their
+# package defaults (f: the largest their rule tolerates with the round's clients; beta = 0.1;
+# clip and tau = 1), DP-FedAvg at a fixed clipping norm C = 0.5 (about the median norm of an
+# update of the robust grid's federation) with noise multipliers z = 0 (clipping only) to 1.
+_DP_CLIP = 0.5
+METHODS.update(
+    {
+        m.name: m
+        for m in (
+            *(
+                Method(name, tune={"server_lr": _STEP})
+                for name in (
+                    "median",
+                    "trimmedmean",
+                    "krum",
+                    "multikrum",
+                    "bulyan",
+                    "geometricmedian",
+                    "centeredclipping",
+                    "normclipping",
+                )
+            ),
+            *(
+                Method(
+                    f"dp{z:g}",
+                    strategy="dpfedavg",
+                    fixed={"clip": _DP_CLIP, "noise_multiplier": z},
+                    tune={"server_lr": _STEP},
+                    note=f"DP-FedAvg, clip {_DP_CLIP:g}, noise multiplier {z:g}",
+                )
+                for z in (0.0, 0.1, 0.3, 1.0)
+            ),
+        )
+    }
+)
+
 # The chapter's grid: every method the book teaches with a server step.
 CLASSROOM_METHODS = (
     "fedavg",
@@ -236,6 +279,60 @@ CLASSROOM_METHODS = (
     "ifca",
 )
 CLASSROOM_FEDERATIONS = ("quantity:1.0", "dirichlet:0.1", "shards:2", "noisy:0.8")
+# The robust grid (chapter *When clients misbehave*): every robust rule, the re-weighting rules of
+# the book and DP-FedAvg; one moderately non-IID federation without and with attackers (10 % and
+# 30 % of the clients, four kinds), and two of stronger heterogeneity without an attacker.
+ROBUST_METHODS = (
+    "fedavg",
+    "fedvg",
+    "fedoui",
+    "median",
+    "trimmedmean",
+    "krum",
+    "multikrum",
+    "bulyan",
+    "geometricmedian",
+    "centeredclipping",
+    "normclipping",
+    "dp0",
+    "dp0.1",
+    "dp0.3",
+    "dp1",
+)
+ROBUST_FEDERATIONS = (
+    "dirichlet:0.5",
+    *(
+        f"dirichlet:0.5+{kind}:{fraction}"
+        for kind in ("label_flip", "sign_flip", "gaussian", "alie")
+        for fraction in (0.1, 0.3)
+    ),
+    "dirichlet:0.1",
+    "shards:2",
+)
+# The attack's parameters a federation string's attack gets (recorded in the run's key): the
+# scaling attack multiplies by 10, the Gaussian one sends N(0, 1) per coordinate; the rest use
+# :class:`~fedlearn_edu.attacks.Attack`'s defaults.
+ATTACK_SETTINGS = {"scale": {"scale": 10.0}, "gaussian": {"sigma": 1.0}}
+
+
+def fixed_step(m, server_lr: float) -> Method:
+    """A copy of a method whose server step is fixed at ``server_lr`` (no longer tuned).
+
+    Args:
+        m: a :class:`Method` or a name of :data:`METHODS`.
+        server_lr: eta_s > 0.
+
+    Returns:
+        The new :class:`Method` (its other tuned settings, if any, stay tuned).
+
+    Raises:
+        ValueError: ``server_lr`` is not a positive number.
+    """
+    m = method(m)
+    if isinstance(server_lr, bool) or not isinstance(server_lr, (int, float)) or not server_lr > 0:
+        raise ValueError(f"server_lr must be a positive number, got {server_lr!r}.")
+    tune = {k: v for k, v in m.tune.items() if k != "server_lr"}
+    return dataclasses.replace(m, fixed={**m.fixed, "server_lr": float(server_lr)}, tune=tune)
 
 
 def method(spec) -> Method:
@@ -258,7 +355,9 @@ def method(spec) -> Method:
         raise TypeError(f"A method is a name or a benchmark.Method, got {spec!r}.")
     key = spec.lower().replace("-", "").replace("_", "")
     if key not in METHODS:
-        raise ValueError(f"Unknown method {spec!r}; choose one of {sorted(METHODS)} or pass a benchmark.Method.")
+        raise ValueError(
+            f"Unknown method {spec!r}; choose one of {','.join(sorted(METHODS))} or pass a benchmark.Method."
+        )
     return METHODS[key]
 
 
@@ -276,6 +375,10 @@ class FederationSpec:
         noisy_clients: share of the clients whose training labels are flipped (0: none).
         noise_fraction: share of a noisy client's training labels flipped.
         num_samples: keep a random subset of this many samples (quick runs).
+        attack: a kind of :data:`fedlearn_edu.attacks.ATTACKS` (``""``: no attacker).
+        attack_fraction: the share of the clients that attack (chosen by the run's seed).
+        attack_params: the :class:`~fedlearn_edu.attacks.Attack`'s other fields (``scale``,
+            ``sigma``).
         root: the dataset folder (not part of the run's key).
     """
 
@@ -288,6 +391,9 @@ class FederationSpec:
     noisy_clients: float = 0.0
     noise_fraction: float = 0.0
     num_samples: int | None = None
+    attack: str = ""
+    attack_fraction: float = 0.0
+    attack_params: Mapping = field(default_factory=dict)
     root: str | None = field(default=None, compare=False)
 
     def __post_init__(self):
@@ -303,11 +409,30 @@ class FederationSpec:
                 f"{self.noise_fraction!r}."
             )
         object.__setattr__(self, "partition_params", dict(self.partition_params))
+        object.__setattr__(self, "attack_params", dict(self.attack_params))
+        if self.attack:
+            from .attacks import ATTACKS, Attack
+
+            if self.attack not in ATTACKS or self.attack == "model_replacement":
+                kinds = [k for k in ATTACKS if k != "model_replacement"]
+                raise ValueError(f"attack must be one of {kinds} (or ''), got {self.attack!r}.")
+            if not 0 < self.attack_fraction < 1:
+                raise ValueError(f"attack_fraction must be in (0, 1), got {self.attack_fraction!r}.")
+            Attack(self.attack, self.attack_fraction, **self.attack_params)  # the parameters are valid
+        elif self.attack_fraction or self.attack_params:
+            raise ValueError("attack_fraction and attack_params need an attack kind (attack='sign_flip', ...).")
 
     def config(self) -> dict:
-        """The settings that define the federation (the run key hashes them)."""
+        """The settings that define the federation (the run key hashes them).
+
+        Without an attacker the attack fields are left out, so that the keys of federations
+        without one are those of the records written before the fields existed.
+        """
         d = dataclasses.asdict(self)
         d.pop("root")
+        if not self.attack:
+            for name in ("attack", "attack_fraction", "attack_params"):
+                d.pop(name)
         return d
 
 
@@ -320,6 +445,9 @@ def parse_federation(text, **common) -> FederationSpec:
     ``"iid"``, ``"dirichlet:ALPHA"``, ``"shards:PER_CLIENT"``, ``"quantity:SIGMA"`` (log-normal
     client sizes, IID labels), or ``"noisy:FRACTION"``: Dirichlet alpha = 1 where 30 % of the
     clients have ``FRACTION`` of their training labels flipped (test labels stay clean).
+    ``"+KIND:FRACTION"`` after any of them adds attackers: that share of the clients attacks
+    with ``KIND`` of :data:`fedlearn_edu.attacks.ATTACKS` (``"dirichlet:0.5+sign_flip:0.3"``),
+    with the parameters :data:`ATTACK_SETTINGS` gives the kind.
 
     Args:
         text: the string (or a FederationSpec, returned with ``common`` applied).
@@ -329,6 +457,24 @@ def parse_federation(text, **common) -> FederationSpec:
         return dataclasses.replace(text, **common) if common else text
     if not isinstance(text, str):
         raise TypeError(f"A federation is a string like 'dirichlet:0.1' or a FederationSpec, got {text!r}.")
+    if "+" in text:
+        base, _, attack = text.strip().partition("+")
+        kind, _, value = attack.strip().partition(":")
+        kind = kind.strip().lower()
+        try:
+            fraction = float(value)
+        except ValueError:
+            raise ValueError(
+                f"Federation {text!r}: the attack is KIND:FRACTION, e.g. 'sign_flip:0.3'; got {attack!r}."
+            ) from None
+        spec = parse_federation(base, **common)
+        return dataclasses.replace(
+            spec,
+            name=text.strip(),
+            attack=kind,
+            attack_fraction=fraction,
+            attack_params=dict(ATTACK_SETTINGS.get(kind, {})),
+        )
     kind, _, value = text.strip().partition(":")
     kind = kind.lower()
     try:
@@ -580,6 +726,11 @@ def execute(config: dict, factory: Callable | None = None, root=None) -> dict:
             noisy = int(round(spec["noisy_clients"] * fed.num_clients))
             fed = add_label_noise(fed, noisy, spec["noise_fraction"], seed=seed)
         model = make_model(spec["model"], fed.input_shape, fed.num_classes, seed=seed)
+        attack = None
+        if spec.get("attack"):  # chosen by the run's seed: other attackers on every seed
+            from .attacks import Attack
+
+            attack = Attack(spec["attack"], spec["attack_fraction"], seed=seed, **spec["attack_params"])
         history = simulate(
             fed,
             model,
@@ -594,6 +745,7 @@ def execute(config: dict, factory: Callable | None = None, root=None) -> dict:
             device="cpu",
             engine=config["engine"],
             progress=False,
+            attack=attack,
         )
     except Exception as err:  # a failed run is a result: recorded, and the sweep goes on
         return {
@@ -653,6 +805,8 @@ def _flat(config: dict, key: str) -> dict:
         "noisy_clients": fed["noisy_clients"],
         "noise_fraction": fed["noise_fraction"],
         "num_samples": fed["num_samples"],
+        "attack": fed.get("attack", ""),
+        "attack_fraction": fed.get("attack_fraction", 0.0),
         "server_validation": config["server_validation"],
         "seed": config["seed"],
         **{k: config[k] for k in ("rounds", "clients_per_round", "local_epochs", "batch_size", "lr", "engine")},
@@ -970,6 +1124,7 @@ def run(
         _config(m, f, protocol, s, seed, "tune")
         for f in feds
         for m in ms
+        if len(m.candidates()) > 1  # a single candidate is the pick: nothing to tune
         for s in m.candidates()
         for seed in protocol.tuning_seeds
     ]
@@ -1001,7 +1156,8 @@ def select(tune_records, methods, federations, protocol: Protocol) -> dict:
 
     The criterion: the mean over the tuning seeds of the mean client accuracy averaged over the
     last ``protocol.last_k`` evaluations; a failed or missing run scores ``-inf``; ties go to
-    the first candidate in the grid's order.
+    the first candidate in the grid's order. A method with a single candidate picks it (it has
+    no tuning runs).
 
     Args:
         tune_records: the tuning runs' tidy records (a DataFrame with columns ``federation,
@@ -1016,6 +1172,9 @@ def select(tune_records, methods, federations, protocol: Protocol) -> dict:
     picks = {}
     for f in federations:
         for m in methods:
+            if len(m.candidates()) == 1:  # nothing to tune (no tuning run)
+                picks[(f.name, m.name)] = _plain(m.candidates()[0])
+                continue
             best, best_score = None, -math.inf
             for settings in m.candidates():
                 text = json.dumps(_plain(settings), sort_keys=True)
@@ -1376,16 +1535,37 @@ def _check_record_file(name: str, data: bytes) -> None:
 def classroom_records(root=None, download: bool = True) -> Path:
     """The folder of the classroom grid's records (the chapter *Comparing the methods*).
 
-    Looked for, in order: the folder ``$FEDLEARN_BENCHMARK_RECORDS``; the repository this
-    package sits in (``benchmarks/results/classroom``, an editable install or a clone);
-    ``../benchmarks/results/classroom`` (a chapter run from ``book/``); a copy downloaded
-    before. Otherwise (a package installed from the index, on Colab) the files :func:`load`
-    reads (:data:`RECORD_FILES`) are downloaded from :data:`RECORDS_URL` (or
+    :func:`records_folder` ``("classroom", root, download)``; see there.
+
+    Args:
+        root: the data folder downloads go under (``None``: the default).
+        download: fetch the files when no folder holds them.
+
+    Returns:
+        The folder, holding at least :data:`RECORD_FILES`.
+    """
+    return records_folder("classroom", root, download)
+
+
+def records_folder(grid: str = "classroom", root=None, download: bool = True) -> Path:
+    """The folder of a committed grid's records: ``"classroom"`` or ``"robust"`` (``benchmarks/results/GRID``).
+
+    ``"classroom"`` is the grid of the chapter *Comparing the methods*, ``"robust"`` that of the
+    chapter *When clients misbehave* (:data:`ROBUST_METHODS` x :data:`ROBUST_FEDERATIONS`).
+    $FEDLEARN_BENCHMARK_RECORDS and $FEDLEARN_BENCHMARK_URL name the classroom grid's folder and
+    base address; another grid's is the sibling folder (address) of that name.
+
+    Looked for, in order (for the classroom grid): the folder ``$FEDLEARN_BENCHMARK_RECORDS``;
+    the repository this package sits in (``benchmarks/results/classroom``, an editable install
+    or a clone); ``../benchmarks/results/classroom`` (a chapter run from ``book/``); a copy
+    downloaded before. Otherwise (a package installed from the index, on Colab) the files
+    :func:`load` reads (:data:`RECORD_FILES`) are downloaded from :data:`RECORDS_URL` (or
     ``$FEDLEARN_BENCHMARK_URL``) into ``download_root(root)/benchmark-classroom``: each is
     checked (a gzip CSV or CSV with the expected columns, JSON with the protocol) and then
     renamed into place, so a broken download never sits there.
 
     Args:
+        grid: ``"classroom"`` or ``"robust"``.
         root: the data folder downloads go under (``None``: ``$FEDLEARN_DATA``, else ``./data``;
             see :func:`fedlearn_edu.data.sources.download_root`).
         download: fetch the files when no folder holds them (ignored when
@@ -1397,16 +1577,23 @@ def classroom_records(root=None, download: bool = True) -> Path:
     Raises:
         FileNotFoundError: no folder holds the records and downloading is off.
         ConnectionError: a download failed (the URL is named).
-        ValueError: a downloaded file is not what it should be (the URL is named).
+        ValueError: a downloaded file is not what it should be (the URL is named), or an
+            unknown grid.
     """
     import urllib.error
     import urllib.request
 
     from .data.sources import OFFLINE_VAR, download_root, downloads_allowed
 
-    places = [Path(os.environ[RECORDS_DIR_VAR]).expanduser()] if os.environ.get(RECORDS_DIR_VAR) else []
-    places += [REPO_RECORDS, Path("..") / "benchmarks" / "results" / "classroom"]
-    cache = download_root(root) / "benchmark-classroom"
+    if grid not in ("classroom", "robust"):
+        raise ValueError(f"grid must be 'classroom' or 'robust', got {grid!r}.")
+
+    def sibling(path: Path) -> Path:
+        return path if grid == "classroom" else path.parent / grid
+
+    places = [sibling(Path(os.environ[RECORDS_DIR_VAR]).expanduser())] if os.environ.get(RECORDS_DIR_VAR) else []
+    places += [sibling(REPO_RECORDS), Path("..") / "benchmarks" / "results" / grid]
+    cache = download_root(root) / f"benchmark-{grid}"
     for place in [*places, cache]:
         if all((place / name).is_file() for name in RECORD_FILES):
             return place
@@ -1420,6 +1607,8 @@ def classroom_records(root=None, download: bool = True) -> Path:
             f"`python -m fedlearn_edu benchmark --out FOLDER`, or allow the download."
         )
     base = (os.environ.get(RECORDS_URL_VAR) or RECORDS_URL).rstrip("/")
+    if grid != "classroom":
+        base = f"{base.rsplit('/', 1)[0]}/{grid}"
     cache.mkdir(parents=True, exist_ok=True)
     for name in RECORD_FILES:
         if (cache / name).is_file():
@@ -1432,7 +1621,7 @@ def classroom_records(root=None, download: bool = True) -> Path:
             raise ConnectionError(
                 f"Could not download {url} ({err}). Without a network: clone the repository "
                 f"(github.com/fedlearn-edu/fedlearn-edu) and set ${RECORDS_DIR_VAR} to its "
-                f"benchmarks/results/classroom, or copy {', '.join(RECORD_FILES)} into {cache}."
+                f"benchmarks/results/{grid}, or copy {', '.join(RECORD_FILES)} into {cache}."
             ) from err
         try:
             _check_record_file(name, data)

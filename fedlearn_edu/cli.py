@@ -186,8 +186,16 @@ def _benchmark_parser(sub) -> None:
         epilog=BENCHMARK_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    bench.add_argument("--methods", default="fedavg,fedprox,scaffold,craft", help="comma-separated, or 'all'")
-    bench.add_argument("--partitions", default="dirichlet:0.1", help="comma-separated federations")
+    bench.add_argument(
+        "--methods",
+        default="fedavg,fedprox,scaffold,craft",
+        help="comma-separated, or 'all' (the classroom grid's) or 'robust' (the robust grid's)",
+    )
+    bench.add_argument(
+        "--partitions",
+        default="dirichlet:0.1",
+        help="comma-separated federations (PARTITION[+ATTACK:FRACTION]), or 'robust' (the robust grid's)",
+    )
     bench.add_argument("--dataset", default="digits")
     bench.add_argument("--data-root", default=None)
     bench.add_argument("--model", default="mlp")
@@ -198,6 +206,9 @@ def _benchmark_parser(sub) -> None:
     bench.add_argument("--local-epochs", type=_POSITIVE_INT, default=1)
     bench.add_argument("--batch-size", type=_POSITIVE_INT, default=10)
     bench.add_argument("--lr", type=_POSITIVE, default=0.1, help="client learning rate (shared)")
+    bench.add_argument(
+        "--fixed-step", type=_POSITIVE, default=None, metavar="LR", help="every method's server step, not tuned"
+    )
     bench.add_argument("--seeds", type=_POSITIVE_INT, default=3, help="number of evaluation seeds (>= 2)")
     bench.add_argument("--tune-seeds", type=_POSITIVE_INT, default=1, help="number of tuning seeds")
     bench.add_argument("--last-k", type=_POSITIVE_INT, default=5)
@@ -216,6 +227,8 @@ def _benchmark(args) -> int:
     names = [m.strip() for m in args.methods.split(",") if m.strip()]
     if names == ["all"]:
         names = list(benchmark.CLASSROOM_METHODS)
+    elif names == ["robust"]:
+        names = list(benchmark.ROBUST_METHODS)
     if not names:
         args.error("argument --methods: give at least one method")
     for name in names:
@@ -224,6 +237,8 @@ def _benchmark(args) -> int:
         except (ValueError, TypeError) as err:
             args.error(f"argument --methods: {err}")
     feds = [f.strip() for f in args.partitions.split(",") if f.strip()]
+    if feds == ["robust"]:
+        feds = list(benchmark.ROBUST_FEDERATIONS)
     if not feds:
         args.error("argument --partitions: give at least one federation")
     for f in feds:
@@ -242,6 +257,8 @@ def _benchmark(args) -> int:
         args.error(f"argument --out: {out} exists and is not a folder")
     if not out.absolute().parent.is_dir():
         args.error(f"argument --out: folder {out.absolute().parent} does not exist")
+    if args.fixed_step is not None:
+        names = [benchmark.fixed_step(name, args.fixed_step) for name in names]
     tune = tuple(range(args.tune_seeds))
     evals = tuple(range(args.tune_seeds, args.tune_seeds + args.seeds))
     try:

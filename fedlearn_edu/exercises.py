@@ -43,6 +43,9 @@ __all__ = [
     "check_fednova",
     "check_fair_comparison",
     "check_interval_reading",
+    "check_trimmed_mean",
+    "check_krum",
+    "check_clip_and_noise",
     "collapsed_output",
 ]
 
@@ -63,6 +66,13 @@ CHECKERS = {
         "every method's server step tuned (chapter 8)"
     ),
     "check_interval_reading": "reading a paired difference and its interval: better, worse or a tie (chapter 8)",
+    "check_trimmed_mean": ("the coordinate-wise trimmed mean, floor(beta m) values cut at each end (chapter 9)"),
+    "check_krum": (
+        "Krum's pick: the update with the least sum of squared distances to its m - f - 2 nearest others (chapter 9)"
+    ),
+    "check_clip_and_noise": (
+        "DP-FedAvg's noisy mean: clip each update's norm to C, add z C xi, divide by the fixed D (chapter 9)"
+    ),
 }
 """Every checker of this module and what it checks, in the book's order."""
 
@@ -911,3 +921,215 @@ def check_interval_reading(your_function: Callable, seed: int = 0) -> bool:
         ),
     ]
     return run_cases("check_interval_reading", your_function, cases, mistakes=mistakes)
+
+
+def check_trimmed_mean(your_function: Callable, seed: int = 0) -> bool:
+    """Check ``your_function(deltas: Tensor[m, d], beta: float) -> Tensor[d]``: the trimmed mean.
+
+    Per coordinate, sort the m values, drop the ``b = floor(beta m)`` smallest and the b
+    largest, and average the ``m - 2b`` left (Yin et al., 2018; ``beta = 0`` is the mean);
+    :func:`fedlearn_edu.aggregators.trimmed_mean` is the reference.
+
+    Args:
+        your_function: the reader's trimmed mean, with the signature above.
+        seed: seeds the random inputs of the cases.
+
+    Returns:
+        ``True`` when every case passes; otherwise ``False``, after printing the first
+        failing case with its expected and received values and a hint.
+    """
+    from .aggregators import trimmed_mean
+
+    g = torch.Generator().manual_seed(seed)
+    per_coordinate = "trim each coordinate separately: sort along the client axis (dim 0), not whole rows"
+    outlier = torch.randn(9, 4, generator=g)
+    outlier[3] = 1e6
+    outlier[7, 1] = -1e6
+    mixed = torch.randn(10, 3, generator=g)
+    mixed[0, 0], mixed[1, 1], mixed[2, 2] = 50.0, -50.0, 50.0  # a different client is extreme per coordinate
+    inputs = [
+        ("10 clients, beta = 0.1 (one value cut at each end)", torch.randn(10, 6, generator=g), 0.1, per_coordinate),
+        ("beta = 0 is the plain mean", torch.randn(5, 3, generator=g), 0.0, "b = floor(0 m) = 0: nothing is cut"),
+        ("7 clients, beta = 0.2: b = floor(1.4) = 1", torch.randn(7, 4, generator=g), 0.2, "b = floor(beta m)"),
+        ("9 clients, beta = 0.3: b = floor(2.7) = 2", torch.randn(9, 4, generator=g), 0.3, "b = floor(beta m)"),
+        ("an attacker's huge values are cut", outlier, 0.2, per_coordinate),
+        ("a different client is extreme in each coordinate", mixed, 0.1, per_coordinate),
+        (
+            "10 clients, beta = 0.45: b = 4, the mean of the two middle values",
+            torch.randn(10, 5, generator=g),
+            0.45,
+            "cut b values at *each* end, keep m - 2b",
+        ),
+        (
+            "ties: repeated values",
+            torch.tensor([[1.0, 2.0], [1.0, 2.0], [1.0, 9.0], [3.0, 2.0]]),
+            0.25,
+            "cut by position in the sorted values, not by value: a repeated value may stay",
+        ),
+        ("float64, 12 clients, beta = 0.25", torch.randn(12, 7, generator=g, dtype=torch.float64), 0.25, ""),
+    ]
+    cases = [Case(name, (x, beta), trimmed_mean(x, beta), hint) for name, x, beta, hint in inputs]
+
+    def cut(x, b_low, b_high):
+        return x.sort(0).values[b_low : x.shape[0] - b_high].mean(0)
+
+    def rows_by_norm(x, beta):
+        b = int(beta * x.shape[0])
+        keep = x.norm(dim=1).argsort()[b : x.shape[0] - b]
+        return x[keep].mean(0)
+
+    mistakes = [
+        Mistake("the plain mean (nothing cut)", lambda x, beta: x.mean(0)),
+        Mistake(
+            "b = round(beta m) instead of floor(beta m)",
+            lambda x, beta: cut(x, round(beta * x.shape[0]), round(beta * x.shape[0])),
+        ),
+        Mistake("cutting the b largest values only", lambda x, beta: cut(x, 0, int(beta * x.shape[0]))),
+        Mistake("dropping whole updates by their norm instead of values per coordinate", rows_by_norm),
+    ]
+    return run_cases("check_trimmed_mean", your_function, cases, mistakes=mistakes)
+
+
+def check_krum(your_function: Callable, seed: int = 0) -> bool:
+    """Check ``your_function(deltas: Tensor[m, d], f: int) -> Tensor[d]``: Krum's pick.
+
+    Krum (Blanchard et al., 2017) scores each client i by the sum of the squared distances
+    ``||Delta_i - Delta_j||^2`` to its ``m - f - 2`` nearest *other* clients and returns the
+    update of the client with the lowest score (a tie: the lower index);
+    :func:`fedlearn_edu.aggregators.krum` is the reference.
+
+    Args:
+        your_function: the reader's Krum, with the signature above.
+        seed: seeds the random inputs of the cases.
+
+    Returns:
+        ``True`` when every case passes; otherwise ``False``, after printing the first
+        failing case with its expected and received values and a hint.
+    """
+    from .aggregators import krum
+
+    g = torch.Generator().manual_seed(seed)
+    cluster = torch.randn(9, 5, generator=g) * 0.1
+    cluster[6:] += 20.0  # three attackers together, far from the six honest clients
+    spread = torch.randn(7, 3, generator=g)
+    spread[2] = spread[[0, 1, 3, 4, 5, 6]].mean(0)  # one client at the centre of the others
+    twins = torch.randn(6, 2, generator=g)
+    twins[4] = twins[1]  # two identical clients: the lower index wins a tie
+    score = "score = the sum of the m - f - 2 smallest squared distances to the *other* clients"
+    inputs = [
+        ("7 clients, f = 2", torch.randn(7, 4, generator=g), 2, score),
+        ("one far outlier, f = 1", torch.cat([torch.randn(5, 3, generator=g), torch.full((1, 3), 1e3)]), 1, score),
+        (
+            "three colluding attackers far from six honest clients, f = 3",
+            cluster,
+            3,
+            "m - f - 2 = 4 neighbours: each honest client has 5 close ones, each attacker only 2",
+        ),
+        ("a client at the centre of the others, f = 2", spread, 2, score),
+        ("f = 0: the m - 2 nearest", torch.randn(5, 6, generator=g), 0, "with f = 0 each client counts m - 2"),
+        (
+            "six clients on a line, f = 1: squared distances pick another client than distances",
+            torch.tensor([[1.0, 0.0], [10.0, 0.0], [9.0, 0.0], [8.0, 0.0], [5.0, 0.0], [2.0, 0.0]]),
+            1,
+            "square the distances: ||Delta_i - Delta_j||^2",
+        ),
+        ("two identical clients (a tie)", twins, 1, "a tie in the scores goes to the lower index"),
+        ("float64, 11 clients, f = 4", torch.randn(11, 8, generator=g, dtype=torch.float64), 4, score),
+    ]
+    cases = [Case(name, (x, f), krum(x, f), hint) for name, x, f, hint in inputs]
+
+    def scored(x, k, squared=True, self_too=False):
+        d = torch.cdist(x.double(), x.double())
+        d = d**2 if squared else d
+        if not self_too:
+            d = d + torch.diag(torch.full((x.shape[0],), float("inf"), dtype=d.dtype))
+        return x[torch.sort(d, dim=1).values[:, :k].sum(1).argmin()]
+
+    mistakes = [
+        Mistake("distances, not squared distances", lambda x, f: scored(x, x.shape[0] - f - 2, squared=False)),
+        Mistake("m - f - 1 neighbours instead of m - f - 2", lambda x, f: scored(x, x.shape[0] - f - 1)),
+        Mistake(
+            "counting the client itself (distance 0) among its neighbours",
+            lambda x, f: scored(x, x.shape[0] - f - 2, self_too=True),
+        ),
+        Mistake("the mean of the updates", lambda x, f: x.mean(0)),
+    ]
+    return run_cases("check_krum", your_function, cases, mistakes=mistakes)
+
+
+def check_clip_and_noise(your_function: Callable, seed: int = 0) -> bool:
+    """Check ``your_function(deltas, clip, noise_multiplier, xi, denominator) -> Tensor[d]``: DP-FedAvg's noisy mean.
+
+    ``(sum_i Delta_i min(1, C / ||Delta_i||) + z C xi) / D`` with ``deltas: Tensor[m, d]``,
+    ``clip`` C, ``noise_multiplier`` z, ``xi: Tensor[d]`` a standard normal draw (given, so that
+    the answer is exact) and the fixed ``denominator`` D (McMahan et al., 2018). The clipping
+    is of each client's whole update, and a zero update stays zero. The reference is
+    :func:`fedlearn_edu.aggregators.norm_clip` and the formula of
+    :class:`fedlearn_edu.strategies.DPFedAvg`.
+
+    Args:
+        your_function: the reader's clip-and-noise, with the signature above.
+        seed: seeds the random inputs of the cases.
+
+    Returns:
+        ``True`` when every case passes; otherwise ``False``, after printing the first
+        failing case with its expected and received values and a hint.
+    """
+    from .aggregators import norm_clip
+
+    def reference(x, clip, z, xi, denominator):
+        clipped, _ = norm_clip(x, clip)
+        return (clipped.sum(0) + z * clip * xi) / denominator
+
+    g = torch.Generator().manual_seed(seed)
+    whole = "clip the norm of each client's whole update, Delta_i min(1, C / ||Delta_i||), not each coordinate"
+    zero = torch.randn(4, 5, generator=g)
+    zero[2] = 0.0
+    huge = torch.cat([torch.randn(3, 4, generator=g) * 0.1, torch.full((1, 4), 1e4)])
+    inputs = [
+        ("6 clients, all longer than C = 0.5", torch.randn(6, 8, generator=g) * 3, 0.5, 1.0, 6, whole),
+        (
+            "every update shorter than C: nothing clipped",
+            torch.randn(5, 4, generator=g) * 0.01,
+            10.0,
+            0.7,
+            5,
+            "min(1, C / ||Delta_i||) is 1 for a short update: it is not scaled up",
+        ),
+        ("z = 0: clipping only", torch.randn(5, 3, generator=g), 0.3, 0.0, 5, whole),
+        (
+            "a fixed denominator D = 10 with 4 clients this round",
+            torch.randn(4, 6, generator=g),
+            1.0,
+            1.1,
+            10,
+            "divide by the fixed D, not by the round's number of clients",
+        ),
+        ("a zero update stays zero", zero, 0.5, 0.5, 4, "min(1, C / 0) is 1: a zero update is not rescaled"),
+        ("one huge update: its influence is at most C", huge, 1.0, 2.0, 4, whole),
+        ("float64, 9 clients", torch.randn(9, 7, generator=g, dtype=torch.float64), 0.8, 0.3, 9, ""),
+    ]
+    cases = []
+    for name, x, clip, z, denominator, hint in inputs:
+        xi = torch.randn(x.shape[1], generator=g, dtype=torch.float64).to(x.dtype)
+        cases.append(Case(name, (x, clip, z, xi, denominator), reference(x, clip, z, xi, denominator), hint))
+    mistakes = [
+        Mistake(
+            "clipping each coordinate to [-C, C] instead of the update's norm",
+            lambda x, c, z, xi, d: (x.clamp(-c, c).sum(0) + z * c * xi) / d,
+        ),
+        Mistake(
+            "dividing by the round's number of clients m instead of the fixed D",
+            lambda x, c, z, xi, d: reference(x, c, z, xi, x.shape[0]),
+        ),
+        Mistake(
+            "noise of standard deviation z instead of z C",
+            lambda x, c, z, xi, d: (norm_clip(x, c)[0].sum(0) + z * xi) / d,
+        ),
+        Mistake("no clipping", lambda x, c, z, xi, d: (x.sum(0) + z * c * xi) / d),
+        Mistake(
+            "scaling every update to norm C (the short ones too)",
+            lambda x, c, z, xi, d: ((c * x / x.norm(dim=1, keepdim=True).clamp_min(1e-30)).sum(0) + z * c * xi) / d,
+        ),
+    ]
+    return run_cases("check_clip_and_noise", your_function, cases, mistakes=mistakes)

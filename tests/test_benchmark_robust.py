@@ -1,0 +1,147 @@
+"""The benchmark's attack axis, and the committed robust grid (benchmarks/results/robust) still matching the code.
+
+The chapter *When clients misbehave* reads these records instead of running the grid; here a
+sample of runs other than the chapter's is run again from its recorded configuration and every
+recorded number must come out identical, bit for bit.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fedlearn_edu import benchmark
+
+RECORDS = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "robust"
+COLUMNS = ("mean", "std", "worst10", "best10", "loss", "train_loss")
+
+
+def test_an_attack_is_part_of_the_federation_and_of_its_key():
+    plain = benchmark.parse_federation("dirichlet:0.5")
+    attacked = benchmark.parse_federation("dirichlet:0.5+sign_flip:0.3")
+    assert attacked.partition == "dirichlet" and attacked.partition_params == {"alpha": 0.5}
+    assert (attacked.attack, attacked.attack_fraction, attacked.attack_params) == ("sign_flip", 0.3, {})
+    assert benchmark.parse_federation("iid+gaussian:0.1").attack_params == {"sigma": 1.0}
+    # without an attacker, the federation's configuration (hence every key) is the one before the axis existed
+    assert set(plain.config()) == {
+        "name",
+        "dataset",
+        "partition",
+        "partition_params",
+        "num_clients",
+        "model",
+        "noisy_clients",
+        "noise_fraction",
+        "num_samples",
+    }
+    assert attacked.config()["attack"] == "sign_flip"
+    p = benchmark.Protocol()
+    m = benchmark.METHODS["fedavg"]
+    keys = {benchmark.run_key(benchmark._config(m, f, p, {"server_lr": 1.0}, 1, "eval")) for f in (plain, attacked)}
+    assert len(keys) == 2
+
+
+@pytest.mark.parametrize(
+    "text, match",
+    [
+        ("dirichlet:0.5+sign_flip", "KIND:FRACTION"),
+        ("dirichlet:0.5+nonsense:0.1", "attack must be one of"),
+        ("dirichlet:0.5+sign_flip:1.5", "attack_fraction"),
+        ("dirichlet:0.5+model_replacement:0.1", "attack must be one of"),
+    ],
+)
+def test_bad_attacks_are_refused_by_name(text, match):
+    with pytest.raises(ValueError, match=match):
+        benchmark.parse_federation(text)
+
+
+def test_an_attacked_run_differs_and_is_reproduced():
+    p = benchmark.Protocol(rounds=3, clients_per_round=4, last_k=2)
+    m = benchmark.fixed_step("fedavg", 1.0)
+    common = {"num_clients": 4, "num_samples": 300}
+    runs = {}
+    for text in ("dirichlet:0.5", "dirichlet:0.5+sign_flip:0.5"):
+        cfg = benchmark._config(m, benchmark.parse_federation(text, **common), p, m.candidates()[0], 1, "eval")
+        runs[text] = [benchmark.execute(cfg) for _ in range(2)]
+        assert all(r["status"] == "ok" for r in runs[text]), runs[text]
+        assert json.dumps(runs[text][0]["rows"]) == json.dumps(runs[text][1]["rows"])  # NaN == NaN in text
+    assert runs["dirichlet:0.5"][0]["rows"][-1] != runs["dirichlet:0.5+sign_flip:0.5"][0]["rows"][-1]
+
+
+def test_a_fixed_step_is_not_tuned():
+    m = benchmark.fixed_step("fedvg", 2.0)
+    assert (
+        m.candidates() == [{"server_lr": 2.0}] and m.server_validation == benchmark.METHODS["fedvg"].server_validation
+    )
+    with pytest.raises(ValueError, match="server_lr"):
+        benchmark.fixed_step("fedavg", 0)
+
+
+def test_untuned_methods_run_no_tuning_run(tmp_path):
+    result = benchmark.run(
+        [benchmark.fixed_step("fedavg", 1.0), benchmark.fixed_step("median", 1.0)],
+        ["dirichlet:0.5+label_flip:0.25"],
+        out=tmp_path,
+        engine="sequential",
+        num_clients=4,
+        num_samples=300,
+        rounds=2,
+        last_k=1,
+        clients_per_round=4,
+        eval_seeds=(1, 2),
+        progress=False,
+    )
+    assert set(result.runs.phase) == {"eval"} and len(result.runs) == 4
+    assert result.picks == {("dirichlet:0.5+label_flip:0.25", m): {"server_lr": 1.0} for m in ("fedavg", "median")}
+    assert (result.records.attack == "label_flip").all()
+
+
+# --------------------------------------------------------------------------- the committed grid
+
+
+@pytest.fixture(scope="module")
+def result():
+    return benchmark.load(RECORDS)
+
+
+def test_the_records_are_the_robust_grid(result):
+    runs, p = result.runs, result.protocol
+    assert (runs.status == "ok").all() and set(runs.phase) == {"eval"}  # no method is tuned
+    assert len(p.eval_seeds) >= 3
+    assert list(dict.fromkeys(runs.method)) == list(benchmark.ROBUST_METHODS)
+    assert list(dict.fromkeys(runs.federation)) == list(benchmark.ROBUST_FEDERATIONS)
+    assert (runs.groupby(["federation", "method"]).seed.nunique() == len(p.eval_seeds)).all()
+    configs = [json.loads(c) for c in runs.config]
+    assert [benchmark.run_key(c) for c in configs] == list(runs.run_key)
+    assert all(c["settings"]["server_lr"] == 1.0 for c in configs)
+    assert benchmark.records_folder("robust", download=False).resolve() == RECORDS.resolve()
+
+
+def test_the_summary_follows_from_the_records(result):
+    committed = pd.read_csv(RECORDS / "summary.csv")
+    again = result.summary()
+    drop = [c for c in committed.columns if c.startswith("sec_per_round")]
+    pd.testing.assert_frame_equal(
+        committed.drop(columns=drop).reset_index(drop=True),
+        again.drop(columns=drop).reset_index(drop=True),
+        check_dtype=False,
+        rtol=1e-12,
+    )
+
+
+def test_a_sample_of_runs_is_reproduced_bit_for_bit(result):
+    runs = result.runs
+    rng = np.random.default_rng(22)  # not the chapter's sample (it uses seed 2027)
+    light = runs[runs.method.isin(["trimmedmean", "krum", "normclipping", "dp0.3", "centeredclipping"])]
+    sample = light.iloc[np.sort(rng.choice(len(light), size=3, replace=False))]
+    for _, run in sample.iterrows():
+        live = benchmark.execute(json.loads(run.config))
+        assert live["status"] == "ok", live.get("error")
+        rec = result.records[result.records.run_key == run.run_key].sort_values("round")
+        for column in COLUMNS:
+            again = np.array([row[column] for row in live["rows"]])
+            assert np.array_equal(again, rec[column].to_numpy(), equal_nan=True), (run.method, run.run_key, column)
