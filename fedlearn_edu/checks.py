@@ -25,6 +25,7 @@ __all__ = [
     "check_range",
     "check_seed",
     "check_bool",
+    "check_norm_order",
     "as_vector",
     "as_labels",
     "check_model_data",
@@ -82,8 +83,9 @@ def check_float(value: Any, name: str, *, positive: bool = False, nonnegative: b
     Args:
         value: a real number (int, float, NumPy scalar, one-element tensor).
         name: the argument's name, for the message.
-        positive: require ``value > 0`` (the same as :func:`check_positive`).
-        nonnegative: require ``value >= 0`` (``check_positive(..., allow_zero=True)``).
+        positive: deprecated spelling of :func:`check_positive` (the one way to ask for
+            ``value > 0``); kept for the call sites not yet migrated.
+        nonnegative: deprecated spelling of ``check_positive(..., allow_zero=True)``.
 
     Returns:
         ``float(value)``.
@@ -167,6 +169,29 @@ def check_range(
             interval = f"in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
         raise ValueError(f"{name} must be {interval}{' ' + why if why else ''}, got {value!r}.")
     return out
+
+
+def check_norm_order(value: Any, name: str = "norm_order") -> float:
+    """``value`` as the order p of a vector norm: a real number ``> 0``, ``inf`` included.
+
+    Args:
+        value: p (``1``, ``2``, ``math.inf``, ...; NumPy scalars and one-element tensors too).
+        name: the argument's name, for the message.
+
+    Returns:
+        ``float(value)``.
+
+    Raises:
+        TypeError: not a real number (``"fro"``, ``"inf"``, ``None``, a bool).
+        ValueError: NaN, ``-inf``, zero or negative.
+    """
+    why = "(p of the norm: 1, 2, inf, ...)"
+    if isinstance(value, (int, float, np.floating)) and not isinstance(value, bool) and value == math.inf:
+        return math.inf
+    try:
+        return check_range(value, name, 0, None, low_open=True, why=why)
+    except ValueError:
+        raise ValueError(f"{name} must be > 0 or inf {why}, got {value!r}.") from None
 
 
 def check_bool(value: Any, name: str) -> bool:

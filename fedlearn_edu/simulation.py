@@ -36,6 +36,7 @@ from .attacks import Attack
 from .checkpoint import CHECKPOINT_VERSION
 from .checks import (
     all_finite,
+    check_bool,
     check_float,
     check_int,
     check_model_data,
@@ -438,6 +439,7 @@ def local_training(
     Raises:
         TypeError, ValueError: a setting of the wrong type or out of range.
     """
+    local_epochs = check_int(local_epochs, "local_epochs", 1)  # the caller's name (LocalTraining's is epochs)
     return LocalTraining(local_epochs, batch_size, lr, momentum, weight_decay), check_lr_decay(lr_decay)
 
 
@@ -637,6 +639,8 @@ def simulate(
     check_run_arguments(
         federation, rounds, clients_per_round, eval_every, lr_decay, model=model, seed=seed, strategy=strategy
     )
+    progress = check_bool(progress, "progress")
+    secure_aggregation = check_bool(secure_aggregation, "secure_aggregation")
     if on_nonfinite not in ON_NONFINITE:
         raise ValueError(f"on_nonfinite must be one of {ON_NONFINITE}, got {on_nonfinite!r}.")
     checkpoint = _ckpt.check_checkpoint_args(checkpoint, resume, checkpoint_every)
@@ -655,6 +659,7 @@ def simulate(
     name = getattr(strategy, "name", type(strategy).__name__)
 
     params0 = {k: v.to(dev) for k, v in get_params(net).items()}
+    _check_lr_fits(base_config.lr, params0)
     train_sets = [(c.train_x.to(dev), c.train_y.to(dev)) for c in federation]
     bad_data = {i for i, (x, _) in enumerate(train_sets) if x.is_floating_point() and not bool(torch.isfinite(x).all())}
     num_samples = federation.num_train_samples
@@ -778,6 +783,15 @@ def simulate(
     history.final_state = _to(client_state, "cpu")
     history.final_server_state = _to(server_state, "cpu")
     return history
+
+
+def _check_lr_fits(lr: float, params: Params) -> None:
+    """The client lr must be a number of the parameters' dtype (the engines' SGD step takes it as one)."""
+    for p in params.values():
+        if p.is_floating_point() and lr > torch.finfo(p.dtype).max:
+            raise ValueError(
+                f"lr={lr!r} is too large for {p.dtype} parameters (at most {torch.finfo(p.dtype).max:.3g})."
+            )
 
 
 def _check_attack(attack, strategy: Strategy, num_clients: int) -> Tensor | None:

@@ -54,6 +54,7 @@ __all__ = [
     "activation_counts",
     "hamming_distances",
     "penultimate_preactivations",
+    "hooked_module",
     "probe_indices",
     "probe_batch",
     "client_oui",
@@ -257,11 +258,7 @@ def penultimate_preactivations(
                     "layer='<name of the penultimate module>' to capture it with a forward hook."
                 ) from err
         else:
-            try:
-                module = model.get_submodule(layer)
-            except AttributeError as err:
-                names = [n for n, _ in model.named_modules() if n]
-                raise ValueError(f"No submodule {layer!r} in {type(model).__name__}; choose one of {names}.") from err
+            module = hooked_module(model, layer)
             captured: list[Tensor] = []
             handle = module.register_forward_hook(lambda _m, _i, out: captured.append(out))
             try:
@@ -272,9 +269,34 @@ def penultimate_preactivations(
             finally:
                 handle.remove()
             if not captured or not isinstance(captured[-1], Tensor):
-                raise ValueError(f"Submodule {layer!r} produced no tensor output in the forward pass.")
+                raise ValueError(f"layer={layer!r}: that submodule produced no tensor output in the forward pass.")
             z = captured[-1]
     return z.flatten(1)
+
+
+def hooked_module(model: nn.Module, layer: str) -> nn.Module:
+    """The submodule ``layer`` of ``model`` whose output the OUI reads.
+
+    Args:
+        model: the network.
+        layer: a name from ``model.named_modules()``.
+
+    Returns:
+        The submodule.
+
+    Raises:
+        TypeError: ``layer`` is not a string.
+        ValueError: ``model`` has no submodule of that name (the message lists the names).
+    """
+    if not isinstance(layer, str):
+        raise TypeError(f"layer must be None or a submodule name (str), got {layer!r}.")
+    try:
+        return model.get_submodule(layer)
+    except AttributeError:
+        names = [n for n, _ in model.named_modules() if n]
+        raise ValueError(
+            f"layer={layer!r} names no submodule of {type(model).__name__}; choose one of {names}."
+        ) from None
 
 
 def probe_indices(num_samples: int, probe_size: int = 32, seed: int = 0) -> Tensor:

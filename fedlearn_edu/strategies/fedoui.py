@@ -23,7 +23,7 @@ from ..aggregators.fedoui import scores_and_fit, weights_from_scores
 from ..checks import check_int, check_positive, check_seed
 from ..engine import LocalResult
 from ..params import Params
-from ..signals.oui import client_oui, probe_batch
+from ..signals.oui import client_oui, hooked_module, probe_batch
 from .base import ClientUpdates, Needs, Strategy
 
 __all__ = ["FedOUI", "FedAlign"]
@@ -76,6 +76,25 @@ class FedOUI(Strategy):
         self.eps = check_positive(eps, "eps")
         self.probe_seed = check_seed(probe_seed, "probe_seed")
         self.layer = layer
+
+    def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[dict, dict]:
+        """:meth:`Strategy.init_state`, after checking that ``layer`` (if any) is a submodule of ``model``.
+
+        Args:
+            params: theta_0, ``{name: Tensor}``.
+            model: the architecture.
+            num_clients: N.
+            seed: the run's seed.
+
+        Returns:
+            ``(server_state, client_state)``.
+
+        Raises:
+            ValueError: ``model`` has no submodule named ``layer`` (before round 1, not in it).
+        """
+        if self.layer is not None:
+            hooked_module(model, self.layer)
+        return super().init_state(params, model, num_clients, seed)
 
     def client_signals(
         self, model: nn.Module, global_params: Params, local: LocalResult, datasets: Sequence[tuple[Tensor, Tensor]]
