@@ -44,6 +44,7 @@ from .params import Params, num_stacked, stack_params
 from .utils import tune_cpu_allocator
 
 __all__ = [
+    "MAX_EPOCHS",
     "LocalTraining",
     "LocalResult",
     "LoopEngine",
@@ -56,12 +57,16 @@ __all__ = [
 ]
 
 
+#: the most local epochs a round may ask for (2**64 would overflow the step count, and never end)
+MAX_EPOCHS = 100_000
+
+
 @dataclass(frozen=True)
 class LocalTraining:
     """Hyper-parameters of the clients' local SGD.
 
     Attributes:
-        epochs: passes over the client's training split.
+        epochs: passes over the client's training split, in ``[1, MAX_EPOCHS]`` (100000).
         batch_size: mini-batch size (the last batch of an epoch may be smaller; one larger than a
             client's data gives one full batch).
         lr: client learning rate.
@@ -80,7 +85,7 @@ class LocalTraining:
     def __post_init__(self) -> None:
         """Check the fields (TypeError/ValueError naming the field) and keep them as Python numbers."""
         checked = {
-            "epochs": check_int(self.epochs, "epochs", 1),
+            "epochs": check_int(self.epochs, "epochs", 1, MAX_EPOCHS),
             "batch_size": check_int(self.batch_size, "batch_size", 1),
             "lr": check_positive(self.lr, "lr"),
             "momentum": check_range(self.momentum, "momentum", 0, 1, high_open=True),
