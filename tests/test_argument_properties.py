@@ -413,3 +413,13 @@ def test_fedalign_with_a_huge_eps_weighs_clients_by_size():
     w = fedalign_weights(deltas, n, eps=1e308)  # was: NaN weights (n * eps overflowed)
     torch.testing.assert_close(w, (n / n.sum()).double())
     simulate(FED, MODEL, STRATEGIES["fedalign"](eps=1e308), **RUN)
+
+
+def test_fedoui_probe_size_is_bounded():
+    from fedlearn_edu.signals.oui import MAX_PROBE_SIZE, probe_indices
+
+    with pytest.raises(ValueError, match=r"^probe_size must be <= 100000"):  # was: torch's randint overflow
+        STRATEGIES["fedoui"](probe_size=2**64)
+    with pytest.raises(ValueError, match=r"^probe_size must be <= 100000"):
+        probe_indices(10, 2**64)
+    assert probe_indices(10, MAX_PROBE_SIZE).shape == (MAX_PROBE_SIZE,)

@@ -46,6 +46,7 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call, vmap
 
+from ..checks import check_int
 from ..utils import derive_seed
 
 __all__ = [
@@ -55,6 +56,7 @@ __all__ = [
     "hamming_distances",
     "penultimate_preactivations",
     "hooked_module",
+    "MAX_PROBE_SIZE",
     "probe_indices",
     "probe_batch",
     "client_oui",
@@ -299,6 +301,10 @@ def hooked_module(model: nn.Module, layer: str) -> nn.Module:
         ) from None
 
 
+#: the largest OUI probe batch (B samples per client, every round; 2**64 would not fit in memory)
+MAX_PROBE_SIZE = 100_000
+
+
 def probe_indices(num_samples: int, probe_size: int = 32, seed: int = 0) -> Tensor:
     """Which of a client's training samples form its fixed OUI probe batch.
 
@@ -311,11 +317,12 @@ def probe_indices(num_samples: int, probe_size: int = 32, seed: int = 0) -> Tens
 
     Args:
         num_samples: the client's number of training samples, >= 1.
-        probe_size: B, >= 2.
+        probe_size: B, in ``[2, MAX_PROBE_SIZE]`` (100000; FedOUI uses 32).
         seed: the run's seed.
 
     Raises:
-        ValueError: no samples, or ``probe_size < 2``.
+        TypeError: ``probe_size`` not an integer.
+        ValueError: no samples, or ``probe_size`` out of range.
 
     Returns:
         ``Tensor[probe_size]`` (int64).
@@ -324,11 +331,10 @@ def probe_indices(num_samples: int, probe_size: int = 32, seed: int = 0) -> Tens
         >>> probe_indices(100, 4, seed=0).shape
         torch.Size([4])
     """
-    n, b = int(num_samples), int(probe_size)
+    n = int(num_samples)
+    b = check_int(probe_size, "probe_size", 2, MAX_PROBE_SIZE)  # the OUI needs B >= 2
     if n < 1:
         raise ValueError("A client needs at least one training sample for an OUI probe.")
-    if b < 2:
-        raise ValueError(f"probe_size must be at least 2 (OUI needs B >= 2), got {probe_size}.")
     g = torch.Generator().manual_seed(derive_seed(seed, n))
     if n >= b:
         return torch.randperm(n, generator=g)[:b]
