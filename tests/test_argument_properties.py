@@ -423,3 +423,9 @@ def test_fedoui_probe_size_is_bounded():
     with pytest.raises(ValueError, match=r"^probe_size must be <= 100000"):
         probe_indices(10, 2**64)
     assert probe_indices(10, MAX_PROBE_SIZE).shape == (MAX_PROBE_SIZE,)
+
+
+def test_fedvg_overflowing_small_p_norms_blame_norm_order():
+    strategy = STRATEGIES["fedvg"](VAL, norm_order=2**-7)  # was: "the validation gradient ... is NaN or Inf"
+    with pytest.raises(ValueError, match=r"norm_order=0.0078125 norms of client \d+'s \(finite\) validation gradient"):
+        simulate(FED, MODEL, strategy, **RUN)

@@ -241,6 +241,11 @@ def validation_gradient_norms(
     norms = torch.stack([torch.linalg.vector_norm(g.reshape(m, -1), ord=p, dim=1) for g in grads.values()], dim=1)
     i = first_nonfinite_row(norms)
     if i is not None:
+        if all(first_nonfinite_row(g) is None for g in grads.values()):  # finite gradients, overflowing norms
+            raise ValueError(
+                f"The norm_order={p:g} norms of client {i}'s (finite) validation gradient overflow: a small p "
+                "raises the entries to 1/p; use norm_order >= 1 (1, 2, inf)."
+            )
         raise ValueError(
             f"The validation gradient of client {i} is NaN or Inf (its model overflows on the "
             "validation set); lower the client learning rate."
