@@ -40,7 +40,7 @@ from statistics import NormalDist
 import torch
 from torch import Tensor
 
-from .checks import check_float, check_range, check_seed
+from .checks import check_float, check_positive, check_range, check_seed
 from .params import Params
 from .utils import derive_seed
 
@@ -104,7 +104,7 @@ class Attack:
         object.__setattr__(self, "fraction", check_range(self.fraction, "fraction", 0.0, 1.0))
         object.__setattr__(self, "seed", check_seed(self.seed))
         object.__setattr__(self, "scale", check_float(self.scale, "scale"))
-        object.__setattr__(self, "sigma", check_float(self.sigma, "sigma", nonnegative=True))
+        object.__setattr__(self, "sigma", check_positive(self.sigma, "sigma", allow_zero=True))
         if self.kind == "model_replacement":
             if not isinstance(self.target, dict) or not all(isinstance(v, Tensor) for v in self.target.values()):
                 raise ValueError("kind='model_replacement' needs target={name: Tensor}, the model X to install.")

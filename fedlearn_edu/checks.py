@@ -25,6 +25,7 @@ __all__ = [
     "check_range",
     "check_seed",
     "check_bool",
+    "check_norm_order",
     "as_vector",
     "as_labels",
     "check_model_data",
@@ -76,24 +77,20 @@ def check_int(value: Any, name: str, minimum: int | None = None, maximum: int | 
     return int(out)
 
 
-def check_float(value: Any, name: str, *, positive: bool = False, nonnegative: bool = False) -> float:
+def check_float(value: Any, name: str) -> float:
     """``value`` as a finite Python float; strings and other non-numbers are refused.
 
     Args:
         value: a real number (int, float, NumPy scalar, one-element tensor).
         name: the argument's name, for the message.
-        positive: require ``value > 0`` (the same as :func:`check_positive`).
-        nonnegative: require ``value >= 0`` (``check_positive(..., allow_zero=True)``).
 
     Returns:
         ``float(value)``.
 
     Raises:
         TypeError: not a real number (``"1"`` is a string, not a number).
-        ValueError: NaN, infinite, or outside the requested range.
+        ValueError: NaN or infinite (:func:`check_positive` and :func:`check_range` add bounds).
     """
-    if positive or nonnegative:
-        return check_positive(value, name, allow_zero=not positive)
     if isinstance(value, (str, bytes, bool)) or value is None:
         raise TypeError(f"{name} must be a real number, got {value!r} ({type(value).__name__}).")
     try:
@@ -167,6 +164,29 @@ def check_range(
             interval = f"in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
         raise ValueError(f"{name} must be {interval}{' ' + why if why else ''}, got {value!r}.")
     return out
+
+
+def check_norm_order(value: Any, name: str = "norm_order") -> float:
+    """``value`` as the order p of a vector norm: a real number ``> 0``, ``inf`` included.
+
+    Args:
+        value: p (``1``, ``2``, ``math.inf``, ...; NumPy scalars and one-element tensors too).
+        name: the argument's name, for the message.
+
+    Returns:
+        ``float(value)``.
+
+    Raises:
+        TypeError: not a real number (``"fro"``, ``"inf"``, ``None``, a bool).
+        ValueError: NaN, ``-inf``, zero or negative.
+    """
+    why = "(p of the norm: 1, 2, inf, ...)"
+    if isinstance(value, (int, float, np.floating)) and not isinstance(value, bool) and value == math.inf:
+        return math.inf
+    try:
+        return check_range(value, name, 0, None, low_open=True, why=why)
+    except ValueError:
+        raise ValueError(f"{name} must be > 0 or inf {why}, got {value!r}.") from None
 
 
 def check_bool(value: Any, name: str) -> bool:

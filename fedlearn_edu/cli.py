@@ -221,31 +221,53 @@ def _benchmark_parser(sub) -> None:
     bench.set_defaults(error=bench.error)
 
 
+def _comma_list(error, flag: str, text: str, check, what: str, aliases=None) -> list[str]:
+    """The entries of a comma-separated flag, each passed to ``check``; argparse's ``error`` otherwise.
+
+    Args:
+        error: the parser's ``error`` (prints the usage and exits with status 2).
+        flag: the flag, for the message (``"--methods"``).
+        text: its value.
+        check: called on every entry; a ``ValueError``/``TypeError`` refuses the entry.
+        what: what one entry is, for the message (``"method"``).
+        aliases: ``{word: entries}``: a flag that is only ``word`` stands for those entries
+            (``"all"``: every classroom method); other words are ordinary entries.
+
+    Returns:
+        The entries, stripped, empty ones dropped.
+    """
+    items = [s.strip() for s in text.split(",") if s.strip()]
+    if aliases and len(items) == 1 and items[0] in aliases:
+        items = list(aliases[items[0]])
+    if not items:
+        error(f"argument {flag}: give at least one {what}")
+    for item in items:
+        try:
+            check(item)
+        except (ValueError, TypeError) as err:
+            error(f"argument {flag}: {err}")
+    return items
+
+
 def _benchmark(args) -> int:
     from . import benchmark
 
-    names = [m.strip() for m in args.methods.split(",") if m.strip()]
-    if names == ["all"]:
-        names = list(benchmark.CLASSROOM_METHODS)
-    elif names == ["robust"]:
-        names = list(benchmark.ROBUST_METHODS)
-    if not names:
-        args.error("argument --methods: give at least one method")
-    for name in names:
-        try:
-            benchmark.method(name)
-        except (ValueError, TypeError) as err:
-            args.error(f"argument --methods: {err}")
-    feds = [f.strip() for f in args.partitions.split(",") if f.strip()]
-    if feds == ["robust"]:
-        feds = list(benchmark.ROBUST_FEDERATIONS)
-    if not feds:
-        args.error("argument --partitions: give at least one federation")
-    for f in feds:
-        try:
-            benchmark.parse_federation(f)
-        except (ValueError, TypeError) as err:
-            args.error(f"argument --partitions: {err}")
+    names = _comma_list(
+        args.error,
+        "--methods",
+        args.methods,
+        benchmark.method,
+        "method",
+        {"all": benchmark.CLASSROOM_METHODS, "robust": benchmark.ROBUST_METHODS},
+    )
+    feds = _comma_list(
+        args.error,
+        "--partitions",
+        args.partitions,
+        benchmark.parse_federation,
+        "federation",
+        {"robust": benchmark.ROBUST_FEDERATIONS},
+    )
     if args.seeds < 2:
         args.error("argument --seeds: at least 2 evaluation seeds are needed for an interval")
     if args.last_k > args.rounds:

@@ -38,11 +38,13 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.func import functional_call, grad, grad_and_value, vmap
 
+from .checks import check_int, check_positive, check_range
 from .local_objectives import linear_term, proximal_term
 from .params import Params, num_stacked, stack_params
 from .utils import tune_cpu_allocator
 
 __all__ = [
+    "MAX_EPOCHS",
     "LocalTraining",
     "LocalResult",
     "LoopEngine",
@@ -55,13 +57,18 @@ __all__ = [
 ]
 
 
+#: the most local epochs a round may ask for (2**64 would overflow the step count, and never end)
+MAX_EPOCHS = 100_000
+
+
 @dataclass(frozen=True)
 class LocalTraining:
     """Hyper-parameters of the clients' local SGD.
 
     Attributes:
-        epochs: passes over the client's training split.
-        batch_size: mini-batch size (the last batch of an epoch may be smaller).
+        epochs: passes over the client's training split, in ``[1, MAX_EPOCHS]`` (100000).
+        batch_size: mini-batch size (the last batch of an epoch may be smaller; one larger than a
+            client's data gives one full batch).
         lr: client learning rate.
         momentum: heavy-ball momentum (buffer starts at zero every round).
         weight_decay: L2 coefficient added to the gradient.
@@ -76,18 +83,17 @@ class LocalTraining:
     prox_mu: float = 0.0
 
     def __post_init__(self) -> None:
-        if int(self.epochs) != self.epochs or self.epochs < 1:
-            raise ValueError(f"epochs must be a positive integer, got {self.epochs}.")
-        if int(self.batch_size) != self.batch_size or self.batch_size < 1:
-            raise ValueError(f"batch_size must be a positive integer, got {self.batch_size}.")
-        for name in ("lr", "momentum", "weight_decay", "prox_mu"):
-            v = getattr(self, name)
-            if not (v == v) or v < 0 or v == float("inf"):
-                raise ValueError(f"{name} must be a finite number >= 0, got {v}.")
-        if self.lr == 0:
-            raise ValueError("lr must be > 0.")
-        if self.momentum >= 1:
-            raise ValueError(f"momentum must be in [0, 1), got {self.momentum}.")
+        """Check the fields (TypeError/ValueError naming the field) and keep them as Python numbers."""
+        checked = {
+            "epochs": check_int(self.epochs, "epochs", 1, MAX_EPOCHS),
+            "batch_size": check_int(self.batch_size, "batch_size", 1),
+            "lr": check_positive(self.lr, "lr"),
+            "momentum": check_range(self.momentum, "momentum", 0, 1, high_open=True),
+            "weight_decay": check_positive(self.weight_decay, "weight_decay", allow_zero=True),
+            "prox_mu": check_positive(self.prox_mu, "prox_mu", allow_zero=True),
+        }
+        for name, value in checked.items():
+            object.__setattr__(self, name, value)
 
     def replace(self, **changes) -> LocalTraining:
         """A copy with some fields changed.
@@ -147,7 +153,7 @@ def client_batches(num_samples: int, epochs: int, batch_size: int, seed: int) ->
     batches = []
     for _ in range(epochs):
         perm = torch.randperm(num_samples, generator=g)
-        batches.extend(perm.split(batch_size))
+        batches.extend(perm.split(min(batch_size, num_samples)))  # larger: one full batch
     return batches
 
 
@@ -695,10 +701,12 @@ class VmapEngine:
     def _train_chunk(self, model, global_params, datasets, config, seeds, start, linear=None) -> LocalResult:
         """Train m clients sorted by non-increasing step count; ``start`` (if any) is updated in place."""
         device = datasets[0][1].device
-        m, bs = len(datasets), config.batch_size
+        m = len(datasets)
         x_all = torch.cat([x for x, _ in datasets])
         y_all = torch.cat([y for _, y in datasets])
-        index, mask, steps = _padded_schedule([y.shape[0] for _, y in datasets], config.epochs, bs, seeds)
+        sizes = [y.shape[0] for _, y in datasets]
+        index, mask, steps = _padded_schedule(sizes, config.epochs, config.batch_size, seeds)
+        bs = index.shape[2]  # the batch size, capped at the largest client's data
         # width[s]: the slots step s computes; a batch's real samples fill its first slots.
         width = mask.sum(2).amax(0).long().tolist() if self.trim_padding else [bs] * index.shape[1]
         index, mask = index.to(device), mask.to(device, x_all.dtype)
@@ -807,13 +815,15 @@ class VmapEngine:
 
 def _num_steps(sizes: Tensor, epochs: int, batch_size: int) -> Tensor:
     """Local SGD steps of clients with ``sizes`` samples: ``epochs * ceil(n / batch_size)``."""
+    if sizes.numel():  # a batch larger than every client's data is one full batch (and no int64 overflow)
+        batch_size = min(batch_size, max(int(sizes.max()), 1))
     return epochs * -(-sizes // batch_size)
 
 
 def _padded_schedule(sizes: Sequence[int], epochs: int, batch_size: int, seeds: Sequence[int]):
     """Every client's :func:`client_batches` as one padded index tensor.
 
-    Returns ``index: Tensor[m, S, batch_size]`` (long; client j's local sample r is stored
+    Returns ``index: Tensor[m, S, b]`` (``b = min(batch_size, max n_j)``; long; client j's local sample r is stored
     as ``offsets[j] + r``, its position in the clients' concatenated data), ``mask`` of the
     same shape (1 for a real sample, 0 for padding) and ``steps: Tensor[m]`` (S = max steps).
 
@@ -823,6 +833,7 @@ def _padded_schedule(sizes: Sequence[int], epochs: int, batch_size: int, seeds: 
     is still NaN, so masking alone would not keep it out).
     """
     sizes_t = torch.tensor([int(n) for n in sizes])
+    batch_size = min(batch_size, max(int(sizes_t.max()), 1))  # wider than the largest client: all padding
     per_epoch = _num_steps(sizes_t, 1, batch_size)
     steps = epochs * per_epoch
     m, max_steps = len(sizes_t), int(steps.max())

@@ -24,7 +24,7 @@ the run is accounted here with ``noise_multiplier=z``, as a fixed-clipping run.
 
 from __future__ import annotations
 
-from .checks import check_float, check_int, check_range
+from .checks import check_int, check_positive, check_range
 
 __all__ = ["epsilon", "ACCOUNTANTS"]
 
@@ -64,7 +64,7 @@ def epsilon(rounds: int, sampling_rate: float, noise_multiplier: float, delta: f
     """
     rounds = check_int(rounds, "rounds", 0)
     q = check_range(sampling_rate, "sampling_rate", 0.0, 1.0, low_open=True)
-    z = check_float(noise_multiplier, "noise_multiplier", positive=True)
+    z = check_positive(noise_multiplier, "noise_multiplier")
     delta = check_range(delta, "delta", 0.0, 1.0, low_open=True, high_open=True)
     if accountant not in ACCOUNTANTS:
         raise ValueError(f"accountant must be one of {ACCOUNTANTS}, got {accountant!r}.")

@@ -36,6 +36,7 @@ from .attacks import Attack
 from .checkpoint import CHECKPOINT_VERSION
 from .checks import (
     all_finite,
+    check_bool,
     check_float,
     check_int,
     check_model_data,
@@ -46,7 +47,7 @@ from .checks import (
 )
 from .data.federation import Federation
 from .data.noise import reverse_labels
-from .engine import LocalTraining, make_engine
+from .engine import MAX_EPOCHS, LocalTraining, make_engine
 from .metrics import METRIC_NAMES, fairness_metrics
 from .params import Params, get_params, select_rows, tree_leaves
 from .secagg import check_secure_aggregation
@@ -389,12 +390,12 @@ def check_run_arguments(
         x_val, y_val = strategy.validation_data
         if tuple(x_val.shape[1:]) != tuple(federation.input_shape):
             raise ValueError(
-                f"The server validation set of {type(strategy).__name__} has inputs of shape "
+                f"val_data of {type(strategy).__name__} (the server validation set) has inputs of shape "
                 f"{tuple(x_val.shape[1:])}, but data set {data_name!r} has {tuple(federation.input_shape)}."
             )
         if y_val.numel() and (int(y_val.min()) < 0 or int(y_val.max()) >= federation.num_classes):
             raise ValueError(
-                f"The server validation set of {type(strategy).__name__} has labels outside "
+                f"val_data of {type(strategy).__name__} (the server validation set) has labels outside "
                 f"[0, {federation.num_classes - 1}] (data set {data_name!r})."
             )
 
@@ -438,6 +439,7 @@ def local_training(
     Raises:
         TypeError, ValueError: a setting of the wrong type or out of range.
     """
+    local_epochs = check_int(local_epochs, "local_epochs", 1, MAX_EPOCHS)  # the caller's name (LocalTraining's: epochs)
     return LocalTraining(local_epochs, batch_size, lr, momentum, weight_decay), check_lr_decay(lr_decay)
 
 
@@ -562,10 +564,10 @@ def simulate(
         rounds: number of communication rounds T.
         clients_per_round: m, clients sampled uniformly without replacement each round
             (capped at the number of clients).
-        local_epochs: the clients' local epochs per round (see
+        local_epochs: the clients' local epochs per round, at most ``MAX_EPOCHS`` (100000; see
             :class:`fedlearn_edu.engine.LocalTraining`).
-        batch_size: the clients' mini-batch size.
-        lr: the clients' learning rate (of round 1).
+        batch_size: the clients' mini-batch size (one larger than a client's data: one full batch).
+        lr: the clients' learning rate (of round 1); a number of the model's dtype.
         momentum: the clients' SGD momentum.
         weight_decay: the clients' weight decay.
         lr_decay: the client learning rate in round t is ``lr * lr_decay**(t-1)``.
@@ -578,7 +580,7 @@ def simulate(
             allocator for the whole process and is never reverted (freed memory is kept for
             reuse; measured 1.5x faster rounds). Pass ``engine=VmapEngine(tune_allocator=False)``
             (or ``"loop"``) to leave the allocator alone.
-        progress: show a progress bar (notebook-aware).
+        progress: ``True``/``False``: show a progress bar (notebook-aware).
         on_nonfinite: a client whose update (or new client state) holds NaN/Inf:
             ``"raise"`` stops the run with the cause; ``"skip"`` drops the client for the
             round (the others are aggregated, the global model never sees the bad update,
@@ -611,7 +613,7 @@ def simulate(
             ``History.attackers``) train on reversed labels (``"label_flip"``) or send the
             attack's update in place of theirs (the update-level kinds, applied to the round's
             stacked updates before the NaN check and aggregation). ``None``: every client is honest.
-        secure_aggregation: the server may see only sums of the clients' vectors
+        secure_aggregation: ``True``/``False``: the server may see only sums of the clients' vectors
             (:mod:`fedlearn_edu.secagg`): a strategy whose server step reads each client's update
             or signal (``strategy.needs.sums_only`` false: FedVG, CRAFT, FedOUI, the robust rules,
             ...) is refused, saying what it would need. The sums themselves are computed in the
@@ -637,6 +639,8 @@ def simulate(
     check_run_arguments(
         federation, rounds, clients_per_round, eval_every, lr_decay, model=model, seed=seed, strategy=strategy
     )
+    progress = check_bool(progress, "progress")
+    secure_aggregation = check_bool(secure_aggregation, "secure_aggregation")
     if on_nonfinite not in ON_NONFINITE:
         raise ValueError(f"on_nonfinite must be one of {ON_NONFINITE}, got {on_nonfinite!r}.")
     checkpoint = _ckpt.check_checkpoint_args(checkpoint, resume, checkpoint_every)
@@ -655,6 +659,7 @@ def simulate(
     name = getattr(strategy, "name", type(strategy).__name__)
 
     params0 = {k: v.to(dev) for k, v in get_params(net).items()}
+    _check_lr_fits(base_config.lr, params0)
     train_sets = [(c.train_x.to(dev), c.train_y.to(dev)) for c in federation]
     bad_data = {i for i, (x, _) in enumerate(train_sets) if x.is_floating_point() and not bool(torch.isfinite(x).all())}
     num_samples = federation.num_train_samples
@@ -782,6 +787,15 @@ def simulate(
     history.final_state = _to(client_state, "cpu")
     history.final_server_state = _to(server_state, "cpu")
     return history
+
+
+def _check_lr_fits(lr: float, params: Params) -> None:
+    """The client lr must be a number of the parameters' dtype (the engines' SGD step takes it as one)."""
+    for p in params.values():
+        if p.is_floating_point() and lr > torch.finfo(p.dtype).max:
+            raise ValueError(
+                f"lr={lr!r} is too large for {p.dtype} parameters (at most {torch.finfo(p.dtype).max:.3g})."
+            )
 
 
 def _check_attack(attack, strategy: Strategy, num_clients: int) -> Tensor | None:

@@ -21,10 +21,13 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
         The ``torch.device``.
 
     Raises:
+        TypeError: a bool (``True`` is not a device; an int is a CUDA ordinal, as in torch).
         ValueError: an unknown device name, or a device not available on this machine.
     """
     if isinstance(device, torch.device):
         return device
+    if isinstance(device, bool):
+        raise TypeError(f"device must be 'auto', a device name such as 'cpu' or a torch.device, got {device!r}.")
     if device == "auto":
         if torch.cuda.is_available():
             return torch.device("cuda")
@@ -34,7 +37,7 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
         return torch.device("cpu")
     try:
         dev = torch.device(device)
-    except (RuntimeError, TypeError) as err:
+    except (RuntimeError, TypeError, ValueError, OverflowError) as err:
         raise ValueError(f"Unknown device {device!r}: use 'auto', 'cpu', 'cuda', 'cuda:1', 'mps' ({err}).") from None
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ValueError("device='cuda' was requested but CUDA is not available; use device='auto' or 'cpu'.")

@@ -97,7 +97,9 @@ def test_both_engines_and_fedoui_blame_only_the_bad_client(bad_value):
     for strategy in (FedAvg(), FedOUI()):
         for engine in ("loop", "vmap"):
             with pytest.raises((FloatingPointError, ValueError)) as err:
-                simulate(fed, model, strategy, rounds=1, clients_per_round=4, batch_size=7, engine=engine, progress=0)
+                simulate(
+                    fed, model, strategy, rounds=1, clients_per_round=4, batch_size=7, engine=engine, progress=False
+                )
             msg = str(err.value)
             blamed = {int(v) for v in re.findall(r"client\(?s?\)? \[?(\d+)", msg)}
             assert blamed == {2}, f"{type(strategy).__name__}/{engine}: {msg}"

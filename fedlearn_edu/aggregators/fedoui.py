@@ -328,4 +328,6 @@ def fedalign_weights(deltas: Updates, num_samples, eps: float = 1e-3) -> Tensor:
         norms > 0, (flat @ mean) / torch.where(norms > 0, norms, torch.ones_like(norms)), torch.zeros_like(norms)
     ).clamp(-1.0, 1.0)
     w = n * (cos.clamp(min=0.0) + eps)
+    if not bool(torch.isfinite(w.sum())):  # n * eps overflows: the same ratios, divided by eps
+        w = n * (cos.clamp(min=0.0) / eps + 1.0)
     return w / w.sum()

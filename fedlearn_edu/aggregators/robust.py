@@ -42,10 +42,15 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..checks import Updates, check_float, check_int, check_range, check_updates, check_weights
+from ..checks import Updates, check_int, check_positive, check_range, check_updates, check_weights
 from ._tree import map_updates
 
+#: the most iterations :func:`geometric_median` and :func:`centered_clipping` take (a larger
+#: count, such as ``2**64``, would not end: refused up front instead of hanging)
+MAX_ITERATIONS = 100_000
+
 __all__ = [
+    "MAX_ITERATIONS",
     "coordinate_median",
     "trimmed_mean",
     "pairwise_sq_distances",
@@ -374,7 +379,7 @@ def norm_clip(deltas: Updates, clip: float) -> tuple[Updates, Tensor]:
     Raises:
         ValueError: ``clip <= 0``.
     """
-    clip = check_float(clip, "clip", positive=True)
+    clip = check_positive(clip, "clip")
     factors = _clip_factors(update_norms(deltas), clip)
     return _scale_rows(deltas, factors), factors
 
@@ -397,7 +402,7 @@ def geometric_median(
         deltas: ``Tensor[m, d]`` or ``{name: Tensor[m, ...]}``.
         weights: ``Tensor[m]`` non-negative weights alpha (``None``: uniform).
         nu: the smoothing nu > 0 (a distance floor: keeps the weights finite when z meets a point).
-        iterations: the most Weiszfeld steps, >= 1.
+        iterations: the most Weiszfeld steps, in ``[1, MAX_ITERATIONS]``.
         ftol: relative tolerance on the objective, >= 0.
 
     Returns:
@@ -408,9 +413,9 @@ def geometric_median(
     """
     m = check_updates(deltas, "deltas")
     alpha = torch.ones(m) if weights is None else check_weights(weights, m)
-    nu = check_float(nu, "nu", positive=True)
-    iterations = check_int(iterations, "iterations", 1)
-    ftol = check_float(ftol, "ftol", nonnegative=True)
+    nu = check_positive(nu, "nu")
+    iterations = check_int(iterations, "iterations", 1, MAX_ITERATIONS)
+    ftol = check_positive(ftol, "ftol", allow_zero=True)
     leaves = _leaves(deltas)
     dtype = _work_dtype(leaves[0])
     dev = leaves[0].device
@@ -452,7 +457,7 @@ def centered_clipping(deltas: Updates, tau: float, iterations: int = 1, v: Updat
     Args:
         deltas: ``Tensor[m, d]`` or ``{name: Tensor[m, ...]}``.
         tau: the clipping radius > 0.
-        iterations: L >= 1.
+        iterations: L, in ``[1, MAX_ITERATIONS]``.
         v: the starting centre, shaped like one client's update (``None``: zero).
 
     Returns:
@@ -462,8 +467,8 @@ def centered_clipping(deltas: Updates, tau: float, iterations: int = 1, v: Updat
         ValueError: a bad ``tau`` or ``iterations``, or ``v`` not shaped like an update.
     """
     m = check_updates(deltas, "deltas")
-    tau = check_float(tau, "tau", positive=True)
-    iterations = check_int(iterations, "iterations", 1)
+    tau = check_positive(tau, "tau")
+    iterations = check_int(iterations, "iterations", 1, MAX_ITERATIONS)
     leaves = _leaves(deltas)
     dtype = _work_dtype(leaves[0])
     xs = [t.reshape(m, -1).to(dtype) for t in leaves]

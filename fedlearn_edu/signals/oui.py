@@ -46,6 +46,7 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call, vmap
 
+from ..checks import check_int
 from ..utils import derive_seed
 
 __all__ = [
@@ -54,6 +55,8 @@ __all__ = [
     "activation_counts",
     "hamming_distances",
     "penultimate_preactivations",
+    "hooked_module",
+    "MAX_PROBE_SIZE",
     "probe_indices",
     "probe_batch",
     "client_oui",
@@ -257,11 +260,7 @@ def penultimate_preactivations(
                     "layer='<name of the penultimate module>' to capture it with a forward hook."
                 ) from err
         else:
-            try:
-                module = model.get_submodule(layer)
-            except AttributeError as err:
-                names = [n for n, _ in model.named_modules() if n]
-                raise ValueError(f"No submodule {layer!r} in {type(model).__name__}; choose one of {names}.") from err
+            module = hooked_module(model, layer)
             captured: list[Tensor] = []
             handle = module.register_forward_hook(lambda _m, _i, out: captured.append(out))
             try:
@@ -272,9 +271,38 @@ def penultimate_preactivations(
             finally:
                 handle.remove()
             if not captured or not isinstance(captured[-1], Tensor):
-                raise ValueError(f"Submodule {layer!r} produced no tensor output in the forward pass.")
+                raise ValueError(f"layer={layer!r}: that submodule produced no tensor output in the forward pass.")
             z = captured[-1]
     return z.flatten(1)
+
+
+def hooked_module(model: nn.Module, layer: str) -> nn.Module:
+    """The submodule ``layer`` of ``model`` whose output the OUI reads.
+
+    Args:
+        model: the network.
+        layer: a name from ``model.named_modules()``.
+
+    Returns:
+        The submodule.
+
+    Raises:
+        TypeError: ``layer`` is not a string.
+        ValueError: ``model`` has no submodule of that name (the message lists the names).
+    """
+    if not isinstance(layer, str):
+        raise TypeError(f"layer must be None or a submodule name (str), got {layer!r}.")
+    try:
+        return model.get_submodule(layer)
+    except AttributeError:
+        names = [n for n, _ in model.named_modules() if n]
+        raise ValueError(
+            f"layer={layer!r} names no submodule of {type(model).__name__}; choose one of {names}."
+        ) from None
+
+
+#: the largest OUI probe batch (B samples per client, every round; 2**64 would not fit in memory)
+MAX_PROBE_SIZE = 100_000
 
 
 def probe_indices(num_samples: int, probe_size: int = 32, seed: int = 0) -> Tensor:
@@ -289,11 +317,12 @@ def probe_indices(num_samples: int, probe_size: int = 32, seed: int = 0) -> Tens
 
     Args:
         num_samples: the client's number of training samples, >= 1.
-        probe_size: B, >= 2.
+        probe_size: B, in ``[2, MAX_PROBE_SIZE]`` (100000; FedOUI uses 32).
         seed: the run's seed.
 
     Raises:
-        ValueError: no samples, or ``probe_size < 2``.
+        TypeError: ``probe_size`` not an integer.
+        ValueError: no samples, or ``probe_size`` out of range.
 
     Returns:
         ``Tensor[probe_size]`` (int64).
@@ -302,11 +331,10 @@ def probe_indices(num_samples: int, probe_size: int = 32, seed: int = 0) -> Tens
         >>> probe_indices(100, 4, seed=0).shape
         torch.Size([4])
     """
-    n, b = int(num_samples), int(probe_size)
+    n = int(num_samples)
+    b = check_int(probe_size, "probe_size", 2, MAX_PROBE_SIZE)  # the OUI needs B >= 2
     if n < 1:
         raise ValueError("A client needs at least one training sample for an OUI probe.")
-    if b < 2:
-        raise ValueError(f"probe_size must be at least 2 (OUI needs B >= 2), got {probe_size}.")
     g = torch.Generator().manual_seed(derive_seed(seed, n))
     if n >= b:
         return torch.randperm(n, generator=g)[:b]

@@ -42,7 +42,7 @@ from typing import Union
 import torch
 from torch import Tensor, nn
 
-from ..checks import check_int, first_nonfinite_row
+from ..checks import check_int, check_norm_order, first_nonfinite_row
 from ..engine import VmapEngine, make_engine
 from ..params import Params, num_stacked
 
@@ -64,8 +64,9 @@ def as_validation_set(val_data, num_classes: int | None = None) -> tuple[Tensor,
         ``(x, y)``: floating-point inputs and int64 labels.
 
     Raises:
+        TypeError: not a pair of tensors (or of arrays of numbers).
         ValueError: empty set, mismatched lengths, NaN/Inf inputs, non-integer or
-            out-of-range labels.
+            out-of-range labels (every message starts with ``val_data``).
     """
     if hasattr(val_data, "tensors"):
         val_data = val_data.tensors
@@ -74,29 +75,33 @@ def as_validation_set(val_data, num_classes: int | None = None) -> tuple[Tensor,
             "val_data must be a pair (x, y) of tensors or a TensorDataset of two tensors; "
             f"got {type(val_data).__name__}."
         )
-    x, y = (torch.as_tensor(t) for t in val_data)
+    try:
+        x, y = (torch.as_tensor(t) for t in val_data)
+    except (TypeError, ValueError, RuntimeError) as err:
+        raise TypeError(f"val_data must hold two tensors (x, y) of numbers ({err}).") from None
     if y.dim() != 1:
-        raise ValueError(f"Validation labels must be Tensor[n]; got shape {tuple(y.shape)}.")
-    if x.shape[0] != y.shape[0]:
-        raise ValueError(f"Validation set has {x.shape[0]} inputs but {y.shape[0]} labels.")
+        raise ValueError(f"val_data: the validation labels must be Tensor[n]; got shape {tuple(y.shape)}.")
+    if x.dim() < 1 or x.shape[0] != y.shape[0]:
+        raise ValueError(f"val_data: the validation set has inputs of shape {tuple(x.shape)} but {y.shape[0]} labels.")
     if y.shape[0] == 0:
         raise ValueError(
-            "The validation set is empty: FedVG needs at least one validation sample "
+            "val_data: the validation set is empty: FedVG needs at least one validation sample "
             "(e.g. fedlearn_edu.data.server_validation_split(federation, fraction=0.1))."
         )
     if y.is_floating_point() or y.dtype == torch.bool:
-        raise ValueError(f"Validation labels must be integer class ids; got dtype {y.dtype}.")
+        raise ValueError(f"val_data: the validation labels must be integer class ids; got dtype {y.dtype}.")
     if not x.is_floating_point():
         x = x.to(torch.get_default_dtype())
     if not bool(torch.isfinite(x).all()):
         bad = int((~torch.isfinite(x.reshape(x.shape[0], -1)).all(1)).sum())
         raise ValueError(
-            f"The validation set holds NaN or Inf inputs ({bad} of {x.shape[0]} samples); "
+            f"val_data: the validation set holds NaN or Inf inputs ({bad} of {x.shape[0]} samples); "
             "clean it before using it (a validation gradient at such a sample is undefined)."
         )
     if num_classes is not None and (int(y.min()) < 0 or int(y.max()) >= num_classes):
         raise ValueError(
-            f"Validation labels must lie in [0, {num_classes - 1}]; found [{int(y.min())}, {int(y.max())}]."
+            f"val_data: the validation labels must lie in [0, {num_classes - 1}]; "
+            f"found [{int(y.min())}, {int(y.max())}]."
         )
     return x, y.long()
 
@@ -210,7 +215,8 @@ def validation_gradient_norms(
 
     Raises:
         ValueError: empty validation set; NaN/Inf parameters or gradients (names the client);
-            ``norm_order`` not a positive number.
+            ``norm_order`` not > 0 (inf allowed).
+        TypeError: ``norm_order`` not a real number.
 
     Example:
         >>> from fedlearn_edu import make_model
@@ -221,9 +227,7 @@ def validation_gradient_norms(
         >>> validation_gradient_norms(model, theta, (x, y)).shape   # 4 tensors: 2 weights, 2 biases
         torch.Size([3, 4])
     """
-    p = float(norm_order)
-    if not p > 0:  # also catches NaN
-        raise ValueError(f"norm_order must be a positive number (1, 2, inf, ...), got {norm_order}.")
+    p = check_norm_order(norm_order)
     grads = validation_gradients(
         model,
         params,
@@ -237,6 +241,11 @@ def validation_gradient_norms(
     norms = torch.stack([torch.linalg.vector_norm(g.reshape(m, -1), ord=p, dim=1) for g in grads.values()], dim=1)
     i = first_nonfinite_row(norms)
     if i is not None:
+        if all(first_nonfinite_row(g) is None for g in grads.values()):  # finite gradients, overflowing norms
+            raise ValueError(
+                f"The norm_order={p:g} norms of client {i}'s (finite) validation gradient overflow: a small p "
+                "raises the entries to 1/p; use norm_order >= 1 (1, 2, inf)."
+            )
         raise ValueError(
             f"The validation gradient of client {i} is NaN or Inf (its model overflows on the "
             "validation set); lower the client learning rate."

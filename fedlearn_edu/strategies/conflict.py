@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from torch import Tensor, nn
 
 from ..aggregators import config_direction, fedfv_direction, qfedavg_step
-from ..checks import check_bool, check_float, check_range
+from ..checks import check_bool, check_positive, check_range
 from ..engine import LocalResult
 from ..params import Params
 from ..signals import global_model_loss
@@ -167,7 +167,7 @@ class QFedAvg(GlobalLossSignal):
     def __init__(self, q: float = 1.0, server_lr: float = 1.0):
         """Check the arguments (see the class docstring) and keep them."""
         super().__init__(server_lr)
-        self.q = check_float(q, "q", nonnegative=True)
+        self.q = check_positive(q, "q", allow_zero=True)
 
     def direction(self, server_state: dict, updates: ClientUpdates) -> tuple[Params, dict, dict]:
         """q-FedAvg's step (as a direction); the state unchanged; diagnostics ``losses``.

@@ -39,7 +39,7 @@ from ..aggregators import (
     random_graph,
     sample_neighbours,
 )
-from ..checks import check_bool, check_float, check_int, check_positive, check_range
+from ..checks import check_bool, check_int, check_positive, check_range
 from ..params import Params, repeat_params
 from ..utils import derive_seed
 from .base import ClientOutput, ClientUpdates, ClientWork, Needs, Strategy
@@ -292,7 +292,7 @@ class DAC(_Decentralised):
         """Check the arguments (see the class docstring) and keep them."""
         super().__init__()
         self.num_neighbours = _check_num_neighbours(num_neighbours)
-        tau = check_float(tau, "tau", nonnegative=True)
+        tau = check_positive(tau, "tau", allow_zero=True)
         tau_rate = None if tau_rate is None else check_positive(tau_rate, "tau_rate")
         warmup = check_bool(warmup, "warmup")
         self.tau = float(tau)

@@ -52,7 +52,7 @@ import torch
 from torch import Tensor, nn
 
 from ..aggregators.robust import norm_clip, update_norms
-from ..checks import check_float, check_int, check_range
+from ..checks import check_int, check_positive, check_range
 from ..params import Params
 from ..utils import derive_seed
 from .base import ClientUpdates, Needs, Strategy
@@ -86,8 +86,8 @@ def split_noise_multiplier(noise_multiplier: float, count_noise: float) -> float
         >>> round(split_noise_multiplier(1.0, 5.0), 6)  # (1 - 1/100)^(-1/2)
         1.005038
     """
-    z = check_float(noise_multiplier, "noise_multiplier", nonnegative=True)
-    sigma_b = check_float(count_noise, "count_noise", nonnegative=True)
+    z = check_positive(noise_multiplier, "noise_multiplier", allow_zero=True)
+    sigma_b = check_positive(count_noise, "count_noise", allow_zero=True)
     if z == 0:
         return 0.0
     if not 2 * sigma_b > z:
@@ -107,7 +107,7 @@ class DPFedAvg(Strategy):
         noise_multiplier: z >= 0 (0: clipping only, no privacy); with adaptive clipping the
             *total* multiplier the run is accounted with (the update sum gets z_Delta, see
             :func:`split_noise_multiplier`).
-        denominator: D, the fixed number the noisy sum (and the noisy count) is divided by
+        denominator: D, the fixed integer (1 to 2**53) the noisy sum (and the noisy count) is divided by
             (``None``: the round's number of selected clients m, fixed for fixed-size sampling).
         server_lr: eta_s.
         optimizer: the server optimizer (default ``ServerSGD(server_lr)``).
@@ -148,9 +148,9 @@ class DPFedAvg(Strategy):
     ):
         """Check the arguments (see the class docstring) and keep them."""
         super().__init__(server_lr, optimizer)
-        self.clip = check_float(clip, "clip", positive=True)
-        self.noise_multiplier = check_float(noise_multiplier, "noise_multiplier", nonnegative=True)
-        self.denominator = None if denominator is None else check_int(denominator, "denominator", 1)
+        self.clip = check_positive(clip, "clip")
+        self.noise_multiplier = check_positive(noise_multiplier, "noise_multiplier", allow_zero=True)
+        self.denominator = None if denominator is None else check_int(denominator, "denominator", 1, maximum=2**53)
         # Kept private (with read-only properties) so that a fixed-clipping DPFedAvg's repr,
         # which run settings and checkpoints record, is what it was.
         self._adaptive = None
@@ -161,15 +161,16 @@ class DPFedAvg(Strategy):
                 )
             return
         gamma = check_range(target_quantile, "target_quantile", 0.0, 1.0)
-        eta = check_float(clip_lr, "clip_lr", positive=True)
+        eta = check_positive(clip_lr, "clip_lr")
         if count_noise is None:
             if self.noise_multiplier > 0:
                 raise ValueError(
-                    "count_noise must be given for adaptive clipping with noise_multiplier > 0 "
+                    f"count_noise must be given with target_quantile={target_quantile!r} (adaptive clipping) and "
+                    "noise_multiplier > 0 "
                     f"(> noise_multiplier / 2 = {self.noise_multiplier / 2!r}; about m / 20 in the paper), got None."
                 )
             count_noise = 0.0
-        sigma_b = check_float(count_noise, "count_noise", nonnegative=True)
+        sigma_b = check_positive(count_noise, "count_noise", allow_zero=True)
         split_noise_multiplier(self.noise_multiplier, sigma_b)  # refuses a too small sigma_b
         self._adaptive = (gamma, eta, sigma_b)
 

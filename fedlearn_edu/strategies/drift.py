@@ -232,10 +232,10 @@ class FedDyn(Strategy):
         return {**server, "h": h, "num_clients": int(num_clients)}, {"gradient": _zeros_stacked(params, num_clients)}
 
     def nonfinite_hint(self) -> str:
-        """FedDyn's direction divides its state h by alpha: a tiny alpha overflows it."""
+        """FedDyn's direction divides its state h by alpha: a tiny alpha (or a huge server_lr) overflows it."""
         return (
             f"FedDyn's direction divides its state h by alpha (now {self.alpha:g}), which overflows: use a "
-            "larger alpha (the paper uses 1e-2 to 1e-1)."
+            f"larger alpha (the paper uses 1e-2 to 1e-1), or a smaller server_lr (now {self.server_lr:g})."
         )
 
     def configure_local(self, config: LocalTraining) -> LocalTraining:

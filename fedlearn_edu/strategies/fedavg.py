@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from ..aggregators import fedavg
-from ..checks import check_float
+from ..checks import check_positive
 from ..engine import LocalTraining
 from ..params import Params
 from .base import ClientUpdates, Needs, Strategy
@@ -100,7 +100,7 @@ class FedProx(FedAvg):
     def __init__(self, mu: float = 0.01, server_lr: float = 1.0, optimizer: ServerOptimizer | None = None):
         """Check the arguments (see the class docstring) and keep them."""
         super().__init__(server_lr, optimizer)
-        self.mu = check_float(mu, "mu", nonnegative=True)
+        self.mu = check_positive(mu, "mu", allow_zero=True)
 
     def configure_local(self, config: LocalTraining) -> LocalTraining:
         """The clients' settings with ``prox_mu = mu``.

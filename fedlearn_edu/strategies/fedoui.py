@@ -23,7 +23,7 @@ from ..aggregators.fedoui import scores_and_fit, weights_from_scores
 from ..checks import check_int, check_positive, check_seed
 from ..engine import LocalResult
 from ..params import Params
-from ..signals.oui import client_oui, probe_batch
+from ..signals.oui import MAX_PROBE_SIZE, client_oui, hooked_module, probe_batch
 from .base import ClientUpdates, Needs, Strategy
 
 __all__ = ["FedOUI", "FedAlign"]
@@ -43,7 +43,7 @@ class FedOUI(Strategy):
     ``theta <- theta + eta_s * sum_k w_k Delta_k``.
 
     Args:
-        probe_size: B, samples in the probe batch (32).
+        probe_size: B, samples in the probe batch (32; at most ``MAX_PROBE_SIZE``, 100000).
         eps: floor of the structural score in the weights (1e-3).
         probe_seed: seed of the probe shuffle.
         layer: ``None`` reads ``model(x, features=True)``; or a submodule name to hook.
@@ -72,10 +72,29 @@ class FedOUI(Strategy):
         super().__init__(server_lr)
         if layer is not None and not isinstance(layer, str):
             raise TypeError(f"layer must be None or a submodule name (str), got {layer!r}.")
-        self.probe_size = check_int(probe_size, "probe_size", 2)
+        self.probe_size = check_int(probe_size, "probe_size", 2, MAX_PROBE_SIZE)
         self.eps = check_positive(eps, "eps")
         self.probe_seed = check_seed(probe_seed, "probe_seed")
         self.layer = layer
+
+    def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[dict, dict]:
+        """:meth:`Strategy.init_state`, after checking that ``layer`` (if any) is a submodule of ``model``.
+
+        Args:
+            params: theta_0, ``{name: Tensor}``.
+            model: the architecture.
+            num_clients: N.
+            seed: the run's seed.
+
+        Returns:
+            ``(server_state, client_state)``.
+
+        Raises:
+            ValueError: ``model`` has no submodule named ``layer`` (before round 1, not in it).
+        """
+        if self.layer is not None:
+            hooked_module(model, self.layer)
+        return super().init_state(params, model, num_clients, seed)
 
     def client_signals(
         self, model: nn.Module, global_params: Params, local: LocalResult, datasets: Sequence[tuple[Tensor, Tensor]]

@@ -31,7 +31,7 @@ from __future__ import annotations
 from torch import Tensor
 
 from ..aggregators import fedvg_aggregate, fedvg_layerwise_weights, fedvg_mixed_weights, fedvg_weights
-from ..checks import check_bool, check_float, check_int, check_positive, check_range
+from ..checks import check_bool, check_int, check_norm_order, check_positive, check_range
 from ..engine import LocalTraining, make_engine
 from ..params import Params
 from ..signals import as_validation_set, validation_gradient_norms
@@ -111,13 +111,10 @@ class FedVG(Strategy):
                 )
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}.")
-        if isinstance(norm_order, (int, float)) and not isinstance(norm_order, bool) and norm_order == float("inf"):
-            norm_order = float("inf")
-        else:
-            norm_order = check_positive(norm_order, "norm_order (1, 2, inf, ...)")
+        norm_order = check_norm_order(norm_order)
         eps = check_positive(eps, "eps")
         server_momentum = check_range(server_momentum, "server_momentum", 0, 1, high_open=True)
-        prox_mu = check_float(prox_mu, "prox_mu", nonnegative=True)
+        prox_mu = check_positive(prox_mu, "prox_mu", allow_zero=True)
         mix = check_bool(mix, "mix")
         batch_size = check_int(batch_size, "batch_size", 1)
         if optimizer is None:

@@ -34,7 +34,7 @@ from torch import Tensor, nn
 from torch.func import functional_call
 
 from ..aggregators import fedavg
-from ..checks import check_float, check_int
+from ..checks import check_int, check_positive
 from ..engine import LocalTraining
 from ..params import Params, get_params, repeat_params, stack_params
 from ..utils import derive_seed
@@ -332,7 +332,7 @@ class Ditto(Strategy):
         """Check the arguments (see the class docstring) and keep them."""
         base = FedAvg() if base is None else base
         check_base("Ditto", base)
-        lam = check_float(lam, "Ditto's lam", nonnegative=True)
+        lam = check_positive(lam, "Ditto's lam", allow_zero=True)
         if personal_epochs is not None:
             personal_epochs = check_int(personal_epochs, "personal_epochs", 1)
         super().__init__(optimizer=base.optimizer)

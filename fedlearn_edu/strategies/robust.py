@@ -18,6 +18,7 @@ from torch import nn
 
 from ..aggregators import fedavg
 from ..aggregators.robust import (
+    MAX_ITERATIONS,
     bulyan,
     bulyan_select,
     centered_clipping,
@@ -30,7 +31,7 @@ from ..aggregators.robust import (
     norm_clip,
     trimmed_mean,
 )
-from ..checks import check_float, check_int, check_range
+from ..checks import check_int, check_positive, check_range
 from ..params import Params, layer_groups
 from .base import ClientUpdates, Needs, Strategy
 from .server_optim import ServerOptimizer
@@ -317,7 +318,7 @@ class GeometricMedian(_Robust):
 
     Args:
         nu: the smoothing (distance floor) nu > 0.
-        iterations: the most Weiszfeld steps per round.
+        iterations: the most Weiszfeld steps per round (at most ``MAX_ITERATIONS``, 100000).
         ftol: relative tolerance on the objective (RFA's stopping rule).
         weighting: ``"size"`` or ``"uniform"``.
         server_lr: eta_s.
@@ -341,9 +342,9 @@ class GeometricMedian(_Robust):
     ):
         """Check the arguments (see the class docstring) and keep them."""
         super().__init__(server_lr, optimizer, layerwise)
-        self.nu = check_float(nu, "nu", positive=True)
-        self.iterations = check_int(iterations, "iterations", 1)
-        self.ftol = check_float(ftol, "ftol", nonnegative=True)
+        self.nu = check_positive(nu, "nu")
+        self.iterations = check_int(iterations, "iterations", 1, MAX_ITERATIONS)
+        self.ftol = check_positive(ftol, "ftol", allow_zero=True)
         self.weighting = _check_weighting(weighting)
 
     def robust(self, deltas, updates, server_state):
@@ -391,7 +392,7 @@ class NormClipping(_Robust):
     ):
         """Check the arguments (see the class docstring) and keep them."""
         super().__init__(server_lr, optimizer, layerwise)
-        self.clip = check_float(clip, "clip", positive=True)
+        self.clip = check_positive(clip, "clip")
         self.weighting = _check_weighting(weighting)
 
     def robust(self, deltas, updates, server_state):
@@ -419,7 +420,7 @@ class CenteredClipping(_Robust):
 
     Args:
         tau: the clipping radius tau > 0.
-        iterations: L >= 1.
+        iterations: L, in ``[1, MAX_ITERATIONS]`` (100000).
         server_lr: eta_s.
         optimizer: the server optimizer (default ``ServerSGD(server_lr)``).
         layerwise: clip each layer group's difference to tau.
@@ -437,8 +438,8 @@ class CenteredClipping(_Robust):
     ):
         """Check the arguments (see the class docstring) and keep them."""
         super().__init__(server_lr, optimizer, layerwise)
-        self.tau = check_float(tau, "tau", positive=True)
-        self.iterations = check_int(iterations, "iterations", 1)
+        self.tau = check_positive(tau, "tau")
+        self.iterations = check_int(iterations, "iterations", 1, MAX_ITERATIONS)
 
     def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[dict, dict]:
         """FedAvg's server state plus ``center`` (v = 0, shaped like the model).

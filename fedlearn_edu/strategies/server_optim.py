@@ -26,23 +26,14 @@ is created by :meth:`ServerOptimizer.init_state` and passed in and returned by
 
 from __future__ import annotations
 
+import math
+
 import torch
 
-from ..checks import check_float
+from ..checks import check_positive, check_range
 from ..params import Params
 
 __all__ = ["ServerOptimizer", "ServerSGD", "ServerMomentum", "ServerAdagrad", "ServerAdam", "ServerYogi"]
-
-
-def _positive(name: str, value: float) -> float:
-    return check_float(value, name, positive=True)
-
-
-def _unit_interval(name: str, value: float) -> float:
-    value = check_float(value, name)
-    if not 0 <= value < 1:
-        raise ValueError(f"{name} must be in [0, 1), got {value}.")
-    return float(value)
 
 
 class ServerOptimizer:
@@ -54,7 +45,7 @@ class ServerOptimizer:
 
     def __init__(self, lr: float = 1.0):
         """Check the arguments (see the class docstring) and keep them."""
-        self.lr = _positive("server_lr", lr)
+        self.lr = check_positive(lr, "server_lr")
 
     def init_state(self, params: Params) -> dict:
         """The optimizer's state before round 1.
@@ -121,7 +112,7 @@ class ServerMomentum(ServerOptimizer):
 
     def __init__(self, lr: float = 1.0, momentum: float = 0.9):
         """Check the arguments (see the class docstring) and keep them."""
-        self.momentum = _unit_interval("momentum", momentum)
+        self.momentum = check_range(momentum, "momentum", 0, 1, high_open=True)
         super().__init__(lr)
 
     def init_state(self, params: Params) -> dict:
@@ -154,19 +145,40 @@ class _FedOpt(ServerOptimizer):
     """Adaptive server optimizers of Reddi et al. (2021): shared first moment and step."""
 
     def __init__(self, lr: float = 0.01, beta1: float = 0.9, beta2: float = 0.99, tau: float = 1e-3):
-        self.beta1 = _unit_interval("beta1", beta1)
-        self.beta2 = _unit_interval("beta2", beta2)
-        self.tau = _positive("tau", tau)
+        self.beta1 = check_range(beta1, "beta1", 0, 1, high_open=True)
+        self.beta2 = check_range(beta2, "beta2", 0, 1, high_open=True)
+        self.tau = check_positive(tau, "tau")
         super().__init__(lr)
 
     def _second_moment(self, v: torch.Tensor, g2: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
     def init_state(self, params: Params) -> dict:
-        """``{"m": zeros, "v": tau^2}``, each shaped like ``params``."""
+        """``{"m": zeros, "v": tau^2}``, each shaped like ``params``.
+
+        Raises:
+            ValueError: ``tau**2`` underflows in the parameters' dtype (``tau`` is the step's
+                floor: a zero coordinate of the direction would then give 0 / 0) or overflows.
+        """
+        square = self.tau**2 if self.tau < 1e150 else math.inf  # ** raises OverflowError past the float range
+        for p in params.values():
+            if not p.is_floating_point():
+                continue
+            info = torch.finfo(p.dtype)
+            if square < info.tiny:
+                raise ValueError(
+                    f"tau={self.tau!r} is too small for {p.dtype} parameters: tau**2 (the second moment's start) "
+                    "underflows to 0 and a zero coordinate of the direction would step by 0/0; use tau >= "
+                    f"{math.sqrt(info.tiny):.3g}."
+                )
+            if square > info.max:
+                raise ValueError(
+                    f"tau={self.tau!r} is too large for {p.dtype} parameters: tau**2 (the second moment's start) "
+                    f"overflows; use tau <= {math.sqrt(info.max):.3g} (the usual values are 1e-3 to 1e-1)."
+                )
         return {
             "m": {k: torch.zeros_like(p) for k, p in params.items()},
-            "v": {k: torch.full_like(p, self.tau**2) for k, p in params.items()},
+            "v": {k: torch.full_like(p, square) for k, p in params.items()},
         }
 
     def step(self, params: Params, direction: Params, state: dict) -> tuple[Params, dict]:

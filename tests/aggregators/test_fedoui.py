@@ -184,7 +184,7 @@ def test_hook_capture_equals_feature_method_and_functional_params():
     z_hook = penultimate_preactivations(model, x, params=other, layer="fc1")
     torch.testing.assert_close(z_fc, z_hook)
     assert not torch.allclose(z_fc, penultimate_preactivations(model, x))
-    with pytest.raises(ValueError, match="No submodule"):
+    with pytest.raises(ValueError, match="layer=.nope. names no submodule"):
         penultimate_preactivations(model, x, layer="nope")
 
 

@@ -1,0 +1,436 @@
+"""Property: every strategy constructor and every ``simulate`` option, on drawn arguments, gives
+either a completed run or a ``ValueError``/``TypeError`` whose message names the argument.
+
+Valid values, wrong types (strings such as ``'0.1'``, bools, ``None``, bytes, empty containers),
+NaN, infinities, huge and negative numbers are drawn for one argument at a time; the others keep
+valid values. Any other exception type, or a message that does not name the argument, fails;
+a run may also stop with the package's ``FloatingPointError`` (it diverged), which must name the
+argument too unless the value is a finite magnitude >= 1e6.
+A value the constructor accepts must also survive a one-round run (or be refused there, by
+name): a constructor that lets a bad value through to round 1 fails too.
+
+Kept fast (one tiny federation of four clients x 8 samples and a 4-unit MLP, built once; one
+round of one local step), with a fixed hypothesis seed so CI draws the same examples.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import os
+import re
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from fedlearn_edu import simulate
+from fedlearn_edu.attacks import Attack
+from fedlearn_edu.data import make_federation
+from fedlearn_edu.engine import LoopEngine
+from fedlearn_edu.models import make_model
+from fedlearn_edu.params import get_params
+from fedlearn_edu.strategies import STRATEGIES, FedAvg, FedProx
+from fedlearn_edu.strategies.server_optim import ServerAdam, ServerMomentum, ServerSGD
+
+SHAPE, CLASSES = (1, 2, 2), 3
+
+
+def _federation():
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(40, *SHAPE, generator=g)
+    y = torch.arange(40) % CLASSES
+    return make_federation(x, y, [np.arange(10 * i, 10 * i + 10) for i in range(4)], test_fraction=0.2, seed=0)
+
+
+FED = _federation()  # 4 clients, 8 training samples each
+MODEL = make_model("mlp", SHAPE, CLASSES, hidden=(4,), seed=0)
+VAL = (torch.rand(6, *SHAPE, generator=torch.Generator().manual_seed(1)), torch.arange(6) % CLASSES)
+
+# the run's settings when none is spoiled: one round, every client, one local step (batch = 8 samples)
+RUN = dict(rounds=1, clients_per_round=4, batch_size=8, engine="vmap", device="cpu", progress=False)
+SETTINGS = settings(
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
+)
+
+# wrong types and odd values, drawn for every argument
+ODD = [
+    "0.1",
+    "1",
+    "",
+    b"x",
+    True,
+    False,
+    None,
+    math.nan,
+    math.inf,
+    -math.inf,
+    2**64,
+    -(2**64),
+    10**30,
+    -1,
+    -0.5,
+    0,
+    0.0,
+    1e308,
+    [],
+    {},
+    (),
+    [1.0],
+    1.5,
+    np.float64(0.5),
+    np.int64(2),
+    torch.tensor(0.5),
+    object(),
+]
+
+# valid (or plausible) values per parameter name, drawn beside ODD
+PLAUSIBLE = {
+    "server_lr": [0.5, 1.0, 0.01],
+    "optimizer": [None, ServerSGD(0.5), ServerAdam(), ServerMomentum(), "adam", ServerAdam],
+    "momentum": [0.0, 0.5, 0.9, 0.999],
+    "server_momentum": [0.0, 0.5, 0.9],
+    "beta1": [0.0, 0.5, 0.9],
+    "beta2": [0.0, 0.5, 0.99],
+    "tau": [1e-3, 1.0, 30.0],
+    "weighting": ["size", "uniform", "mean"],
+    "layerwise": [True, False],
+    "merge_norm": [True, False],
+    "mix": [True, False],
+    "fairness": [True, False],
+    "warmup": [True, False],
+    "alpha": [0.01, 0.1, 0.9],
+    "mu": [0.0, 0.01, 1.0],
+    "q": [0.0, 1.0, 5.0],
+    "lambda_lr": [0.1, 1.0],
+    "eps": [1e-8, 1e-3],
+    "nu": [1e-6, 1e-2],
+    "ftol": [1e-6, 0.0],
+    "clip": [0.1, 1.0],
+    "noise_multiplier": [0.0, 1.0],
+    "edge_prob": [0.0, 0.3, 1.0],
+    "beta": [0.0, 0.1, 0.25, 0.49],
+    "prox_mu": [0.0, 0.01],
+    "tau_rate": [None, 0.5, 1.0],
+    "f": [None, 0, 1, 2, 3],
+    "k": [None, 1, 2, 4],
+    "num_neighbours": [None, 1, 2, 3, 10],
+    "denominator": [None, 1, 4],
+    "iterations": [1, 3],
+    "batch_size": [1, 4, 32, 2**40],
+    "probe_size": [2, 4, 32],
+    "probe_seed": [0, 5, 2**64 - 1],
+    "norm_order": [1, 2, math.inf, 0.5, "fro"],
+    "mode": ["clientwise", "layerwise", "Clientwise"],
+    "engine": ["vmap", "loop", "auto", LoopEngine(), "gpu"],
+    "base": [None, FedAvg(), FedProx(0.01), "fedavg", FedAvg],
+    "layer": [None, "hidden", "hidden.0", "out", "nonexistent", ""],
+    "loss": ["global", "local", "other"],
+    "iterate": ["last", "average", "mean"],
+    "groups": ["tensor", "module", "layer"],
+    "prox_tau_eff": ["steps", "norms", "other"],
+    "val_data": [VAL, (VAL[0], VAL[1][:3]), (VAL[0],), VAL[0], (VAL[0].numpy(), VAL[1].numpy()), (VAL[0], VAL[1] + 5)],
+}
+REQUIRED = {"fedvg": {"val_data": VAL}}  # extra inputs a strategy needs, valid, built once
+
+
+def _parameters(name: str) -> list[str]:
+    return list(inspect.signature(STRATEGIES[name]).parameters)
+
+
+def values(param: str):
+    """Values drawn for ``param``: its plausible ones, the odd ones, small numbers."""
+    return st.one_of(
+        st.sampled_from(PLAUSIBLE.get(param, []) + ODD),
+        st.integers(-3, 6),
+        st.floats(-2.0, 2.0, allow_nan=False),
+    )
+
+
+def names_it(message: str, param: str) -> bool:
+    """``param`` appears in ``message`` as a whole word (``lr`` is not named by ``lr_decay``)."""
+    return re.search(rf"(?<![A-Za-z0-9_]){re.escape(param)}(?![A-Za-z0-9_])", message) is not None
+
+
+def _refused_by_name(err: Exception, param: str, what: str) -> None:
+    assert names_it(str(err), param), f"{what} raised {type(err).__name__} not naming {param!r}: {err}"
+
+
+def _diverged(err: FloatingPointError, param: str, value, what: str) -> None:
+    """A run that diverged must name the argument, unless ``value`` is a finite magnitude >= 1e6:
+    a step that large overflows by arithmetic (the message then names the round and a knob)."""
+    try:
+        huge = math.isfinite(float(value)) and abs(float(value)) >= 1e6
+    except (TypeError, ValueError, RuntimeError):
+        huge = False
+    assert huge or names_it(str(err), param), f"{what} raised FloatingPointError not naming {param!r}: {err}"
+    assert str(err).startswith("Round "), f"{what}: {err}"
+
+
+@st.composite
+def spoiled_strategy(draw):
+    """(strategy name, spoiled parameter, its value, kwargs)."""
+    name = draw(st.sampled_from(sorted(STRATEGIES)), label="strategy")
+    param = draw(st.sampled_from(_parameters(name)), label="parameter")
+    value = draw(values(param), label="value")
+    return name, param, value, {**REQUIRED.get(name, {}), param: value}
+
+
+def build(name, param, value, kwargs):
+    """The strategy, or ``None`` when its constructor refuses ``value`` by name."""
+    try:
+        return STRATEGIES[name](**kwargs)
+    except (ValueError, TypeError) as err:
+        _refused_by_name(err, param, f"{name}({param}={value!r})")
+        return None
+
+
+@settings(SETTINGS, max_examples=2000)
+@given(spoiled_strategy())
+def test_a_constructor_accepts_or_refuses_by_name(case):
+    build(*case)  # any other exception type fails (hypothesis shows the drawn call)
+
+
+@settings(SETTINGS, max_examples=400)
+@given(spoiled_strategy())
+def test_what_a_constructor_accepts_runs_or_is_refused_by_name(case):
+    name, param, value, _ = case
+    strategy = build(*case)
+    if strategy is None:
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            simulate(FED, MODEL, strategy, **RUN)
+        except (ValueError, TypeError) as err:
+            _refused_by_name(err, param, f"simulate with {name}({param}={value!r})")
+        except FloatingPointError as err:
+            _diverged(err, param, value, f"simulate with {name}({param}={value!r})")
+
+
+# --------------------------------------------------------------------------- simulate's options
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("ckpt")
+
+
+def _options(folder: Path) -> dict:
+    target = {k: v + 1.0 for k, v in get_params(MODEL).items()}
+    return {
+        "federation": [FED, None, "digits", [FED]],
+        "model": [MODEL, "mlp", None, torch.nn.Linear(3, 3)],
+        "strategy": [FedAvg(), "fedavg", FedAvg, None],
+        "rounds": [1, 2],
+        "clients_per_round": [1, 4, 100],
+        "local_epochs": [1, 2],
+        "batch_size": [1, 8, 10**6, 2**40, 2**62],
+        "lr": [0.05, 1.0],
+        "lr_decay": [1.0, 0.5],
+        "momentum": [0.0, 0.9],
+        "weight_decay": [0.0, 0.01],
+        "eval_every": [1, 5],
+        "seed": [0, 7, 2**64 - 1],
+        "device": ["cpu", "auto", torch.device("cpu"), "cuda", "meta", "nope", "cpu:0"],
+        "engine": ["loop", "vmap", "auto", LoopEngine(), "nope"],
+        "progress": [True, False],
+        "on_nonfinite": ["raise", "skip", "Skip", "ignore"],
+        "checkpoint": [None, folder / "run.pt", str(folder / "run.pt"), str(folder), str(folder / "no" / "x.pt")],
+        "checkpoint_every": [1, 2],
+        "resume": [True, False],
+        "diagnostics": [(), ("conflicts",), "conflicts", ["nope"], [None]],
+        "attack": [
+            None,
+            Attack("sign_flip", 0.25),
+            Attack("label_flip", 0.5),
+            Attack("model_replacement", 0.25, target=target),
+            Attack("free_rider", 0.25),
+            "sign_flip",
+        ],
+        "secure_aggregation": [True, False],
+    }
+
+
+def test_every_option_of_simulate_is_drawn():
+    options = set(_options(Path("."))) - {"federation", "model", "strategy"}
+    assert options == set(inspect.signature(simulate).parameters) - {"federation", "model", "strategy"}
+
+
+@settings(SETTINGS, max_examples=400)
+@given(data=st.data())
+def test_simulate_runs_or_refuses_an_option_by_name(folder, data):
+    options = _options(folder)
+    param = data.draw(st.sampled_from(sorted(options)), label="option")
+    value = data.draw(
+        st.one_of(st.sampled_from(options[param] + ODD), st.integers(-3, 6), st.floats(-2.0, 2.0)), label="value"
+    )
+    # the run's length: a huge count is a long run, not a bad input (seed and epochs have a bound)
+    assume(not (param == "rounds" and isinstance(value, int) and not isinstance(value, bool) and value > 100))
+    args = {"federation": FED, "model": MODEL, "strategy": FedAvg(), **RUN, param: value}
+    if param == "checkpoint" and value is not None:
+        args["resume"] = data.draw(st.booleans(), label="resume")
+    here = os.getcwd()
+    os.chdir(folder)  # a drawn string such as '0.1' is a relative checkpoint path: keep its file in the tmp folder
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                simulate(**args)
+            except (ValueError, TypeError) as err:
+                _refused_by_name(err, param, f"simulate({param}={value!r})")
+            except FloatingPointError as err:
+                _diverged(err, param, value, f"simulate({param}={value!r})")
+    finally:
+        os.chdir(here)
+
+
+# --------------------------------------------------------------------------- what the properties found
+def test_local_settings_are_refused_by_simulate_s_names():
+    for option, value, error in [
+        ("local_epochs", "1", TypeError),  # was: "epochs must be a positive integer, got 1."
+        ("local_epochs", math.inf, TypeError),  # was: OverflowError
+        ("local_epochs", 2**64, ValueError),  # was: OverflowError in the step count (and would never end)
+        ("batch_size", None, TypeError),  # was: int()'s message
+        ("batch_size", True, TypeError),  # was: torch's split() error in round 1
+        ("lr", object(), TypeError),  # was: "'<' not supported ..."
+        ("lr", True, TypeError),  # was: accepted as 1.0
+        ("momentum", 1, ValueError),
+        ("weight_decay", "0", TypeError),
+    ]:
+        with pytest.raises(error, match=rf"^{option} must"):
+            simulate(FED, MODEL, FedAvg(), **{**RUN, option: value})
+
+
+@pytest.mark.parametrize("engine", ["loop", "vmap"])
+def test_a_batch_larger_than_the_data_is_one_full_batch(engine):
+    """2**40 and 2**64 overflowed int64 or asked for terabytes; now the same run as batch_size = n."""
+    full = simulate(FED, MODEL, FedAvg(), **{**RUN, "engine": engine, "batch_size": 8}).final_params
+    for huge in (9, 2**40, 2**64):
+        got = simulate(FED, MODEL, FedAvg(), **{**RUN, "engine": engine, "batch_size": huge}).final_params
+        assert all(torch.equal(got[k], full[k]) for k in full), huge
+
+
+def test_flags_of_simulate_are_bools():
+    for option in ("progress", "secure_aggregation"):
+        for value in (0, 1, "no", None):  # progress=0 / "no" were taken as truthy or falsy
+            with pytest.raises(TypeError, match=rf"^{option} must be True or False"):
+                simulate(FED, MODEL, FedAvg(), **{**RUN, option: value})
+
+
+def test_a_device_that_is_not_a_device_is_refused_by_name():
+    with pytest.raises(ValueError, match="device"):  # was: torch's "Overflow when unpacking long long"
+        simulate(FED, MODEL, FedAvg(), **{**RUN, "device": 2**64})
+    with pytest.raises(TypeError, match="device must be"):  # True was CUDA device 1
+        simulate(FED, MODEL, FedAvg(), **{**RUN, "device": True})
+
+
+def test_an_adaptive_server_step_refuses_a_tau_that_underflows():
+    from fedlearn_edu.strategies import FedYogi
+
+    # was: a FloatingPointError in round 1 blaming server_lr (0/0 at a zero coordinate)
+    with pytest.raises(ValueError, match=r"^tau=1e-30 is too small for torch.float32"):
+        simulate(FED, MODEL, FedYogi(tau=1e-30), **RUN)
+    with pytest.raises(ValueError, match=r"^tau=1e\+308 is too large for torch.float32"):  # was: OverflowError
+        simulate(FED, MODEL, STRATEGIES["fedadagrad"](tau=1e308), **RUN)
+    state = ServerAdam(tau=1e-30).init_state({"w": torch.zeros(3, dtype=torch.float64)})  # fine in float64
+    assert float(state["v"]["w"][0]) == pytest.approx(1e-60)
+
+
+def test_robust_iterations_are_bounded():
+    from fedlearn_edu.aggregators.robust import MAX_ITERATIONS, centered_clipping, geometric_median
+
+    deltas = torch.rand(4, 3)
+    for make in (STRATEGIES["centeredclipping"], STRATEGIES["geometricmedian"]):
+        with pytest.raises(ValueError, match=r"^iterations must be <= 100000"):  # 2**64 hung
+            make(iterations=2**64)
+        make(iterations=MAX_ITERATIONS)
+    with pytest.raises(ValueError, match="iterations"):
+        centered_clipping(deltas, 1.0, iterations=10**30)
+    with pytest.raises(ValueError, match="iterations"):
+        geometric_median(deltas, iterations=10**30)
+
+
+def test_fedoui_refuses_an_unknown_layer_before_round_one():
+    strategy = STRATEGIES["fedoui"](layer="nope")
+    with pytest.raises(ValueError, match=r"^layer='nope' names no submodule of MLP; choose one of \['hidden'"):
+        strategy.init_state(get_params(MODEL), MODEL, len(FED), 0)  # was: "No submodule", in round 1
+    with pytest.raises(ValueError, match="layer='nope'"):
+        simulate(FED, MODEL, strategy, **RUN)
+
+
+def test_fedvg_norm_order_message():
+    from fedlearn_edu.signals.validation_gradients import validation_gradient_norms
+
+    fedvg = STRATEGIES["fedvg"]
+    assert fedvg(VAL, norm_order=math.inf).norm_order == math.inf
+    with pytest.raises(TypeError, match=r"^norm_order must be a real number, got 'fro'"):
+        fedvg(VAL, norm_order="fro")
+    with pytest.raises(ValueError, match=r"^norm_order must be > 0 or inf \(p of the norm: 1, 2, inf, ...\), got 0"):
+        fedvg(VAL, norm_order=0)  # was: "norm_order (1, 2, inf, ...) must be > 0, got 0."
+    stacked = {k: v.unsqueeze(0) for k, v in get_params(MODEL).items()}
+    with pytest.raises(TypeError, match="norm_order"):  # was: float()'s "could not convert string to float"
+        validation_gradient_norms(MODEL, stacked, VAL, norm_order="fro")
+
+
+def test_fedvg_validation_data_messages_name_it():
+    fedvg = STRATEGIES["fedvg"]
+    for bad in [(VAL[0], VAL[1][:3]), (torch.tensor(1.0), VAL[1]), (("a",), ("b",))]:
+        with pytest.raises((TypeError, ValueError), match=r"^val_data"):
+            fedvg(bad)
+
+
+def test_a_client_lr_beyond_the_dtype_is_refused_up_front():
+    with pytest.raises(ValueError, match=r"^lr=1e\+308 is too large for torch.float32"):  # was: torch's RuntimeError
+        simulate(FED, MODEL, FedAvg(), **{**RUN, "lr": 1e308})
+
+
+def test_feddyn_overflow_hint_names_server_lr_too():
+    with pytest.raises(FloatingPointError, match=r"or a smaller server_lr \(now 1e\+308\)"):
+        simulate(FED, MODEL, STRATEGIES["feddyn"](server_lr=1e308), **RUN)
+
+
+def test_dpfedavg_denominator_beyond_float_range_is_refused():
+    try:
+        strategy = STRATEGIES["dpfedavg"](denominator=2**1100)
+    except ValueError as err:
+        assert names_it(str(err), "denominator")
+        return
+    with pytest.raises(ValueError, match="denominator"):
+        simulate(FED, MODEL, strategy, **RUN)
+
+
+def test_fedvg_validation_labels_outside_the_classes_are_refused_naming_val_data():
+    strategy = STRATEGIES["fedvg"]((VAL[0], VAL[1] + CLASSES))
+    with pytest.raises(ValueError, match=r"^val_data of FedVG \(the server validation set\) has labels outside"):
+        simulate(FED, MODEL, strategy, **RUN)
+
+
+def test_fedalign_with_a_huge_eps_weighs_clients_by_size():
+    from fedlearn_edu.aggregators import fedalign_weights
+
+    deltas, n = torch.tensor([[1.0, 0.0], [1.0, 0.1], [-1.0, 0.0]]), torch.tensor([1.0, 2.0, 5.0])
+    w = fedalign_weights(deltas, n, eps=1e308)  # was: NaN weights (n * eps overflowed)
+    torch.testing.assert_close(w, (n / n.sum()).double())
+    simulate(FED, MODEL, STRATEGIES["fedalign"](eps=1e308), **RUN)
+
+
+def test_fedoui_probe_size_is_bounded():
+    from fedlearn_edu.signals.oui import MAX_PROBE_SIZE, probe_indices
+
+    with pytest.raises(ValueError, match=r"^probe_size must be <= 100000"):  # was: torch's randint overflow
+        STRATEGIES["fedoui"](probe_size=2**64)
+    with pytest.raises(ValueError, match=r"^probe_size must be <= 100000"):
+        probe_indices(10, 2**64)
+    assert probe_indices(10, MAX_PROBE_SIZE).shape == (MAX_PROBE_SIZE,)
+
+
+def test_fedvg_overflowing_small_p_norms_blame_norm_order():
+    strategy = STRATEGIES["fedvg"](VAL, norm_order=2**-7)  # was: "the validation gradient ... is NaN or Inf"
+    with pytest.raises(ValueError, match=r"norm_order=0.0078125 norms of client \d+'s \(finite\) validation gradient"):
+        simulate(FED, MODEL, strategy, **RUN)
