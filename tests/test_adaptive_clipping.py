@@ -52,7 +52,7 @@ def test_bad_arguments_name_the_argument():
         DPFedAvg(target_quantile=0.5, clip_lr=0, noise_multiplier=0.0)
     with pytest.raises(ValueError, match="count_noise must be >= 0, got -1.0"):
         DPFedAvg(target_quantile=0.5, count_noise=-1.0, noise_multiplier=0.0)
-    with pytest.raises(ValueError, match="count_noise must be given with target_quantile=0.5 \(adaptive clipping\)"):
+    with pytest.raises(ValueError, match=r"count_noise must be given with target_quantile=0.5 \(adaptive clipping\)"):
         DPFedAvg(target_quantile=0.5, noise_multiplier=1.0)
     with pytest.raises(ValueError, match="count_noise is for adaptive clipping; give target_quantile"):
         DPFedAvg(count_noise=1.0)
