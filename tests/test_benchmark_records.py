@@ -1,9 +1,10 @@
-"""The committed classroom benchmark (benchmarks/results/classroom) still matches the code.
+"""The committed benchmark grids (benchmarks/results/classroom and .../robust) still match the code.
 
-The comparison chapter reads these records instead of running the grid. Here a sample of runs
-other than the chapter's is run again from its recorded configuration and every recorded number
-must come out identical, bit for bit: a change to the code that changes the results fails this
-test, and the records are then regenerated with the command in their README.
+The comparison chapter and the chapter *When clients misbehave* read these records instead of
+running their grids. Here a sample of runs other than the chapters' is run again from its
+recorded configuration and every recorded number must come out identical, bit for bit: a change
+to the code that changes the results fails this test, and the records are then regenerated with
+the command in their README.
 """
 
 from __future__ import annotations
@@ -17,13 +18,25 @@ import pytest
 
 from fedlearn_edu import benchmark
 
-RECORDS = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "classroom"
+RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+RECORDS = RESULTS / "classroom"
 COLUMNS = ("mean", "std", "worst10", "best10", "loss", "train_loss")
+# per grid: the methods the re-run sample is drawn from (quick ones) and its seed, not the chapter's
+# (chapter 8 draws with seed 2026, chapter 9 with 2027)
+SAMPLES = {
+    "classroom": (("fedavgm", "fednova", "fedprox", "fedadam", "qfedavg", "fedfv"), 21),
+    "robust": (("trimmedmean", "krum", "normclipping", "dp0.3", "centeredclipping"), 22),
+}
 
 
 @pytest.fixture(scope="module")
 def result():
     return benchmark.load(RECORDS)
+
+
+@pytest.fixture(scope="module", params=sorted(SAMPLES))
+def grid(request):
+    return request.param, benchmark.load(RESULTS / request.param)
 
 
 def test_the_records_follow_the_protocol(result):
@@ -48,8 +61,9 @@ def _common(cfg):
     return {"dataset": fed["dataset"], "num_clients": fed["num_clients"], "model": fed["model"]}
 
 
-def test_the_summary_follows_from_the_records(result):
-    committed = pd.read_csv(RECORDS / "summary.csv")
+def test_the_summary_follows_from_the_records(grid):
+    name, result = grid
+    committed = pd.read_csv(RESULTS / name / "summary.csv")
     again = result.summary()
     drop = [c for c in committed.columns if c.startswith("sec_per_round")]
     pd.testing.assert_frame_equal(
@@ -60,11 +74,12 @@ def test_the_summary_follows_from_the_records(result):
     )
 
 
-def test_a_sample_of_runs_is_reproduced_bit_for_bit(result):
+def test_a_sample_of_runs_is_reproduced_bit_for_bit(grid):
+    name, result = grid
+    methods, seed = SAMPLES[name]
     runs = result.runs
-    rng = np.random.default_rng(21)  # not the chapter's sample (it draws evaluation runs with seed 2026)
-    light = runs[runs.method.isin(["fedavgm", "fednova", "fedprox", "fedadam", "qfedavg", "fedfv"])]
-    sample = light.iloc[np.sort(rng.choice(len(light), size=3, replace=False))]
+    light = runs[runs.method.isin(methods)]
+    sample = light.iloc[np.sort(np.random.default_rng(seed).choice(len(light), size=3, replace=False))]
     for _, run in sample.iterrows():
         live = benchmark.execute(json.loads(run.config))
         assert live["status"] == "ok", live.get("error")
