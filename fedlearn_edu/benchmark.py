@@ -227,23 +227,22 @@ METHODS: dict[str, Method] = {
 # clip and tau = 1), DP-FedAvg at a fixed clipping norm C = 0.5 (about the median norm of an
 # update of the robust grid's federation) with noise multipliers z = 0 (clipping only) to 1.
 _DP_CLIP = 0.5
+_ROBUST_RULES = (
+    "median",
+    "trimmedmean",
+    "krum",
+    "multikrum",
+    "bulyan",
+    "geometricmedian",
+    "centeredclipping",
+    "normclipping",
+)
+_DP_NOISE = (0.0, 0.1, 0.3, 1.0)
 METHODS.update(
     {
         m.name: m
         for m in (
-            *(
-                Method(name, tune={"server_lr": _STEP})
-                for name in (
-                    "median",
-                    "trimmedmean",
-                    "krum",
-                    "multikrum",
-                    "bulyan",
-                    "geometricmedian",
-                    "centeredclipping",
-                    "normclipping",
-                )
-            ),
+            *(Method(name, tune={"server_lr": _STEP}) for name in _ROBUST_RULES),
             *(
                 Method(
                     f"dp{z:g}",
@@ -252,7 +251,7 @@ METHODS.update(
                     tune={"server_lr": _STEP},
                     note=f"DP-FedAvg, clip {_DP_CLIP:g}, noise multiplier {z:g}",
                 )
-                for z in (0.0, 0.1, 0.3, 1.0)
+                for z in _DP_NOISE
             ),
         )
     }
@@ -282,23 +281,7 @@ CLASSROOM_FEDERATIONS = ("quantity:1.0", "dirichlet:0.1", "shards:2", "noisy:0.8
 # The robust grid (chapter *When clients misbehave*): every robust rule, the re-weighting rules of
 # the book and DP-FedAvg; one moderately non-IID federation without and with attackers (10 % and
 # 30 % of the clients, four kinds), and two of stronger heterogeneity without an attacker.
-ROBUST_METHODS = (
-    "fedavg",
-    "fedvg",
-    "fedoui",
-    "median",
-    "trimmedmean",
-    "krum",
-    "multikrum",
-    "bulyan",
-    "geometricmedian",
-    "centeredclipping",
-    "normclipping",
-    "dp0",
-    "dp0.1",
-    "dp0.3",
-    "dp1",
-)
+ROBUST_METHODS = ("fedavg", "fedvg", "fedoui", *_ROBUST_RULES, *(f"dp{z:g}" for z in _DP_NOISE))
 ROBUST_FEDERATIONS = (
     "dirichlet:0.5",
     *(
