@@ -257,6 +257,53 @@ METHODS.update(
     }
 )
 
+# The personalised and decentralised baselines and client-conditional FL (chapter *One model,
+# many clients*): none keeps one plain global model. Local-only training has no server step, nor
+# have Gossip and DAC (a client adds its update to its mixed model, theta_i <- theta_i + Delta_i),
+# so these three have one candidate. Gossip (Zec et al.'s "Random": neighbours drawn uniformly
+# each round, averaged by data size) and DAC receive the chapter's 3 models per round, DAC at its
+# package temperature tau = 30. Conditional FL is FedAvg on the federation's model made
+# conditional: each client's fingerprint (l = 32 eigenvalues, x 2.5, the chapter's scale without
+# a public reference) joins the features where the model's head starts; its step is tuned.
+_CONDITIONAL = {"num_eigenvalues": 32, "cond_scale": 2.5}
+_NEIGHBOURS = 3
+METHODS.update(
+    {
+        m.name: m
+        for m in (
+            Method(
+                "local",
+                note="personal: each client's own model trained on its own data alone (no server step to tune)",
+            ),
+            Method(
+                "gossip",
+                fixed={"num_neighbours": _NEIGHBOURS},
+                note=(
+                    f"personal: each client's own model (Gossip, {_NEIGHBOURS} random neighbours per round, "
+                    "averaged by data size); no server step, neighbours fixed"
+                ),
+            ),
+            Method(
+                "dac",
+                fixed={"num_neighbours": _NEIGHBOURS, "tau": 30.0},
+                note=(
+                    f"personal: each client's own model (DAC, {_NEIGHBOURS} neighbours per round drawn by loss, "
+                    "tau 30 fixed at the package default); no server step"
+                ),
+            ),
+            Method(
+                "conditional",
+                fixed=_CONDITIONAL,
+                tune={"server_lr": [1.0, 2.0, 4.0]},
+                note=(
+                    "conditional: the one global conditional model, each client evaluated with its own "
+                    f"fingerprint (l = {_CONDITIONAL['num_eigenvalues']}, x {_CONDITIONAL['cond_scale']:g}) as input"
+                ),
+            ),
+        )
+    }
+)
+
 # The chapter's grid: every method the book teaches with a server step.
 CLASSROOM_METHODS = (
     "fedavg",
@@ -351,8 +398,12 @@ class FederationSpec:
     Args:
         name: the label in the records (e.g. ``"dirichlet:0.1"``).
         dataset: a name :func:`~fedlearn_edu.data.load_dataset` accepts.
-        partition: ``"iid"``, ``"dirichlet"``, ``"shards"`` or ``"quantity"``.
-        partition_params: ``alpha`` / ``shards_per_client`` / ``sigma`` / ``min_size``.
+        partition: ``"iid"``, ``"dirichlet"``, ``"shards"`` or ``"quantity"``; or ``"clusters"``:
+            ``num_clusters`` clusters of ``num_clients / num_clusters`` clients each whose data
+            differ by ``shift`` (:func:`~fedlearn_edu.data.shifted_federation`, with
+            ``num_samples // num_clients`` samples per client when ``num_samples`` is given).
+        partition_params: ``alpha`` / ``shards_per_client`` / ``sigma`` / ``min_size``; for
+            ``"clusters"``: ``num_clusters`` and ``shift`` (``"label"``, ``"concept"`` ...).
         num_clients: N.
         model: a name :func:`~fedlearn_edu.make_model` accepts.
         noisy_clients: share of the clients whose training labels are flipped (0: none).
@@ -382,8 +433,8 @@ class FederationSpec:
     def __post_init__(self):
         from .data import PARTITIONS
 
-        if self.partition not in PARTITIONS:
-            raise ValueError(f"Unknown partition {self.partition!r}; choose one of {list(PARTITIONS)}.")
+        if self.partition not in PARTITIONS and self.partition != CLUSTERS:
+            raise ValueError(f"Unknown partition {self.partition!r}; choose one of {[*PARTITIONS, CLUSTERS]}.")
         if not isinstance(self.num_clients, int) or isinstance(self.num_clients, bool) or self.num_clients < 2:
             raise ValueError(f"num_clients must be an integer >= 2, got {self.num_clients!r}.")
         if not 0 <= self.noisy_clients <= 1 or not 0 <= self.noise_fraction <= 1:
@@ -393,6 +444,8 @@ class FederationSpec:
             )
         object.__setattr__(self, "partition_params", dict(self.partition_params))
         object.__setattr__(self, "attack_params", dict(self.attack_params))
+        if self.partition == CLUSTERS:
+            _check_clusters(self.partition_params, self.num_clients)
         if self.attack:
             from .attacks import ATTACKS, Attack
 
@@ -420,6 +473,25 @@ class FederationSpec:
 
 
 _PARAM = {"dirichlet": "alpha", "shards": "shards_per_client", "quantity": "sigma"}
+# A federation of clusters: K groups of clients whose data differ by a shift (label shift, where
+# client-conditional FL's fingerprints see the clusters; chapter *One model, many clients*).
+CLUSTERS = "clusters"
+CLUSTER_SHIFT = "label"
+
+
+def _check_clusters(params: Mapping, num_clients: int) -> None:
+    """Raise ValueError unless ``params`` define K >= 2 equal clusters of ``num_clients`` and a known shift."""
+    from .data.shifts import parse_shift
+
+    if set(params) != {"num_clusters", "shift"}:
+        raise ValueError(f"A '{CLUSTERS}' federation takes partition_params num_clusters and shift, got {params!r}.")
+    k = params["num_clusters"]
+    if not isinstance(k, int) or isinstance(k, bool) or k < 2:
+        raise ValueError(f"num_clusters must be an integer >= 2, got {k!r}.")
+    if num_clients % k:
+        raise ValueError(f"{num_clients} clients cannot form {k} clusters of equal size; use a divisor of num_clients.")
+    if not isinstance(params["shift"], str) or not parse_shift(params["shift"]):
+        raise ValueError(f"shift must name a shift such as 'label' or 'concept', got {params['shift']!r}.")
 
 
 def parse_federation(text, **common) -> FederationSpec:
@@ -427,7 +499,9 @@ def parse_federation(text, **common) -> FederationSpec:
 
     ``"iid"``, ``"dirichlet:ALPHA"``, ``"shards:PER_CLIENT"``, ``"quantity:SIGMA"`` (log-normal
     client sizes, IID labels), or ``"noisy:FRACTION"``: Dirichlet alpha = 1 where 30 % of the
-    clients have ``FRACTION`` of their training labels flipped (test labels stay clean).
+    clients have ``FRACTION`` of their training labels flipped (test labels stay clean), or
+    ``"clusters:K"``: K clusters of equally many clients that differ by a label shift (each cluster
+    its own classes, :func:`~fedlearn_edu.data.shifted_federation`; drawn by the run's seed).
     ``"+KIND:FRACTION"`` after any of them adds attackers: that share of the clients attacks
     with ``KIND`` of :data:`fedlearn_edu.attacks.ATTACKS` (``"dirichlet:0.5+sign_flip:0.3"``),
     with the parameters :data:`ATTACK_SETTINGS` gives the kind.
@@ -488,8 +562,14 @@ def parse_federation(text, **common) -> FederationSpec:
             noise_fraction=number,
             **common,
         )
+    if kind == CLUSTERS:
+        if number is None or number != int(number) or number < 2:
+            raise ValueError(f"Federation {text!r}: give the number of clusters, an integer >= 2, e.g. 'clusters:4'.")
+        params = {"num_clusters": int(number), "shift": CLUSTER_SHIFT}
+        return FederationSpec(text, partition=CLUSTERS, partition_params=params, **common)
     raise ValueError(
-        f"Unknown federation {text!r}; use iid, dirichlet:ALPHA, shards:PER_CLIENT, quantity:SIGMA or noisy:FRACTION."
+        f"Unknown federation {text!r}; use iid, dirichlet:ALPHA, shards:PER_CLIENT, quantity:SIGMA, noisy:FRACTION "
+        "or clusters:K."
     )
 
 
@@ -654,9 +734,27 @@ def _federation(spec: dict, seed: int, root):
     return _FED_CACHE[key]
 
 
+def _clustered_federation(spec: dict, seed: int, root):
+    """The federation of a ``"clusters"`` spec and seed (cached per process like :func:`_federation`)."""
+    from .data import shifted_federation
+
+    key = (json.dumps(spec, sort_keys=True), seed, root)
+    if key not in _FED_CACHE:
+        params, n = spec["partition_params"], spec["num_clients"]
+        k = params["num_clusters"]
+        if n % k:  # a spec written by hand: FederationSpec checks this
+            raise ValueError(f"{n} clients cannot form {k} clusters of equal size.")
+        per_client = None if spec["num_samples"] is None else spec["num_samples"] // n
+        fed = shifted_federation(spec["dataset"], params["shift"], k, n // k, per_client, seed=seed, root=root)
+        if len(_FED_CACHE) > 16:
+            _FED_CACHE.clear()
+        _FED_CACHE[key] = fed
+    return _FED_CACHE[key]
+
+
 def _strategy(config: dict, factory: Callable | None):
     from .strategies import STRATEGIES, FedAvg
-    from .strategies.personalized import IFCA, Ditto
+    from .strategies.personalized import IFCA, Ditto, LocalOnly
 
     settings = dict(config["settings"])
     builder = config["builder"]
@@ -667,8 +765,17 @@ def _strategy(config: dict, factory: Callable | None):
         return Ditto(lam, base=FedAvg(**settings))
     if builder == "ifca":
         return IFCA(**settings)
+    if builder == "local":
+        if settings:
+            raise ValueError(f"Local-only training has no setting; got {sorted(settings)}.")
+        return LocalOnly()
+    if builder == "conditional":  # FedAvg on the conditional model: the condition's settings go to the model
+        return FedAvg(**{k: v for k, v in settings.items() if k not in _CONDITIONAL})
     if builder not in STRATEGIES:
-        raise ValueError(f"Unknown strategy {builder!r}; choose one of {sorted(STRATEGIES)}, 'ditto', 'ifca'.")
+        raise ValueError(
+            f"Unknown strategy {builder!r}; choose one of {sorted(STRATEGIES)}, "
+            "'ditto', 'ifca', 'local', 'conditional'."
+        )
     return STRATEGIES[builder](**settings)
 
 
@@ -683,6 +790,12 @@ def execute(config: dict, factory: Callable | None = None, root=None) -> dict:
             strategy of the package).
         root: the data folder passed to :func:`~fedlearn_edu.data.federated_dataset`
             (``None``: the default).
+
+    Builder ``"conditional"`` (client-conditional FL) appends each client's fingerprint to its
+    inputs (:func:`~fedlearn_edu.conditional.fingerprint_federation`, after any label noise: a
+    client fingerprints the data it holds) and trains the federation's model made conditional
+    (:func:`~fedlearn_edu.conditional.make_conditional_model`, same seed) with FedAvg; its
+    ``evaluated`` is ``"conditional"``.
 
     Returns:
         ``{"status": "ok", "rows": [...], "seconds": s, "evaluated": ...}`` or
@@ -699,8 +812,11 @@ def execute(config: dict, factory: Callable | None = None, root=None) -> dict:
     try:
         seed = config["seed"]
         spec = config["federation"]
-        fed = _federation(spec, seed, root)
+        fed = (_clustered_federation if spec["partition"] == CLUSTERS else _federation)(spec, seed, root)
         settings = config["settings"]
+        conditional = factory is None and config["builder"] == "conditional"
+        if conditional and config["server_validation"] > 0:
+            raise ValueError("Client-conditional FL takes no server validation set (its inputs carry a condition).")
         if config["server_validation"] > 0:  # a clean server set: split before the label noise
             fed, val = server_validation_split(fed, config["server_validation"], seed=seed)
             settings = {**settings, "val_data": val}
@@ -708,7 +824,16 @@ def execute(config: dict, factory: Callable | None = None, root=None) -> dict:
         if spec["noisy_clients"] > 0:
             noisy = int(round(spec["noisy_clients"] * fed.num_clients))
             fed = add_label_noise(fed, noisy, spec["noise_fraction"], seed=seed)
-        model = make_model(spec["model"], fed.input_shape, fed.num_classes, seed=seed)
+        if conditional:  # each client's fingerprint rides along with its own inputs
+            from .conditional import fingerprint_federation, make_conditional_model
+
+            shape, length = fed.input_shape, settings["num_eigenvalues"]
+            fed = fingerprint_federation(fed, length)
+            model = make_conditional_model(
+                spec["model"], shape, fed.num_classes, length, seed=seed, cond_scale=settings["cond_scale"]
+            )
+        else:
+            model = make_model(spec["model"], fed.input_shape, fed.num_classes, seed=seed)
         attack = None
         if spec.get("attack"):  # chosen by the run's seed: other attackers on every seed
             from .attacks import Attack
@@ -754,7 +879,8 @@ def execute(config: dict, factory: Callable | None = None, root=None) -> dict:
                 "train_loss": float(history.train_loss[r - 1]) if r > 0 else float("nan"),
             }
         )
-    return {"status": "ok", "rows": rows, "seconds": float(history.seconds), "evaluated": history.evaluated}
+    evaluated = "conditional" if conditional else history.evaluated
+    return {"status": "ok", "rows": rows, "seconds": float(history.seconds), "evaluated": evaluated}
 
 
 # --------------------------------------------------------------------------- storage

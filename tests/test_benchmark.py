@@ -300,5 +300,6 @@ def test_cli_bad_flags_exit_2(flags, message, capsys, tmp_path):
         main(["benchmark", "--out", str(tmp_path / "x"), *flags])
     assert exit_.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert message in err[-1] and len(err[-1]) < 400
+    names = ",".join(sorted(benchmark.METHODS))  # the --methods error lists them all: not counted
+    assert message in err[-1] and len(err[-1].replace(names, "")) < 400
     assert not (tmp_path / "x").exists()
