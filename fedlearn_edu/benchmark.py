@@ -63,6 +63,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .stats import VERDICTS, t_interval
+
 __all__ = [
     "Method",
     "FederationSpec",
@@ -89,14 +91,20 @@ __all__ = [
     "format_table",
     "BenchmarkResult",
     "METRICS",
+    "TESTED_METRICS",
+    "GUIDE_METRICS",
+    "SCALE_SETTINGS",
     "plot_curves",
     "plot_intervals",
     "markdown_report",
+    "verdict_counts",
     "rerun",
     "git_commit",
 ]
 
-RECORD_VERSION = 1
+# 2: several tuning seeds, the edge rule (each pick's final grid and edge flags in protocol.json),
+# corrected tests in summary.csv. load() refuses the one-seed records of version 1.
+RECORD_VERSION = 2
 # The classroom grid's committed records, as files of the project's repository; the chapter
 # *Comparing the methods* reads them. $FEDLEARN_BENCHMARK_URL replaces the base (tests serve a
 # local folder); $FEDLEARN_BENCHMARK_RECORDS names a folder to read instead of the repository's.
@@ -111,6 +119,13 @@ _RECORD_COLUMNS = {
     "runs.csv": ("run_key", "phase", "method", "federation", "seed", "status", "config"),
 }
 METRICS = ("final", "lastk", "worst10", "std", "rounds_to_target", "sec_per_round")
+# The metrics compared with the baseline seed by seed (paired tests, corrections, verdicts); the
+# decision guide reads the first three; fewer rounds to the target is better.
+TESTED_METRICS = ("lastk", "worst10", "rounds_to_target", "final")
+GUIDE_METRICS = ("lastk", "worst10", "rounds_to_target")
+LOWER_IS_BETTER = ("rounds_to_target",)
+# Per tested metric M, the summary's columns X_M besides d_M, d_M_ci and vs_M.
+_TEST_COLUMNS = ("n", "sd", "p", "dz", "p_perm", "p_holm", "q", "tost", "tost_holm", "mdd")
 # Columns of a run's rows that are computed by the run (the rest are its settings).
 VALUE_COLUMNS = ("round", "mean", "std", "worst10", "best10", "loss", "train_loss")
 
@@ -133,6 +148,10 @@ class Method:
         server_validation: FedVG's share of every client's training data pooled as the
             server's validation set (taken *before* label noise: a clean, curated set).
         note: what the method's accuracy is of, when it is not the global model's.
+        extend: the tuned settings the protocol's edge rule may extend past the grid's ends
+            (``None``: those of ``tune`` that are scales: the steps ``server_lr`` and
+            ``effective_lr`` and the knobs ``mu``, ``alpha``, ``q``, ``lambda_lr``, ``lam``;
+            never a bounded one such as ``momentum`` or a count such as ``num_clusters``).
     """
 
     name: str
@@ -142,6 +161,7 @@ class Method:
     factory: Callable | None = None
     server_validation: float = 0.0
     note: str = ""
+    extend: tuple | None = None
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name:
@@ -155,6 +175,18 @@ class Method:
                 raise ValueError(f"Method {self.name!r}: tune[{key!r}] must be a non-empty list, got {values!r}.")
         object.__setattr__(self, "fixed", dict(self.fixed))
         object.__setattr__(self, "tune", {k: list(v) for k, v in dict(self.tune).items()})
+        extend = tuple(k for k in self.tune if k in SCALE_SETTINGS) if self.extend is None else self.extend
+        if isinstance(extend, str) or not all(isinstance(k, str) for k in extend):
+            raise TypeError(f"Method {self.name!r}: extend must be a tuple of setting names, got {self.extend!r}.")
+        for key in extend:
+            values = self.tune.get(key)
+            if values is None:
+                raise ValueError(f"Method {self.name!r}: extend names {key!r}, which is not tuned.")
+            if any(isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < math.inf for v in values):
+                raise ValueError(
+                    f"Method {self.name!r}: the edge rule extends positive numbers; tune[{key!r}] = {values!r}."
+                )
+        object.__setattr__(self, "extend", tuple(extend))
 
     def candidates(self) -> list[dict]:
         """Every candidate setting (fixed + one value per tuned setting), in the grid's order."""
@@ -184,39 +216,59 @@ class Method:
         return dataclasses.replace(self, tune=new)
 
 
-_STEP = [0.5, 1.0, 2.0, 4.0]
-# Every method of the book, its server step (and own knob) with candidates around the value its
-# chapter found good for a few dozen rounds, reaching far enough up that a short run's pick is
-# not the largest step tried (with 30 rounds at client lr 0.1 most picks are large steps).
+# The settings that are scales (a step, a penalty, an exponent, a rate): the edge rule extends
+# them geometrically past the ends of their grid.
+SCALE_SETTINGS = ("server_lr", "effective_lr", "mu", "alpha", "q", "lambda_lr", "lam")
+_STEP = [1.0, 2.0, 4.0]
+# Every method of the book with three candidates per tuned setting (its server step, and its own
+# knob where it has one), geometric, around the value its chapter found good for a few dozen
+# rounds. A pick at an end of its grid is not final: the protocol's edge rule extends the grid
+# there (Protocol.edge_cap). FedAvgM's step is tuned in units of its long-run step
+# effective_lr = eta_s / (1 - beta) (the step a constant update gets once the momentum has
+# built up), so that its grid is comparable with FedAvg's; the package default, eta_s = 1 with
+# beta = 0.9, is effective_lr = 10, the top of the grid.
 METHODS: dict[str, Method] = {
     m.name: m
     for m in (
         Method("fedavg", tune={"server_lr": _STEP}),
-        Method("fedavgm", tune={"server_lr": [0.1, 0.3, 0.6], "momentum": [0.5, 0.9]}),
-        Method("fedprox", tune={"server_lr": [1.0, 2.0, 4.0], "mu": [0.01, 0.1]}),
+        Method("fedavgm", tune={"effective_lr": [2.5, 5.0, 10.0], "momentum": [0.5, 0.7, 0.9]}),
+        Method("fedprox", tune={"server_lr": _STEP, "mu": [0.01, 0.1, 1.0]}),
         Method("scaffold", tune={"server_lr": _STEP}),
-        Method("feddyn", tune={"server_lr": [0.5, 1.0, 2.0], "alpha": [0.01, 0.1]}),
+        Method("feddyn", tune={"server_lr": _STEP, "alpha": [0.01, 0.1, 1.0]}),
         Method("fednova", tune={"server_lr": _STEP}),
-        Method("fedadam", tune={"server_lr": [0.003, 0.01, 0.03, 0.1]}),
-        Method("fedyogi", tune={"server_lr": [0.003, 0.01, 0.03, 0.1]}),
-        Method("fedadagrad", tune={"server_lr": [0.003, 0.01, 0.03, 0.1]}),
-        Method("qfedavg", tune={"server_lr": [1.0, 2.0, 4.0], "q": [0.1, 1.0]}),
-        Method("afl", tune={"server_lr": [1.0, 2.0, 4.0], "lambda_lr": [0.01, 0.1]}),
+        Method(
+            "fedadam",
+            tune={"server_lr": [0.01, 0.03, 0.1]},
+            note="FedAdam on the clients' size-weighted mean update",
+        ),
+        Method("fedyogi", tune={"server_lr": [0.01, 0.03, 0.1]}),
+        Method("fedadagrad", tune={"server_lr": [0.01, 0.03, 0.1]}),
+        Method("qfedavg", tune={"server_lr": _STEP, "q": [0.2, 1.0, 5.0]}),
+        Method(
+            "afl",
+            tune={"server_lr": _STEP, "lambda_lr": [0.01, 0.1, 1.0]},
+            note="AFL's last iterate of the global model (not the average of its iterates)",
+        ),
         Method("fedfv", tune={"server_lr": _STEP}),
         Method("fedlf", tune={"server_lr": _STEP}),
         Method("craft", tune={"server_lr": [0.3, 1.0, 3.0]}),
         Method("config", tune={"server_lr": [0.05, 0.1, 0.3]}),
-        Method("fedvg", tune={"server_lr": _STEP}, server_validation=0.1),
+        Method(
+            "fedvg",
+            tune={"server_lr": _STEP},
+            server_validation=0.1,
+            note="FedVG: 10 % of every client's training data is the server's validation set",
+        ),
         Method("fedoui", tune={"server_lr": _STEP}),
         Method("fedalign", tune={"server_lr": _STEP}),
         Method(
             "ditto",
-            tune={"server_lr": [1.0, 2.0, 4.0], "lam": [0.1, 1.0]},
+            tune={"server_lr": _STEP, "lam": [0.1, 1.0, 10.0]},
             note="personal: each client's own model (Ditto), not the global one",
         ),
         Method(
             "ifca",
-            tune={"server_lr": [1.0, 2.0, 4.0], "num_clusters": [2, 4]},
+            tune={"server_lr": _STEP, "num_clusters": [2, 3, 4]},
             note="cluster: each client's cluster model (IFCA), not one global model",
         ),
     )
@@ -304,7 +356,7 @@ METHODS.update(
     }
 )
 
-# The chapter's grid: every method the book teaches with a server step.
+# The chapter's grid: every method the book teaches (Local, Gossip and DAC have no server step).
 CLASSROOM_METHODS = (
     "fedavg",
     "fedavgm",
@@ -323,8 +375,15 @@ CLASSROOM_METHODS = (
     "fedoui",
     "ditto",
     "ifca",
+    "config",
+    "fedalign",
+    "local",
+    "gossip",
+    "dac",
+    "conditional",
 )
-CLASSROOM_FEDERATIONS = ("quantity:1.0", "dirichlet:0.1", "shards:2", "noisy:0.8")
+# Four kinds of heterogeneity, and one with cluster structure (client-conditional FL's setting).
+CLASSROOM_FEDERATIONS = ("quantity:1.0", "dirichlet:0.1", "shards:2", "noisy:0.8", "clusters:4")
 # The robust grid (chapter *When clients misbehave*): every robust rule, the re-weighting rules of
 # the book and DP-FedAvg; one moderately non-IID federation without and with attackers (10 % and
 # 30 % of the clients, four kinds), and two of stronger heterogeneity without an attacker.
@@ -575,19 +634,29 @@ def parse_federation(text, **common) -> FederationSpec:
 
 @dataclass(frozen=True)
 class Protocol:
-    """The shared settings: seeds, rounds, local training, selection criterion and summary.
+    """The shared settings: seeds, rounds, local training, selection, edge rule and statistics.
 
     Args:
-        tuning_seeds: seeds of the tuning runs.
-        eval_seeds: seeds of the evaluation runs (at least 2; disjoint from ``tuning_seeds``).
+        tuning_seeds: seeds of the tuning runs (the pick maximises the mean over them; 3 by
+            default, so that one lucky seed does not decide).
+        eval_seeds: seeds of the evaluation runs (at least 2; disjoint from ``tuning_seeds``;
+            10 by default). The intervals are *conditional on the picks*: the tuning's own
+            variance is not in them.
         rounds, clients_per_round, local_epochs, batch_size, lr: shared by every method.
         last_k: the criterion and the ``lastk`` metrics average the last ``last_k`` evaluations.
         target: the accuracy of ``rounds_to_target``.
         engine: :func:`~fedlearn_edu.simulate`'s engine (``"auto"``: vmap where it applies).
+        alpha: the level of every test (after correction).
+        margin: the equivalence margin of the accuracy metrics (a fraction: 0.02 = 2 points);
+            a difference is *equivalent* only when a TOST against ``+-margin`` passes.
+        edge_cap: the edge rule: while a pick sits at an end of its grid in a setting the
+            method lets it extend (:attr:`Method.extend`), one more candidate is added beyond
+            that end (the grid's ratio at that end: x2 for a grid 1, 2, 4), at most ``edge_cap``
+            times per end; a pick still at an end is flagged. ``0`` turns the rule off.
     """
 
-    tuning_seeds: tuple = (0,)
-    eval_seeds: tuple = (1, 2, 3)
+    tuning_seeds: tuple = (0, 1, 2)
+    eval_seeds: tuple = tuple(range(3, 13))
     rounds: int = 30
     clients_per_round: int = 10
     local_epochs: int = 1
@@ -596,6 +665,9 @@ class Protocol:
     last_k: int = 5
     target: float = 0.8
     engine: str = "auto"
+    alpha: float = 0.05
+    margin: float = 0.02
+    edge_cap: int = 3
 
     def __post_init__(self):
         for name in ("tuning_seeds", "eval_seeds"):
@@ -622,6 +694,11 @@ class Protocol:
             raise ValueError(f"lr must be a positive number, got {self.lr!r}.")
         if not 0 < self.target <= 1:
             raise ValueError(f"target must be in (0, 1], got {self.target!r}.")
+        for name, v in (("alpha", self.alpha), ("margin", self.margin)):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < 1:
+                raise ValueError(f"{name} must be a number in (0, 1), got {v!r}.")
+        if isinstance(self.edge_cap, bool) or not isinstance(self.edge_cap, (int, np.integer)) or self.edge_cap < 0:
+            raise ValueError(f"edge_cap must be a non-negative integer, got {self.edge_cap!r}.")
 
     def local(self) -> dict:
         """The settings every run of the sweep shares, as stored in a run's configuration.
@@ -758,6 +835,8 @@ def _strategy(config: dict, factory: Callable | None):
 
     settings = dict(config["settings"])
     builder = config["builder"]
+    if "effective_lr" in settings:  # a heavy-ball step in units of its long-run step eta_s / (1 - beta)
+        settings["server_lr"] = settings.pop("effective_lr") * (1.0 - settings.get("momentum", 0.9))
     if factory is not None:
         return factory(**settings)
     if builder == "ditto":
@@ -1229,17 +1308,7 @@ def run(
         redone=redone,
     )
     started = time.perf_counter()
-    tune_cfgs = [
-        _config(m, f, protocol, s, seed, "tune")
-        for f in feds
-        for m in ms
-        if len(m.candidates()) > 1  # a single candidate is the pick: nothing to tune
-        for s in m.candidates()
-        for seed in protocol.tuning_seeds
-    ]
-    statuses = run_configs(tune_cfgs, out, desc="tuning", **opts)
-    store = _Store(out)
-    picks = select(_frame(store, tune_cfgs, statuses), ms, feds, protocol)
+    picks, grids, edges, tune_cfgs, statuses = _tune(ms, feds, protocol, out, opts)
     eval_cfgs = []
     for (fname, mname), settings in picks.items():
         if settings is None:
@@ -1249,10 +1318,74 @@ def run(
         eval_cfgs += [_config(m, f, protocol, settings, seed, "eval") for seed in protocol.eval_seeds]
     statuses.update(run_configs(eval_cfgs, out, desc="evaluation", **opts))
     result = BenchmarkResult.collect(out, tune_cfgs + eval_cfgs, statuses, ms, feds, protocol, picks)
+    result.grids, result.edges = grids, edges
     result.wall_seconds = time.perf_counter() - started
     result.redone = redone
     result.save()
     return result
+
+
+def _candidates(m: Method, grid: Mapping) -> list[dict]:
+    """The candidates of a grid ``{setting: values}`` (fixed settings included), in its order."""
+    keys = list(grid)
+    return [{**m.fixed, **dict(zip(keys, values))} for values in product(*(grid[k] for k in keys))]
+
+
+def _beyond(values: list, end: int) -> float:
+    """The next value past one end of a geometric grid (its ratio at that end)."""
+    a, b = (values[-1], values[-2]) if end == 1 else (values[0], values[1])
+    return float(f"{a * a / b:.12g}")
+
+
+def _tune(ms, feds, protocol: Protocol, out, opts) -> tuple:
+    """Tuning with the edge rule -> ``(picks, grids, edges, configs, statuses)``.
+
+    Runs every candidate of every method's grid on the tuning seeds, picks (:func:`select`),
+    and while a pick sits at an end of its grid in a setting of :attr:`Method.extend`, adds the
+    next geometric value past that end (at most ``protocol.edge_cap`` per end) and runs again.
+    ``grids[(federation, method)]`` is the final grid, ``edges[(federation, method)]`` maps each
+    tuned setting whose pick is still at an end to ``"low"`` or ``"high"`` (for an extended
+    setting: the cap was reached).
+    """
+    tunable = [(f, m) for f in feds for m in ms if len(m.candidates()) > 1]
+    grids = {(f.name, m.name): {k: list(v) for k, v in m.tune.items()} for f in feds for m in ms}
+    used = {(f.name, m.name): {k: [0, 0] for k in m.extend} for f, m in tunable}
+    store, configs, statuses, wave = _Store(out), [], {}, 0
+    while True:
+        wave += 1
+        new = []
+        for f, m in tunable:
+            for settings in _candidates(m, grids[(f.name, m.name)]):
+                for seed in protocol.tuning_seeds:
+                    cfg = _config(m, f, protocol, settings, seed, "tune")
+                    if run_key(cfg) not in statuses:
+                        new.append(cfg)
+        if not new:
+            break
+        desc = "tuning" if wave == 1 else f"tuning, edge rule {wave - 1}"
+        statuses.update(run_configs(new, out, desc=desc, **opts))
+        configs += new
+        picks = select(_frame(store, configs, statuses), ms, feds, protocol, grids)
+        for f, m in tunable:
+            pair, pick = (f.name, m.name), picks[(f.name, m.name)]
+            for k in m.extend if pick is not None else ():
+                values = grids[pair][k]
+                for end, at in ((1, values[-1]), (0, values[0])):
+                    if len(values) > 1 and pick[k] == at and used[pair][k][end] < protocol.edge_cap:
+                        used[pair][k][end] += 1
+                        values.insert(len(values) if end else 0, _beyond(values, end))
+                        break
+    picks = select(_frame(store, configs, statuses), ms, feds, protocol, grids)
+    edges = {}
+    for f, m in tunable:
+        pair, pick = (f.name, m.name), picks[(f.name, m.name)]
+        if pick is None:
+            continue
+        at = {k: ("high" if pick[k] == max(v) else "low") for k, v in grids[pair].items() if len(set(v)) > 1}
+        at = {k: side for k, side in at.items() if pick[k] in (min(grids[pair][k]), max(grids[pair][k]))}
+        if at:
+            edges[pair] = at
+    return picks, grids, edges, configs, statuses
 
 
 def _frame(store: _Store, configs, statuses):
@@ -1260,7 +1393,7 @@ def _frame(store: _Store, configs, statuses):
     return store.frame(keys)
 
 
-def select(tune_records, methods, federations, protocol: Protocol) -> dict:
+def select(tune_records, methods, federations, protocol: Protocol, grids: Mapping | None = None) -> dict:
     """``{(federation, method): settings}``: the tuning pick (``None`` when every candidate failed).
 
     The criterion: the mean over the tuning seeds of the mean client accuracy averaged over the
@@ -1274,6 +1407,8 @@ def select(tune_records, methods, federations, protocol: Protocol) -> dict:
         methods: the :class:`Method` s of the grid.
         federations: the :class:`FederationSpec` s of the grid.
         protocol: gives ``tuning_seeds`` and ``last_k``.
+        grids: ``{(federation, method): {setting: candidates}}``, the grids as the edge rule
+            extended them (``None``: every method's own ``tune``).
 
     Returns:
         ``{(federation name, method name): settings dict or None}``.
@@ -1284,8 +1419,9 @@ def select(tune_records, methods, federations, protocol: Protocol) -> dict:
             if len(m.candidates()) == 1:  # nothing to tune (no tuning run)
                 picks[(f.name, m.name)] = _plain(m.candidates()[0])
                 continue
+            grid = (grids or {}).get((f.name, m.name), m.tune)
             best, best_score = None, -math.inf
-            for settings in m.candidates():
+            for settings in _candidates(m, grid):
                 text = json.dumps(_plain(settings), sort_keys=True)
                 scores = []
                 for seed in protocol.tuning_seeds:
@@ -1318,30 +1454,6 @@ def _lastk(values: np.ndarray, k: int) -> float:
 # --------------------------------------------------------------------------- statistics
 
 
-def t_interval(values, confidence: float = 0.95) -> tuple[float, float]:
-    """Mean and half-width of the Student-t confidence interval of the mean (n - 1 dof).
-
-    Args:
-        values: ``array[S]`` one measurement per seed, ``S >= 2``.
-        confidence: the interval's level.
-
-    Returns:
-        ``(mean, half_width)``; the interval is ``mean +- half_width``.
-
-    Example:
-        >>> m, h = t_interval([0.5, 0.7, 0.6])
-        >>> round(m, 3), round(h, 3)
-        (0.6, 0.248)
-    """
-    from scipy import stats
-
-    v = np.asarray(values, dtype=np.float64).reshape(-1)
-    if v.size < 2:
-        raise ValueError(f"t_interval needs at least 2 values, got {v.size}.")
-    half = stats.t.ppf(0.5 + confidence / 2, v.size - 1) * v.std(ddof=1) / math.sqrt(v.size)
-    return float(v.mean()), float(half)
-
-
 def _per_seed(rows, protocol: Protocol) -> dict:
     rows = rows.sort_values("round")
     mean = rows["mean"].to_numpy()
@@ -1357,21 +1469,70 @@ def _per_seed(rows, protocol: Protocol) -> dict:
     }
 
 
-def summarize(records, protocol: Protocol | None = None, baseline: str = "fedavg", confidence: float = 0.95):
-    """The evaluation runs' summary: one row per federation x method.
+def _family_stats(out: list, baseline: str, protocol: Protocol) -> None:
+    """Corrections, verdicts and detectable differences, once every row's raw test is known.
 
-    Columns: ``federation, method, settings, n_seeds, evaluated``, then for every metric of
-    :data:`METRICS` its mean and 95 % t-interval half-width (``M`` and ``M_ci``;
-    ``rounds_to_target`` only over the seeds that reached the target, with ``reached`` saying
-    how many did), and for ``lastk``, ``final`` and ``worst10`` the paired difference to the
-    baseline on the same seeds (``d_M``, ``d_M_ci``) with ``vs_M``: ``"better"``, ``"worse"``
-    or ``"tie"`` (the interval contains 0).
+    Holm within each (federation, metric) family of comparisons with the baseline (p-values and
+    TOST p-values alike); Benjamini-Hochberg across every comparison of the guide's metrics
+    (:data:`GUIDE_METRICS`) and, separately, across those of ``final``.
+    """
+    from . import stats
+
+    tested = [r for r in out if r["method"] != baseline]
+    for metric in TESTED_METRICS:
+        for fed in dict.fromkeys(r["federation"] for r in tested):
+            family = [r for r in tested if r["federation"] == fed and math.isfinite(r[f"p_{metric}"])]
+            for key, raw in ((f"p_holm_{metric}", f"p_{metric}"), (f"tost_holm_{metric}", f"tost_{metric}")):
+                finite = [r for r in family if math.isfinite(r[raw])]
+                for r, q in zip(finite, stats.holm([r[raw] for r in finite])):
+                    r[key] = float(q)
+            for r in family:
+                sd, n = r[f"sd_{metric}"], r[f"n_{metric}"]
+                r[f"mdd_{metric}"] = (
+                    stats.min_detectable_difference(sd, n, protocol.alpha, 0.8, len(family)) if sd > 0 else 0.0
+                )
+    for scope in (GUIDE_METRICS, ("final",)):
+        cells = [(r, m) for m in scope for r in tested if math.isfinite(r[f"p_{m}"])]
+        for (r, m), q in zip(cells, stats.benjamini_hochberg([r[f"p_{m}"] for r, m in cells])):
+            r[f"q_{m}"] = float(q)
+    for r in tested:
+        for metric in TESTED_METRICS:
+            if not math.isfinite(r[f"p_{metric}"]):
+                continue
+            sign = -1.0 if metric in LOWER_IS_BETTER else 1.0
+            r[f"vs_{metric}"] = stats.verdict(
+                sign * r[f"d_{metric}"], r[f"p_holm_{metric}"], r[f"tost_holm_{metric}"], protocol.alpha
+            )
+
+
+def summarize(records, protocol: Protocol | None = None, baseline: str = "fedavg", confidence: float = 0.95):
+    """The evaluation runs' summary: one row per federation x method, with corrected verdicts.
+
+    Columns: ``federation, method, settings, n_seeds, seeds, evaluated``; for every metric of
+    :data:`METRICS` its mean and t-interval half-width over the seeds (``M``, ``M_ci``;
+    ``rounds_to_target`` over the seeds that reached the target, ``reached`` of them); and for
+    every metric of :data:`TESTED_METRICS` the paired comparison with the baseline on the
+    seeds both have (``rounds_to_target``: only when both reached the target on every one):
+
+    - ``d_M``, ``d_M_ci``: the mean difference and its t-interval half-width; ``n_M``, ``sd_M``;
+    - ``p_M``: the two-sided paired t-test; ``dz_M``: the standardised effect mean/sd;
+    - ``p_perm_M``: the exact sign-flip permutation p-value (a check; NaN below 6 seeds);
+    - ``p_holm_M``: Holm-adjusted within the (federation, metric) family of comparisons;
+    - ``q_M``: Benjamini-Hochberg across all comparisons of :data:`GUIDE_METRICS` (``final``:
+      across its own);
+    - ``tost_M``, ``tost_holm_M``: the equivalence test against ``+-protocol.margin`` (accuracy
+      metrics only), raw and Holm-adjusted;
+    - ``mdd_M``: the smallest difference the family's corrected test detects with 80 % power at
+      this row's spread and seeds;
+    - ``vs_M``: ``"better"``/``"worse"`` when ``p_holm_M < alpha`` (fewer rounds is better for
+      ``rounds_to_target``), ``"equivalent"`` when ``tost_holm_M < alpha``, else
+      ``"inconclusive"``; ``"baseline"`` on the baseline's row, ``"n/a"`` without a test.
 
     Args:
         records: tidy records (DataFrame) with columns ``phase, federation, method, settings,
             seed, round, mean, worst10, std, sec_per_round, evaluated``; only
             ``phase == "eval"`` rows are used.
-        protocol: gives ``last_k`` and ``target`` (``None``: the default :class:`Protocol`).
+        protocol: gives ``last_k``, ``target``, ``alpha`` and ``margin`` (``None``: the default).
         baseline: the method the paired differences are taken to.
         confidence: the level of the t-intervals.
 
@@ -1379,6 +1540,8 @@ def summarize(records, protocol: Protocol | None = None, baseline: str = "fedavg
         A DataFrame, one row per federation x method present, in the records' order.
     """
     import pandas as pd
+
+    from . import stats
 
     protocol = protocol or Protocol()
     ev = records[records["phase"] == "eval"]
@@ -1402,30 +1565,46 @@ def summarize(records, protocol: Protocol | None = None, baseline: str = "fedavg
                 row["reached"] = int(np.isfinite(vals).sum())
                 vals = vals[np.isfinite(vals)]
             if vals.size >= 2:
-                row[metric], row[f"{metric}_ci"] = t_interval(vals, confidence)
+                row[metric], row[f"{metric}_ci"] = stats.t_interval(vals, confidence)
             else:
                 row[metric], row[f"{metric}_ci"] = (float(vals[0]) if vals.size else math.nan), math.nan
         base = per.get((fed, baseline))
-        for metric in ("lastk", "final", "worst10"):
+        for metric in TESTED_METRICS:
+            nan = dict.fromkeys(_TEST_COLUMNS, math.nan)
+            row.update({f"{c}_{metric}": v for c, v in nan.items()})
             common = sorted(set(seeds) & set(base)) if base else []
-            if meth == baseline or len(common) < 2:
-                row[f"d_{metric}"], row[f"d_{metric}_ci"], row[f"vs_{metric}"] = (
-                    (0.0, 0.0, "baseline") if meth == baseline else (math.nan, math.nan, "n/a")
-                )
-                continue
             d = np.array([seeds[s][metric] - base[s][metric] for s in common])
-            mu, half = t_interval(d, confidence)
-            row[f"d_{metric}"], row[f"d_{metric}_ci"] = mu, half
-            row[f"vs_{metric}"] = "tie" if not abs(mu) > half else ("better" if mu > 0 else "worse")
+            if meth == baseline:
+                row.update({f"d_{metric}": 0.0, f"d_{metric}_ci": 0.0, f"vs_{metric}": "baseline"})
+                continue
+            row[f"vs_{metric}"] = "n/a"
+            if d.size < 2 or not np.isfinite(d).all():
+                continue
+            t = stats.paired_test(d, confidence)
+            row.update(
+                {
+                    f"n_{metric}": t.n,
+                    f"d_{metric}": t.mean,
+                    f"d_{metric}_ci": t.half_width,
+                    f"sd_{metric}": t.sd,
+                    f"p_{metric}": t.p,
+                    f"dz_{metric}": t.d_z,
+                    f"p_perm_{metric}": stats.sign_flip_p(d) if t.n >= 6 else math.nan,
+                }
+            )
+            if metric not in LOWER_IS_BETTER:
+                row[f"tost_{metric}"] = stats.tost(d, protocol.margin)
         out.append(row)
+    _family_stats(out, baseline, protocol)
     return pd.DataFrame(out)
 
 
 def format_table(summary, metrics=("lastk", "worst10"), percent: bool = True) -> str:
     """The summary as text: ``mean +- half-width`` per method (rows) x federation (columns).
 
-    The paired difference to FedAvg follows each cell: ``(+d +- h, better/worse/tie)``. Rows
-    keep the grid's order: ties are not ranked.
+    The paired difference to FedAvg follows each cell with its verdict and Holm-adjusted
+    p-value: ``(+d +- h, better p=0.003)``. Rows keep the grid's order: the table is not a
+    ranking.
 
     Args:
         summary: a :func:`summarize` DataFrame.
@@ -1440,14 +1619,18 @@ def format_table(summary, metrics=("lastk", "worst10"), percent: bool = True) ->
     meths = list(dict.fromkeys(summary["method"]))
     lines = []
     for metric in metrics:
-        lines.append(f"{metric} ({'%' if percent else 'fraction'}; mean +- 95% t-interval over seeds; vs FedAvg)")
+        lines.append(
+            f"{metric} ({'%' if percent else 'fraction'}; mean +- 95% t-interval over seeds; "
+            "vs FedAvg: paired difference, verdict, Holm-adjusted p)"
+        )
         width = max(len(m) for m in meths) + 2
         cells = {}
         for _, r in summary.iterrows():
             text = f"{scale * r[metric]:.1f}+-{scale * r[metric + '_ci']:.1f}"
             if f"vs_{metric}" in r and r[f"vs_{metric}"] not in ("baseline", "n/a"):
                 text += (
-                    f" ({scale * r['d_' + metric]:+.1f}+-{scale * r['d_' + metric + '_ci']:.1f} {r['vs_' + metric]})"
+                    f" ({scale * r['d_' + metric]:+.1f}+-{scale * r['d_' + metric + '_ci']:.1f} "
+                    f"{r['vs_' + metric]} p={r['p_holm_' + metric]:.2g})"
                 )
             cells[(r["federation"], r["method"])] = text
         colw = max([len(c) for c in cells.values()] + [len(f) for f in feds]) + 2
@@ -1473,6 +1656,10 @@ class BenchmarkResult:
         protocol: the protocol used.
         failed: the runs that failed (key, method, federation, seed, error).
         redone: keys of corrupt or partial files found and redone.
+        grids: ``{(federation, method): {setting: candidates}}``, every grid as the edge rule
+            left it.
+        edges: ``{(federation, method): {setting: "low" | "high"}}`` for the picks still at an
+            end of their grid (the edge rule's cap reached, or a setting it does not extend).
     """
 
     out: Path
@@ -1483,6 +1670,8 @@ class BenchmarkResult:
     failed: list = field(default_factory=list)
     redone: list = field(default_factory=list)
     wall_seconds: float = math.nan
+    grids: dict = field(default_factory=dict)
+    edges: dict = field(default_factory=dict)
 
     @classmethod
     def collect(cls, out, configs, statuses, methods, feds, protocol, picks):
@@ -1547,6 +1736,10 @@ class BenchmarkResult:
         s = summarize(self.records, self.protocol, baseline)
         if len(s) == 0:
             return s
+        s["edge"] = [
+            ", ".join(f"{k} {side}" for k, side in self.edges.get((f, m), {}).items())
+            for f, m in zip(s["federation"], s["method"])
+        ]
         feds = list(dict.fromkeys(self.runs["federation"]))
         meths = list(dict.fromkeys(self.runs["method"]))
         order = s.apply(lambda r: (feds.index(r["federation"]), meths.index(r["method"])), axis=1)
@@ -1588,8 +1781,18 @@ class BenchmarkResult:
             _atomic_write(out / "summary.csv", self.summary().to_csv(index=False).encode())
         _atomic_write(out / "runs.csv", self.runs.to_csv(index=False).encode())
         proto = {
+            "record_version": RECORD_VERSION,
             **dataclasses.asdict(self.protocol),
-            "picks": [{"federation": f, "method": m, "settings": s} for (f, m), s in self.picks.items()],
+            "picks": [
+                {
+                    "federation": f,
+                    "method": m,
+                    "settings": s,
+                    "grid": self.grids.get((f, m), {}),
+                    "edge": self.edges.get((f, m), {}),
+                }
+                for (f, m), s in self.picks.items()
+            ],
             "package_version": _version(),
             "git_commit": git_commit(),
         }
@@ -1607,6 +1810,8 @@ def load(out) -> BenchmarkResult:
 
     Raises:
         FileNotFoundError: one of the three files is missing.
+        ValueError: the records are of an older format (:data:`RECORD_VERSION`): regenerate them
+            with the command of their README.
     """
     import pandas as pd
 
@@ -1615,13 +1820,23 @@ def load(out) -> BenchmarkResult:
         if not (out / name).exists():
             raise FileNotFoundError(f"{out / name} does not exist: is {str(out)!r} a benchmark results folder?")
     proto = json.loads((out / "protocol.json").read_text())
-    picks = {(p["federation"], p["method"]): p["settings"] for p in proto.pop("picks")}
+    version = proto.pop("record_version", 1)
+    if version != RECORD_VERSION:
+        raise ValueError(
+            f"{out / 'protocol.json'} holds benchmark records of version {version}; this package reads version "
+            f"{RECORD_VERSION} (several tuning seeds, the edge rule, corrected tests). Rerun the sweep with this "
+            "package (the command is in the folder's README or report.md) into a new folder."
+        )
+    entries = proto.pop("picks")
+    picks = {(p["federation"], p["method"]): p["settings"] for p in entries}
+    grids = {(p["federation"], p["method"]): p["grid"] for p in entries if p.get("grid")}
+    edges = {(p["federation"], p["method"]): p["edge"] for p in entries if p.get("edge")}
     fields = {f.name for f in dataclasses.fields(Protocol)}
     protocol = Protocol(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in proto.items() if k in fields})
     records = pd.read_csv(out / "records.csv.gz", keep_default_na=True)
     runs = pd.read_csv(out / "runs.csv", keep_default_na=False)
     failed = runs[runs["status"] != "ok"].to_dict("records")
-    return BenchmarkResult(out, records, runs, picks, protocol, failed)
+    return BenchmarkResult(out, records, runs, picks, protocol, failed, grids=grids, edges=edges)
 
 
 def _check_record_file(name: str, data: bytes) -> None:
@@ -1819,8 +2034,10 @@ def plot_curves(result: BenchmarkResult, metrics=("mean", "worst10"), methods=No
 def plot_intervals(summary, metric: str = "lastk"):
     """Per federation: each method's paired difference to FedAvg with its 95 % t-interval.
 
-    Grey: a tie (the interval contains 0); green / red: better / worse than FedAvg. Methods keep
-    the grid's order: the plot reads as ties and differences, not as a ranking.
+    Green / red: better / worse than FedAvg after Holm's correction within the federation;
+    blue: equivalent (TOST within the protocol's margin); grey: inconclusive. The bars are the
+    uncorrected 95 % intervals, so a bar that misses 0 can still be grey. Methods keep the
+    grid's order: the plot is not a ranking.
 
     Args:
         summary: a :func:`summarize` DataFrame.
@@ -1836,7 +2053,14 @@ def plot_intervals(summary, metric: str = "lastk"):
     fig, axes = plt.subplots(
         1, len(feds), figsize=(3.6 * len(feds), 0.28 * len(meths) + 1.2), squeeze=False, sharey=True
     )
-    colour = {"better": "tab:green", "worse": "tab:red", "tie": "0.55", "baseline": "black", "n/a": "white"}
+    colour = {
+        "better": "tab:green",
+        "worse": "tab:red",
+        "equivalent": "tab:blue",
+        "inconclusive": "0.55",
+        "baseline": "black",
+        "n/a": "white",
+    }
     for j, fed in enumerate(feds):
         ax = axes[0][j]
         for y, meth in enumerate(meths):
@@ -1858,8 +2082,34 @@ def plot_intervals(summary, metric: str = "lastk"):
     return fig
 
 
+def verdict_counts(summary, metrics=GUIDE_METRICS, alpha: float = 0.05) -> dict:
+    """How many comparisons with the baseline say what, before and after the corrections.
+
+    Args:
+        summary: a :func:`summarize` DataFrame.
+        metrics: the tested metrics to count over.
+        alpha: the level.
+
+    Returns:
+        ``{"tests": n, "uncorrected": n with p < alpha, "holm": n with Holm p < alpha,
+        "bh": n with q < alpha, "better": n, "worse": n, "equivalent": n, "inconclusive": n}``
+        (the last four: the verdicts, which use Holm).
+    """
+    counts = dict.fromkeys(("tests", "uncorrected", "holm", "bh", *VERDICTS), 0)
+    for metric in metrics:
+        p = summary[f"p_{metric}"].to_numpy(dtype=float)
+        tested = np.isfinite(p)
+        counts["tests"] += int(tested.sum())
+        counts["uncorrected"] += int((p[tested] < alpha).sum())
+        counts["holm"] += int((summary[f"p_holm_{metric}"].to_numpy(dtype=float)[tested] < alpha).sum())
+        counts["bh"] += int((summary[f"q_{metric}"].to_numpy(dtype=float)[tested] < alpha).sum())
+        for word in VERDICTS:
+            counts[word] += int((summary[f"vs_{metric}"] == word).sum())
+    return counts
+
+
 def markdown_report(result: BenchmarkResult, command: str = "") -> str:
-    """A short Markdown report: the protocol, the table with intervals, what failed.
+    """A Markdown report: the protocol, power, the table with corrected verdicts, picks, failures.
 
     Args:
         result: a :class:`BenchmarkResult`.
@@ -1868,6 +2118,8 @@ def markdown_report(result: BenchmarkResult, command: str = "") -> str:
     Returns:
         The report as Markdown text.
     """
+    from . import stats
+
     p = result.protocol
     s = result.summary()
     feds = list(dict.fromkeys(s["federation"]))
@@ -1879,11 +2131,15 @@ def markdown_report(result: BenchmarkResult, command: str = "") -> str:
         f"Package {_version()}, commit {git_commit()}. Tuning seeds {list(p.tuning_seeds)}, evaluation seeds "
         f"{list(p.eval_seeds)} (disjoint); {p.rounds} rounds, {p.clients_per_round} clients per round, "
         f"{p.local_epochs} local epoch(s) of batch {p.batch_size} at lr {p.lr}. The pick maximises the mean over "
-        f"the last {p.last_k} rounds of the mean client accuracy on the tuning seeds.",
+        f"the tuning seeds of the last-{p.last_k} mean client accuracy; a pick at an end of its grid extends the "
+        f"grid there (at most {p.edge_cap} times per end). The intervals are conditional on the picks (the "
+        "tuning's own variance is not in them).",
         "",
-        f"Cells: mean over the evaluation seeds of the last-{p.last_k} mean accuracy (%) +- the 95 % Student-t "
-        "half-width; in brackets the paired difference to FedAvg on the same seeds and its verdict "
-        "(tie: the interval contains 0; ties are not ranked).",
+        f"Cells: mean over the {len(p.eval_seeds)} evaluation seeds of the last-{p.last_k} mean accuracy (%) +- "
+        "the 95 % Student-t half-width; in brackets the paired difference to FedAvg on the same seeds, its verdict "
+        f"and its Holm-adjusted p-value (within the federation). better / worse: adjusted p < {p.alpha:g}; "
+        f"equivalent: a TOST within +-{100 * p.margin:g} points passes (Holm-adjusted); otherwise inconclusive. "
+        "The table is not a ranking.",
         "",
         "| method | " + " | ".join(feds) + " |",
         "|---|" + "---|" * len(feds),
@@ -1898,14 +2154,48 @@ def markdown_report(result: BenchmarkResult, command: str = "") -> str:
             r = r.iloc[0]
             c = f"{100 * r['lastk']:.1f} +- {100 * r['lastk_ci']:.1f}"
             if r["vs_lastk"] not in ("baseline", "n/a"):
-                c += f" ({100 * r['d_lastk']:+.1f} +- {100 * r['d_lastk_ci']:.1f}, {r['vs_lastk']})"
+                c += (
+                    f" ({100 * r['d_lastk']:+.1f} +- {100 * r['d_lastk_ci']:.1f}, {r['vs_lastk']}, "
+                    f"p={r['p_holm_lastk']:.2g})"
+                )
+            if r.get("edge"):
+                c += f" [edge: {r['edge']}]"
             cells.append(c)
         lines.append(f"| {m} | " + " | ".join(cells) + " |")
-    lines += ["", "Picked settings (tuning seeds):", ""]
+    sd = s["sd_lastk"].to_numpy(dtype=float)
+    sd = sd[np.isfinite(sd) & (sd > 0)]
+    if sd.size:
+        family = max(1, len(meths) - 1)
+        n = len(p.eval_seeds)
+        med = float(np.median(sd))
+        lines += [
+            "",
+            f"Power: the median standard deviation of a paired last-{p.last_k} difference is {100 * med:.2f} points; "
+            f"with {n} seeds the smallest difference detected with 80 % power is "
+            f"{100 * stats.min_detectable_difference(med, n, p.alpha):.1f} points uncorrected and "
+            f"{100 * stats.min_detectable_difference(med, n, p.alpha, 0.8, family):.1f} points after the correction "
+            f"for a family of {family} comparisons.",
+        ]
+    c = verdict_counts(s, alpha=p.alpha)
+    lines += [
+        "",
+        f"Verdicts over the {c['tests']} comparisons of the guide's metrics ({', '.join(GUIDE_METRICS)}): "
+        f"{c['uncorrected']} with p < {p.alpha:g} uncorrected, {c['holm']} after Holm within their families, "
+        f"{c['bh']} with a Benjamini-Hochberg q < {p.alpha:g} across them; better {c['better']}, worse "
+        f"{c['worse']}, equivalent {c['equivalent']}, inconclusive {c['inconclusive']}.",
+        "",
+        "Picked settings (tuning seeds), the grid each was picked from, and the picks still at an end of it:",
+        "",
+    ]
     for (f, m), settings in result.picks.items():
-        lines.append(
-            f"- {f}, {m}: {json.dumps(settings, sort_keys=True) if settings is not None else 'every candidate failed'}"
-        )
+        text = json.dumps(settings, sort_keys=True) if settings is not None else "every candidate failed"
+        grid = result.grids.get((f, m))
+        if grid and any(len(v) > 1 for v in grid.values()):
+            text += " from " + "; ".join(f"{k} {v}" for k, v in grid.items())
+        edge = result.edges.get((f, m))
+        if edge:
+            text += " — at the edge: " + ", ".join(f"{k} {side}" for k, side in edge.items())
+        lines.append(f"- {f}, {m}: {text}")
     report = result.failure_report()
     lines += ["", report if report else "No run failed.", ""]
     return "\n".join(lines)

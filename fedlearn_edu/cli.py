@@ -64,6 +64,7 @@ def _number(kind, low, high=None, low_open=False, high_open=True):
 
 
 _POSITIVE_INT = _number(int, 1)
+_NONNEGATIVE_INT = _number(int, 0)
 _SEED = _number(int, 0, 2**64 - 1)
 _POSITIVE = _number(float, 0, low_open=True)
 _NONNEGATIVE = _number(float, 0)
@@ -209,8 +210,14 @@ def _benchmark_parser(sub) -> None:
     bench.add_argument(
         "--fixed-step", type=_POSITIVE, default=None, metavar="LR", help="every method's server step, not tuned"
     )
-    bench.add_argument("--seeds", type=_POSITIVE_INT, default=3, help="number of evaluation seeds (>= 2)")
-    bench.add_argument("--tune-seeds", type=_POSITIVE_INT, default=1, help="number of tuning seeds")
+    bench.add_argument("--seeds", type=_POSITIVE_INT, default=10, help="number of evaluation seeds (>= 2)")
+    bench.add_argument("--tune-seeds", type=_POSITIVE_INT, default=3, help="number of tuning seeds")
+    bench.add_argument(
+        "--margin", type=_FRACTION, default=0.02, help="equivalence margin of the accuracy metrics (0.02: 2 points)"
+    )
+    bench.add_argument(
+        "--edge-cap", type=_NONNEGATIVE_INT, default=3, help="extensions of a grid per end while a pick sits there"
+    )
     bench.add_argument("--last-k", type=_POSITIVE_INT, default=5)
     bench.add_argument("--target", type=_FRACTION, default=0.8, help="accuracy of 'rounds to target'")
     bench.add_argument("--jobs", type=_POSITIVE_INT, default=None, help="worker processes (default: all cores)")
@@ -305,6 +312,8 @@ def _benchmark(args) -> int:
             lr=args.lr,
             last_k=args.last_k,
             target=args.target,
+            margin=args.margin,
+            edge_cap=args.edge_cap,
         )
     except FileNotFoundError as err:
         args.error(str(err).splitlines()[0])
