@@ -103,7 +103,7 @@ __all__ = [
 ]
 
 # 2: several tuning seeds, the edge rule (each pick's final grid and edge flags in protocol.json),
-# corrected tests in summary.csv. load() refuses the one-seed records of version 1.
+# corrected tests in summary.csv. load() converts records of version 1 (no grids, no edge flags).
 RECORD_VERSION = 2
 # The classroom grid's committed records, as files of the project's repository; the chapter
 # *Comparing the methods* reads them. $FEDLEARN_BENCHMARK_URL replaces the base (tests serve a
@@ -1660,6 +1660,7 @@ class BenchmarkResult:
             left it.
         edges: ``{(federation, method): {setting: "low" | "high"}}`` for the picks still at an
             end of their grid (the edge rule's cap reached, or a setting it does not extend).
+        record_version: the records' format (:data:`RECORD_VERSION`; 1 for converted older ones).
     """
 
     out: Path
@@ -1672,6 +1673,7 @@ class BenchmarkResult:
     wall_seconds: float = math.nan
     grids: dict = field(default_factory=dict)
     edges: dict = field(default_factory=dict)
+    record_version: int = RECORD_VERSION
 
     @classmethod
     def collect(cls, out, configs, statuses, methods, feds, protocol, picks):
@@ -1808,10 +1810,14 @@ def load(out) -> BenchmarkResult:
     Returns:
         A :class:`BenchmarkResult` (``wall_seconds`` is NaN: it is not stored).
 
+    Records of version 1 (written before the edge rule and the corrected tests) are converted:
+    their runs and picks are read as they are, the statistics fields of :class:`Protocol` take
+    their defaults, and ``grids``/``edges`` are empty (version 1 did not record them);
+    ``record_version`` says which it was.
+
     Raises:
         FileNotFoundError: one of the three files is missing.
-        ValueError: the records are of an older format (:data:`RECORD_VERSION`): regenerate them
-            with the command of their README.
+        ValueError: the records are of a version this package does not know.
     """
     import pandas as pd
 
@@ -1821,11 +1827,11 @@ def load(out) -> BenchmarkResult:
             raise FileNotFoundError(f"{out / name} does not exist: is {str(out)!r} a benchmark results folder?")
     proto = json.loads((out / "protocol.json").read_text())
     version = proto.pop("record_version", 1)
-    if version != RECORD_VERSION:
+    if version not in (1, RECORD_VERSION):
         raise ValueError(
-            f"{out / 'protocol.json'} holds benchmark records of version {version}; this package reads version "
-            f"{RECORD_VERSION} (several tuning seeds, the edge rule, corrected tests). Rerun the sweep with this "
-            "package (the command is in the folder's README or report.md) into a new folder."
+            f"{out / 'protocol.json'} holds benchmark records of version {version!r}; this package reads versions 1 "
+            f"and {RECORD_VERSION}. Rerun the sweep with this package (the command is in the folder's README or "
+            "report.md) into a new folder."
         )
     entries = proto.pop("picks")
     picks = {(p["federation"], p["method"]): p["settings"] for p in entries}
@@ -1836,7 +1842,9 @@ def load(out) -> BenchmarkResult:
     records = pd.read_csv(out / "records.csv.gz", keep_default_na=True)
     runs = pd.read_csv(out / "runs.csv", keep_default_na=False)
     failed = runs[runs["status"] != "ok"].to_dict("records")
-    return BenchmarkResult(out, records, runs, picks, protocol, failed, grids=grids, edges=edges)
+    result = BenchmarkResult(out, records, runs, picks, protocol, failed, grids=grids, edges=edges)
+    result.record_version = version
+    return result
 
 
 def _check_record_file(name: str, data: bytes) -> None:

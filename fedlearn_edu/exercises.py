@@ -875,15 +875,17 @@ def check_fair_comparison(your_function: Callable, seed: int = 0) -> bool:
 
 
 def _verdict(diff: float, half_width: float) -> str:
-    return "tie" if abs(diff) <= half_width else ("better" if diff > 0 else "worse")
+    return "inconclusive" if abs(diff) <= half_width else ("better" if diff > 0 else "worse")
 
 
 def check_interval_reading(your_function: Callable, seed: int = 0) -> bool:
     """Check ``your_function(diff, half_width) -> str``: the verdict on a paired difference.
 
-    The difference ``diff +- half_width`` is a method minus FedAvg, higher is better:
-    ``"better"`` when the whole interval lies above 0, ``"worse"`` when it lies below,
-    ``"tie"`` when it contains 0 (an interval that touches 0 contains it).
+    The difference ``diff +- half_width`` is a method minus FedAvg, higher is better, and the
+    one comparison made (no family to correct for): ``"better"`` when the whole interval lies
+    above 0, ``"worse"`` when it lies below, ``"inconclusive"`` when it contains 0 (an interval
+    that touches 0 contains it). Not ``"tie"``: an interval containing 0 is absence of evidence,
+    not evidence of equality (that takes an equivalence test, :func:`fedlearn_edu.stats.tost`).
 
     Args:
         your_function: ``(diff: float, half_width: float) -> str``, the reader's verdict.
@@ -905,19 +907,24 @@ def check_interval_reading(your_function: Callable, seed: int = 0) -> bool:
             (-0.01, 0.03),
             "a negative mean is not enough: does the interval contain 0?",
         ),
-        ("interval touching zero", (0.02, 0.02), "[0, 2h] contains 0: a tie"),
-        ("zero difference, zero width", (0.0, 0.0), "no difference at all is a tie"),
+        ("interval touching zero", (0.02, 0.02), "[0, 2h] contains 0: inconclusive"),
+        ("zero difference, zero width", (0.0, 0.0), "a zero-width interval at 0 contains 0: inconclusive"),
         ("large difference, wide interval", (0.2, 0.1), "[0.1, 0.3] lies above 0: 'better'"),
     ]
     cases = [Case(name, args, _verdict(*args), hint) for name, args, hint in inputs]
     mistakes = [
         Mistake(
-            "the sign of the mean difference alone", lambda d, h: "better" if d > 0 else ("worse" if d < 0 else "tie")
+            "the sign of the mean difference alone",
+            lambda d, h: "better" if d > 0 else ("worse" if d < 0 else "inconclusive"),
         ),
         Mistake("half the half-width (a 2 x too narrow interval)", lambda d, h: _verdict(d, h / 2)),
         Mistake(
+            "the old word 'tie' for an interval containing 0",
+            lambda d, h: _verdict(d, h).replace("inconclusive", "tie"),
+        ),
+        Mistake(
             "an interval that touches 0 read as not containing it",
-            lambda d, h: "tie" if abs(d) < h else ("better" if d > 0 else "worse"),
+            lambda d, h: "inconclusive" if abs(d) < h else ("better" if d > 0 else "worse"),
         ),
     ]
     return run_cases("check_interval_reading", your_function, cases, mistakes=mistakes)

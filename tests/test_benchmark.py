@@ -34,6 +34,7 @@ TINY = dict(
     clients_per_round=2,
     tuning_seeds=(0,),
     eval_seeds=(1, 2),
+    edge_cap=0,  # the grids as given (tests/test_benchmark_protocol.py tests the edge rule)
     progress=False,
 )
 TIMING = ["sec_per_round"]  # wall-clock: the one column that differs between identical runs
@@ -117,19 +118,20 @@ def test_summary_intervals_and_paired_difference_by_hand(reference):
     assert row["lastk"] == pytest.approx(b.mean(), abs=1e-12)
     assert row["lastk_ci"] == pytest.approx((hi - lo) / 2, rel=1e-9)
     d = b - a
-    lo, hi = stats.t.interval(0.95, 1, loc=d.mean(), scale=stats.sem(d))
     assert row["d_lastk"] == pytest.approx(d.mean(), abs=1e-12)
-    assert row["vs_lastk"] == ("tie" if lo <= 0 <= hi else ("better" if lo > 0 else "worse"))
+    p = stats.ttest_rel(b, a).pvalue  # one comparison in the family: Holm leaves p as it is
+    assert row["p_lastk"] == pytest.approx(p, rel=1e-9) and row["p_holm_lastk"] == pytest.approx(p, rel=1e-9)
+    assert row["vs_lastk"] == ("inconclusive" if p >= 0.05 else ("better" if d.mean() > 0 else "worse"))
     assert s[s.method == "fedavg"].iloc[0]["vs_lastk"] == "baseline"
 
 
-def test_t_interval_and_ties():
+def test_t_interval_and_verdicts():
     m, h = benchmark.t_interval([1.0, 2.0, 3.0, 4.0])
     lo, hi = stats.t.interval(0.95, 3, loc=2.5, scale=stats.sem([1, 2, 3, 4]))
     assert m == 2.5 and h == pytest.approx((hi - lo) / 2)
     with pytest.raises(ValueError, match="at least 2"):
         benchmark.t_interval([1.0])
-    # a hand-made summary: one clear win, one tie (interval contains 0)
+    # a hand-made summary: one clear win, one inconclusive difference (neither shown nor equivalent)
     rows = []
     for seed, (base, win, tie) in enumerate([(0.5, 0.7, 0.45), (0.6, 0.8, 0.7), (0.55, 0.76, 0.55)], start=1):
         for method, acc in (("fedavg", base), ("a", win), ("b", tie)):
@@ -151,11 +153,11 @@ def test_t_interval_and_ties():
                 )
     s = benchmark.summarize(pd.DataFrame(rows), benchmark.Protocol(rounds=3, last_k=2, target=0.75))
     verdict = dict(zip(s.method, s.vs_lastk))
-    assert verdict == {"fedavg": "baseline", "a": "better", "b": "tie"}
+    assert verdict == {"fedavg": "baseline", "a": "better", "b": "inconclusive"}
     reached = dict(zip(s.method, s.reached))
     assert reached == {"fedavg": 0, "a": 2, "b": 0}
     text = benchmark.format_table(s)
-    assert "tie" in text and "better" in text
+    assert "inconclusive" in text and "better" in text and "tie" not in text
 
 
 def test_bad_input_names_the_argument():
@@ -269,6 +271,10 @@ def test_cli_benchmark_writes_everything(tmp_path, capsys):
         "2",
         "--seeds",
         "2",
+        "--tune-seeds",
+        "1",
+        "--edge-cap",
+        "0",
         "--clients-per-round",
         "2",
         "--jobs",
@@ -291,6 +297,8 @@ def test_cli_benchmark_writes_everything(tmp_path, capsys):
         (["--methods", "fedavg,nope"], "argument --methods: Unknown method 'nope'"),
         (["--partitions", "dirichlet:-1"], "argument --partitions"),
         (["--seeds", "1"], "argument --seeds"),
+        (["--margin", "0"], "argument --margin"),
+        (["--edge-cap", "-1"], "argument --edge-cap"),
         (["--rounds", "3", "--last-k", "5"], "argument --last-k"),
         (["--jobs", "2", "--dask-scheduler", "tcp://127.0.0.1:1"], "argument --jobs"),
     ],

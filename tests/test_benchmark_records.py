@@ -41,8 +41,10 @@ def grid(request):
 
 def test_the_records_follow_the_protocol(result):
     runs, p = result.runs, result.protocol
+    assert result.record_version == benchmark.RECORD_VERSION
     assert (runs[runs.phase == "eval"].status == "ok").all()  # a tuning run may fail (a step too large)
-    assert not set(p.tuning_seeds) & set(p.eval_seeds) and len(p.eval_seeds) >= 3
+    assert not set(p.tuning_seeds) & set(p.eval_seeds)
+    assert len(p.tuning_seeds) >= 3 and len(p.eval_seeds) >= 10
     ev = runs[runs.phase == "eval"]
     assert (ev.groupby(["federation", "method"]).seed.nunique() == len(p.eval_seeds)).all()
     configs = [json.loads(c) for c in runs.config]
@@ -50,7 +52,11 @@ def test_the_records_follow_the_protocol(result):
     methods = [benchmark.METHODS[m] for m in dict.fromkeys(runs.method)]
     feds = [benchmark.parse_federation(f, **_common(configs[0])) for f in dict.fromkeys(runs.federation)]
     tune = result.records[result.records.phase == "tune"]
-    assert benchmark.select(tune, methods, feds, p) == result.picks  # the picks follow from the tuning runs
+    assert benchmark.select(tune, methods, feds, p, result.grids) == result.picks  # picks follow from the runs
+    for (f, m), grid in result.grids.items():  # every candidate of the final grids ran on every tuning seed
+        for k, values in grid.items():
+            done = {json.loads(s)[k] for s in tune[(tune.federation == f) & (tune.method == m)].settings}
+            assert len(grid[k]) < 2 or done == set(values), (f, m, k)
     for key, cfg in zip(runs.run_key, configs):
         if cfg["phase"] == "eval":
             assert cfg["settings"] == result.picks[(cfg["federation"]["name"], cfg["method"])], key
