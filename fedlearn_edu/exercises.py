@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import gc
 import html
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 __all__ = [
@@ -43,6 +45,8 @@ __all__ = [
     "check_fednova",
     "check_fair_comparison",
     "check_interval_reading",
+    "check_holm",
+    "check_bh",
     "check_trimmed_mean",
     "check_krum",
     "check_clip_and_noise",
@@ -66,6 +70,8 @@ CHECKERS = {
         "every method's server step tuned (chapter 8)"
     ),
     "check_interval_reading": "reading a paired difference and its interval: better, worse or a tie (chapter 8)",
+    "check_holm": "Holm's step-down adjusted p-values, for comparing several methods with one baseline (chapter 8)",
+    "check_bh": "Benjamini-Hochberg's adjusted p-values (q-values), the false discovery rate's step-up (chapter 8)",
     "check_trimmed_mean": ("the coordinate-wise trimmed mean, floor(beta m) values cut at each end (chapter 9)"),
     "check_krum": (
         "Krum's pick: the update with the least sum of squared distances to its m - f - 2 nearest others (chapter 9)"
@@ -105,11 +111,26 @@ class Mistake:
 def _clone(x):
     if isinstance(x, torch.Tensor):
         return x.clone()
+    if isinstance(x, np.ndarray):
+        return x.copy()
     if isinstance(x, dict):
         return {k: _clone(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
         return type(x)(_clone(v) for v in x)
     return x
+
+
+def _same(x, y) -> bool:
+    """Whether ``x`` still equals its copy ``y`` (what :func:`_clone` copies, compared exactly)."""
+    if isinstance(y, torch.Tensor):
+        return isinstance(x, torch.Tensor) and x.shape == y.shape and bool(torch.equal(x, y))
+    if isinstance(y, np.ndarray):
+        return isinstance(x, np.ndarray) and x.shape == y.shape and bool(np.array_equal(x, y, equal_nan=True))
+    if isinstance(y, dict):
+        return isinstance(x, dict) and x.keys() == y.keys() and all(_same(x[k], y[k]) for k in y)
+    if isinstance(y, (list, tuple)):
+        return type(x) is type(y) and len(x) == len(y) and all(_same(a, b) for a, b in zip(x, y))
+    return x is y or x == y
 
 
 def _show(x, limit: int = 400) -> str:
@@ -172,6 +193,7 @@ def run_cases(
     rtol: float = 1e-5,
     atol: float = 1e-6,
     mistakes: Sequence[Mistake] = (),
+    inputs_unchanged: bool = False,
 ) -> bool:
     """Run ``your_function(*case.args)`` for each case; print a pass or the first failure.
 
@@ -186,13 +208,16 @@ def run_cases(
         rtol: relative tolerance of the comparison.
         atol: absolute tolerance of the comparison.
         mistakes: known wrong implementations, recognised by their output.
+        inputs_unchanged: also fail a case whose arguments (lists, arrays, tensors) the function
+            changed in place, even when its output is right.
 
     Returns:
         ``True`` when every case passes, ``False`` at the first failure.
     """
     for case in cases:
+        args = _clone(case.args)
         try:
-            got = your_function(*_clone(case.args))
+            got = your_function(*args)
         except Exception as err:  # the reader's code may raise anything
             print(f"{title}: case '{case.name}' raised {type(err).__name__}: {err}")
             print(f"  input: {_show(case.args)}")
@@ -206,6 +231,15 @@ def run_cases(
             print(f"  expected: {_show(case.expected)}")
             print(f"  received: {_show(got)}")
             _print_hints(case, got, mistakes, rtol, atol)
+            return False
+        if inputs_unchanged and not _same(args, case.args):
+            print(f"{title}: case '{case.name}' failed: your function changed its input in place")
+            print(f"  input:      {_show(case.args)}")
+            print(f"  after call: {_show(args)}")
+            print(
+                "  hint: the output is right, but the caller's data must stay as it was: work on a copy "
+                "(np.array(x, dtype=float), sorted(x), x.clone()), never x.sort() or x[...] = ... on the input"
+            )
             return False
     print(f"{title}: all {len(cases)} cases passed.")
     return True
@@ -380,8 +414,6 @@ def check_beta_moments(your_function: Callable, seed: int = 0) -> bool:
         ``True`` when every case passes; otherwise ``False``, after printing the first
         failing case with its expected and received values and a hint.
     """
-    import numpy as np
-
     from .aggregators import beta_moments
 
     rng = np.random.default_rng(seed)
@@ -928,6 +960,349 @@ def check_interval_reading(your_function: Callable, seed: int = 0) -> bool:
         ),
     ]
     return run_cases("check_interval_reading", your_function, cases, mistakes=mistakes)
+
+
+# --------------------------------------------------------------------------
+# several methods against one baseline: Holm's and Benjamini-Hochberg's adjusted p-values
+
+
+def _running_max(a):
+    return np.maximum.accumulate(a)
+
+
+def _min_from_top(a):
+    return np.minimum.accumulate(a[::-1])[::-1]
+
+
+def _as_is(a):
+    return a
+
+
+def _holm_factor(m, k):
+    return m - k + 1
+
+
+def _bh_factor(m, k):
+    return m / k
+
+
+def _by_rank(pvalues, factor: Callable, monotone: Callable, cap: bool = True, order: str = "input") -> torch.Tensor:
+    """Adjusted p-values by rank: ``monotone(p_(k) factor(m, k))`` for ``k = 1..m``, capped at 1.
+
+    ``p_(1) <= ... <= p_(m)`` are the sorted p-values. ``order`` says how the result comes back:
+    in the input's order (``"input"``, the right answer), or as the usual mistakes return it:
+    still sorted (``"sorted"``), with the sort undone the wrong way round (``"inverted"``:
+    ``adjusted[rank]``), or with no sort at all, the input taken as sorted (``"unsorted"``).
+    """
+    p = np.array(pvalues, dtype=np.float64).reshape(-1)
+    m = p.size
+    rank = np.arange(m) if order == "unsorted" else np.argsort(p, kind="stable")
+    adjusted = monotone(p[rank] * factor(m, np.arange(1, m + 1)))
+    if cap:
+        adjusted = np.minimum(adjusted, 1.0)
+    if order == "sorted":
+        out = adjusted
+    elif order == "inverted":
+        out = adjusted[rank]
+    else:
+        out = np.empty(m)
+        out[rank] = adjusted
+    return torch.as_tensor(out, dtype=torch.float64)
+
+
+def _holm_numpy(pvalues) -> torch.Tensor:
+    """Holm's adjusted p-values in NumPy: :func:`check_holm`'s reference where statsmodels is not installed."""
+    return _by_rank(pvalues, _holm_factor, _running_max)
+
+
+def _bh_numpy(pvalues) -> torch.Tensor:
+    """Benjamini-Hochberg's q-values in NumPy: :func:`check_bh`'s reference where SciPy is older than 1.11."""
+    return _by_rank(pvalues, _bh_factor, _min_from_top)
+
+
+@contextlib.contextmanager
+def _cheap_collections() -> Iterator[None]:
+    """Make ``gc.collect()`` cheap inside the block: the objects alive at its start are frozen.
+
+    statsmodels' Holm adjustment calls ``gc.collect()`` on every call; with PyTorch loaded that
+    is a tenth of a second or more, seconds for a checker's cases. Objects someone else froze
+    are left as they are (nothing is frozen then).
+    """
+    if gc.get_freeze_count():
+        yield
+        return
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
+def _holm_reference() -> Callable:
+    """Holm's adjusted p-values by statsmodels when it is installed, else by :func:`_holm_numpy`."""
+    try:
+        from statsmodels.stats.multitest import multipletests
+    except ImportError:  # statsmodels is not a dependency of the package
+        return _holm_numpy
+    return lambda p: torch.as_tensor(multipletests(np.array(p, dtype=np.float64), method="holm")[1])
+
+
+def _bh_reference() -> Callable:
+    """Benjamini-Hochberg's q-values by SciPy (1.11 or later), else by :func:`_bh_numpy`."""
+    try:
+        from scipy.stats import false_discovery_control
+    except ImportError:  # the package asks for SciPy >= 1.9 only
+        return _bh_numpy
+    return lambda p: torch.as_tensor(false_discovery_control(np.array(p, dtype=np.float64), method="bh"))
+
+
+def _pvalue_inputs(seed: int, fixed: list, hint: str) -> list:
+    """The fixed cases, then p-values drawn from ``seed``: m = 1, 2, 5, 16, 64, raw and with ties.
+
+    A draw mixes uniform p-values (true null hypotheses) with small ones (real differences,
+    down to 1e-5); the second draw of each size is rounded to two decimals, so that it has
+    ties, and for the larger sizes p-values of 0 and 1.
+    """
+    rng = np.random.default_rng(seed)
+    inputs = list(fixed)
+    for m in (1, 2, 5, 16, 64):
+        p = rng.uniform(size=m)
+        small = rng.random(m) < 0.3
+        p[small] *= 10.0 ** -rng.integers(1, 6, size=int(small.sum())).astype(np.float64)
+        inputs.append((f"{m} p-value{'s' if m > 1 else ''}: small ones among uniform nulls", p, hint))
+        if m > 1:
+            inputs.append((f"{m} p-values rounded to two decimals (ties)", np.round(rng.uniform(size=m), 2), hint))
+    return inputs
+
+
+def check_holm(your_function: Callable, seed: int = 0) -> bool:
+    """Check ``your_function(pvalues) -> adjusted``: Holm's step-down adjusted p-values.
+
+    ``pvalues`` holds m p-values in any order, one per hypothesis (say, each method against
+    FedAvg), as a NumPy array or a plain list. Holm (1979): sort them,
+    ``p_(1) <= ... <= p_(m)``; multiply ``p_(k)`` by ``m - k + 1``; take the running maximum
+    along the sorted order (step-down: an adjusted p-value is never below that of a smaller
+    p-value); cap at 1; and return the m adjusted p-values **in the input's order**, without
+    changing the caller's list or array. Rejecting where the adjusted p-value is ``<= alpha``
+    controls the family-wise error rate at alpha. The reference is
+    ``statsmodels.stats.multitest.multipletests(p, method="holm")[1]``, or a NumPy version of
+    the same steps where statsmodels is not installed.
+
+    The cases: fixed ones, each testing one step (the factor, the running maximum, the cap, the
+    order, ties, p-values of 0 and 1, a list input), then p-values drawn from ``seed`` for
+    m = 1, 2, 5, 16 and 64, with ties. A failure names the usual mistake it matches: no
+    running maximum, the factor ``m - k`` or ``m`` (Bonferroni) instead of ``m - k + 1``, no
+    cap, the output in sorted order, the input sorted in place.
+
+    Example::
+
+        >>> import numpy as np
+        >>> def holm(pvalues):
+        ...     p = np.array(pvalues, dtype=float)  # a copy: the caller's p-values stay as they are
+        ...     m, order = p.size, np.argsort(p)
+        ...     adjusted = np.minimum(1.0, np.maximum.accumulate(p[order] * (m - np.arange(m))))
+        ...     out = np.empty(m)
+        ...     out[order] = adjusted  # back to the input's order
+        ...     return out
+        >>> check_holm(holm)
+        check_holm: all 17 cases passed.
+        True
+
+    Args:
+        your_function: the reader's Holm adjustment, with the signature above.
+        seed: seeds the drawn p-values.
+
+    Returns:
+        ``True`` when every case passes; otherwise ``False``, after printing the first
+        failing case with its expected and received values and a hint.
+    """
+    reference = _holm_reference()
+    step = "sort, multiply p_(k) by m - k + 1, running maximum, cap at 1, back to the input's order"
+    fixed = [
+        ("a single p-value (m = 1) is its own adjusted p-value", np.array([0.03]), "for m = 1, m - k + 1 = 1"),
+        (
+            "two sorted p-values: factors 2 and 1",
+            np.array([0.01, 0.04]),
+            "multiply p_(k), the k-th smallest, by m - k + 1: m for the smallest, 1 for the largest",
+        ),
+        (
+            "sorted p-values whose products decrease: the running maximum",
+            np.array([0.01, 0.011, 0.03, 0.04]),
+            "step-down: an adjusted p-value is never below that of a smaller p-value; "
+            "take the running maximum along the sorted order",
+        ),
+        (
+            "products above 1 are capped at 1",
+            np.array([0.4, 0.6, 0.7]),
+            "an adjusted p-value is a probability: min(1, ...)",
+        ),
+        (
+            "unsorted input: the output follows the input's order",
+            np.array([0.03, 0.001, 0.02, 0.5, 0.012]),
+            "return the adjusted values in the input's order: out[order] = adjusted, with order = np.argsort(p)",
+        ),
+        (
+            "tied p-values get equal adjusted p-values",
+            np.array([0.02, 0.01, 0.02, 0.02, 0.5]),
+            "the running maximum makes tied p-values equal, whichever order the sort leaves them in",
+        ),
+        ("p-values of exactly 0 and 1", np.array([1.0, 0.0, 0.5, 0.0, 1.0]), "0 stays 0, and the cap at 1 holds"),
+        (
+            "a plain Python list, not an array",
+            [0.2, 0.01, 0.04, 0.03, 0.2, 0.6],
+            "accept any sequence: start from a copy, p = np.array(pvalues, dtype=float)",
+        ),
+    ]
+    with _cheap_collections():
+        cases = [Case(name, (p,), reference(p), hint) for name, p, hint in _pvalue_inputs(seed, fixed, step)]
+    mistakes = [
+        Mistake(
+            "no running maximum (step-down monotonicity: the adjusted p-values must not decrease "
+            "along the sorted p-values)",
+            lambda p: _by_rank(p, _holm_factor, _as_is),
+        ),
+        Mistake(
+            "the factor m - k instead of m - k + 1 (the largest p-value multiplied by 0)",
+            lambda p: _by_rank(p, lambda m, k: m - k, _running_max),
+        ),
+        Mistake(
+            "the factor m for every p-value (Bonferroni) instead of Holm's m - k + 1",
+            lambda p: _by_rank(p, lambda m, k: np.full(k.shape, float(m)), _running_max),
+        ),
+        Mistake(
+            "no cap at 1 (an adjusted p-value is at most 1)", lambda p: _by_rank(p, _holm_factor, _running_max, False)
+        ),
+        Mistake(
+            "the adjusted p-values in sorted order instead of the input's order",
+            lambda p: _by_rank(p, _holm_factor, _running_max, order="sorted"),
+        ),
+        Mistake(
+            "the sort undone the wrong way round (adjusted[order] instead of out[order] = adjusted)",
+            lambda p: _by_rank(p, _holm_factor, _running_max, order="inverted"),
+        ),
+        Mistake(
+            "no sort: the input taken as sorted", lambda p: _by_rank(p, _holm_factor, _running_max, order="unsorted")
+        ),
+        Mistake(
+            "a running minimum from the top (Benjamini-Hochberg's step-up) instead of Holm's running maximum",
+            lambda p: _by_rank(p, _holm_factor, _min_from_top),
+        ),
+    ]
+    return run_cases(
+        "check_holm", your_function, cases, rtol=1e-6, atol=1e-12, mistakes=mistakes, inputs_unchanged=True
+    )
+
+
+def check_bh(your_function: Callable, seed: int = 0) -> bool:
+    """Check ``your_function(pvalues) -> qvalues``: Benjamini-Hochberg's adjusted p-values (q-values).
+
+    ``pvalues`` holds m p-values in any order, as a NumPy array or a plain list.
+    Benjamini and Hochberg (1995), as adjusted p-values: sort them, ``p_(1) <= ... <= p_(m)``;
+    multiply ``p_(k)`` by ``m / k``; take the running minimum **from the top** (step-up:
+    ``q_(k) = min over j >= k of p_(j) m / j``); cap at 1; and return the m q-values in the
+    input's order, without changing the caller's list or array. Rejecting where the q-value is
+    ``<= alpha`` controls the false discovery rate at alpha (for independent tests). The
+    reference is ``scipy.stats.false_discovery_control(p, method="bh")`` (SciPy 1.11 or later),
+    or a NumPy version of the same steps with an older SciPy.
+
+    The cases are those of :func:`check_holm`, with values where BH's steps show. A failure
+    names the usual mistake it matches: no running minimum, a running minimum from the bottom
+    or a running maximum instead, the factor ``k / m`` for ``m / k``, the output in sorted
+    order, the input sorted in place. The cap at 1 binds only when the running minimum is
+    missing or wrong (from the top, ``q_(m) = p_(m) <= 1`` bounds every q-value), so a missing
+    cap is caught together with one of those.
+
+    Example::
+
+        >>> import numpy as np
+        >>> def bh(pvalues):
+        ...     p = np.array(pvalues, dtype=float)
+        ...     m, order = p.size, np.argsort(p)
+        ...     q = p[order] * m / np.arange(1, m + 1)
+        ...     q = np.minimum(1.0, np.minimum.accumulate(q[::-1])[::-1])  # running minimum from the top
+        ...     out = np.empty(m)
+        ...     out[order] = q
+        ...     return out
+        >>> check_bh(bh)
+        check_bh: all 17 cases passed.
+        True
+
+    Args:
+        your_function: the reader's Benjamini-Hochberg adjustment, with the signature above.
+        seed: seeds the drawn p-values.
+
+    Returns:
+        ``True`` when every case passes; otherwise ``False``, after printing the first
+        failing case with its expected and received values and a hint.
+    """
+    reference = _bh_reference()
+    step = "sort, multiply p_(k) by m / k, running minimum from the top, cap at 1, back to the input's order"
+    from_top = (
+        "step-up: q_(k) = min over j >= k of p_(j) m / j, a running minimum from the largest p-value down, "
+        "e.g. np.minimum.accumulate(q[::-1])[::-1]; then min(1, ...)"
+    )
+    fixed = [
+        ("a single p-value (m = 1) is its own q-value", np.array([0.03]), "for m = 1, m / k = 1"),
+        (
+            "two sorted p-values: factors 2 and 1",
+            np.array([0.01, 0.04]),
+            "multiply p_(k), the k-th smallest, by m / k: m for the smallest, 1 for the largest",
+        ),
+        ("large p-values whose products exceed 1: step-up and cap", np.array([0.5, 0.52, 0.9]), from_top),
+        (
+            "sorted p-values whose products rise and fall: the running minimum from the top",
+            np.array([0.01, 0.03, 0.032, 0.05]),
+            from_top,
+        ),
+        (
+            "unsorted input: the output follows the input's order",
+            np.array([0.03, 0.001, 0.02, 0.5, 0.012]),
+            "return the q-values in the input's order: out[order] = q, with order = np.argsort(p)",
+        ),
+        (
+            "tied p-values get equal q-values",
+            np.array([0.02, 0.01, 0.02, 0.02, 0.5]),
+            "the running minimum from the top makes tied p-values equal, whichever order the sort leaves them in",
+        ),
+        ("p-values of exactly 0 and 1", np.array([1.0, 0.0, 0.5, 0.0, 1.0]), "0 stays 0, and the cap at 1 holds"),
+        (
+            "a plain Python list, not an array",
+            [0.2, 0.01, 0.04, 0.03, 0.2, 0.6],
+            "accept any sequence: start from a copy, p = np.array(pvalues, dtype=float)",
+        ),
+    ]
+    cases = [Case(name, (p,), reference(p), hint) for name, p, hint in _pvalue_inputs(seed, fixed, step)]
+    mistakes = [
+        Mistake(
+            "no running minimum from the top (step-up: q_(k) = min over j >= k of p_(j) m / j)",
+            lambda p: _by_rank(p, _bh_factor, _as_is),
+        ),
+        Mistake(
+            "neither the running minimum from the top nor the cap at 1",
+            lambda p: _by_rank(p, _bh_factor, _as_is, False),
+        ),
+        Mistake("the factor k / m instead of m / k", lambda p: _by_rank(p, lambda m, k: k / m, _min_from_top)),
+        Mistake(
+            "a running minimum from the bottom (np.minimum.accumulate without reversing) instead of from the top",
+            lambda p: _by_rank(p, _bh_factor, np.minimum.accumulate),
+        ),
+        Mistake(
+            "a running maximum (Holm's step-down) instead of a running minimum from the top",
+            lambda p: _by_rank(p, _bh_factor, _running_max),
+        ),
+        Mistake(
+            "the q-values in sorted order instead of the input's order",
+            lambda p: _by_rank(p, _bh_factor, _min_from_top, order="sorted"),
+        ),
+        Mistake(
+            "the sort undone the wrong way round (q[order] instead of out[order] = q)",
+            lambda p: _by_rank(p, _bh_factor, _min_from_top, order="inverted"),
+        ),
+        Mistake(
+            "no sort: the input taken as sorted", lambda p: _by_rank(p, _bh_factor, _min_from_top, order="unsorted")
+        ),
+    ]
+    return run_cases("check_bh", your_function, cases, rtol=1e-6, atol=1e-12, mistakes=mistakes, inputs_unchanged=True)
 
 
 def check_trimmed_mean(your_function: Callable, seed: int = 0) -> bool:
