@@ -213,7 +213,7 @@ class Method:
             ValueError: a candidate list is empty or not a list.
         """
         new = {k: v for k, v in {**self.tune, **tune}.items() if v is not None}
-        return dataclasses.replace(self, tune=new)
+        return dataclasses.replace(self, tune=new, extend=tuple(k for k in self.extend if k in new))
 
 
 # The settings that are scales (a step, a penalty, an exponent, a rate): the edge rule extends
@@ -421,7 +421,8 @@ def fixed_step(m, server_lr: float) -> Method:
     if isinstance(server_lr, bool) or not isinstance(server_lr, (int, float)) or not server_lr > 0:
         raise ValueError(f"server_lr must be a positive number, got {server_lr!r}.")
     tune = {k: v for k, v in m.tune.items() if k != "server_lr"}
-    return dataclasses.replace(m, fixed={**m.fixed, "server_lr": float(server_lr)}, tune=tune)
+    extend = tuple(k for k in m.extend if k != "server_lr")
+    return dataclasses.replace(m, fixed={**m.fixed, "server_lr": float(server_lr)}, tune=tune, extend=extend)
 
 
 def method(spec) -> Method:
