@@ -6,19 +6,26 @@ The protocol (issue "which method, when"; chapter *Comparing the methods*):
    tune with their candidate values: every method's server step ``server_lr`` and its own
    knob where it has one) x federations (dataset, partition and its parameters, number of
    clients, model) x seeds, with the rounds and the local training shared by all methods.
-2. **Tune** every method on every federation over the *tuning seeds*; pick the candidate
-   with the highest criterion (default: the mean over the last ``last_k`` evaluations of
-   the mean client accuracy, averaged over the tuning seeds; a failed run scores
-   ``-inf``; ties go to the first candidate in the grid's order).
-3. **Evaluate** the pick on the *evaluation seeds*, disjoint from the tuning seeds (the
-   records say which run was which: column ``phase``).
+2. **Tune** every method on every federation over the *tuning seeds* (3 by default); pick the
+   candidate with the highest criterion (default: the mean over the last ``last_k``
+   evaluations of the mean client accuracy, averaged over the tuning seeds; a failed run
+   scores ``-inf``; ties go to the first candidate in the grid's order). **Edge rule:** while a
+   pick sits at an end of its grid in a scale setting (:attr:`Method.extend`), the grid is
+   extended there geometrically and tuned again, at most ``Protocol.edge_cap`` times per end;
+   picks still at an end are flagged (``BenchmarkResult.edges``).
+3. **Evaluate** the pick on the *evaluation seeds* (10 by default), disjoint from the tuning
+   seeds (the records say which run was which: column ``phase``).
    A method with a single candidate (nothing to tune) is not tuned: its candidate is the
    pick and only its evaluation runs execute.
 4. **Summarise** per method x federation over the evaluation seeds: final and last-k mean
    accuracy, worst-10 %, std across clients, rounds to a target accuracy, seconds per round,
-   each as the mean with a 95 % Student-t interval over seeds, and the paired difference to
-   FedAvg on the same seeds with its t-interval. A difference whose interval contains 0 is a
-   **tie**, and ties are never ranked.
+   each as the mean with a 95 % Student-t interval over seeds, and the paired comparison with
+   FedAvg on the same seeds (:mod:`fedlearn_edu.stats`): the difference and its interval, the
+   paired t-test, the effect size, an exact sign-flip permutation check, Holm's correction
+   within each (federation, metric) family, Benjamini-Hochberg's across the decision guide, a
+   TOST against ``Protocol.margin`` and the minimum detectable difference. Verdicts:
+   **better/worse** (Holm-adjusted p < alpha), **equivalent** (the TOST passes), otherwise
+   **inconclusive**; the intervals are conditional on the picks. Tables are never rankings.
 
 A seed ``s`` seeds everything of one run: the partition (and label noise, and FedVG's
 server validation split), the model's initial parameters and :func:`~fedlearn_edu.simulate`'s
@@ -1527,7 +1534,7 @@ def summarize(records, protocol: Protocol | None = None, baseline: str = "fedavg
       this row's spread and seeds;
     - ``vs_M``: ``"better"``/``"worse"`` when ``p_holm_M < alpha`` (fewer rounds is better for
       ``rounds_to_target``), ``"equivalent"`` when ``tost_holm_M < alpha``, else
-      ``"inconclusive"``; ``"baseline"`` on the baseline's row, ``"n/a"`` without a test.
+      ``"inconclusive"``; ``"baseline"`` on the baseline's row, ``"untested"`` without a test.
 
     Args:
         records: tidy records (DataFrame) with columns ``phase, federation, method, settings,
@@ -1578,7 +1585,7 @@ def summarize(records, protocol: Protocol | None = None, baseline: str = "fedavg
             if meth == baseline:
                 row.update({f"d_{metric}": 0.0, f"d_{metric}_ci": 0.0, f"vs_{metric}": "baseline"})
                 continue
-            row[f"vs_{metric}"] = "n/a"
+            row[f"vs_{metric}"] = "untested"
             if d.size < 2 or not np.isfinite(d).all():
                 continue
             t = stats.paired_test(d, confidence)
@@ -1628,7 +1635,7 @@ def format_table(summary, metrics=("lastk", "worst10"), percent: bool = True) ->
         cells = {}
         for _, r in summary.iterrows():
             text = f"{scale * r[metric]:.1f}+-{scale * r[metric + '_ci']:.1f}"
-            if f"vs_{metric}" in r and r[f"vs_{metric}"] not in ("baseline", "n/a"):
+            if f"vs_{metric}" in r and r[f"vs_{metric}"] not in ("baseline", "untested"):
                 text += (
                     f" ({scale * r['d_' + metric]:+.1f}+-{scale * r['d_' + metric + '_ci']:.1f} "
                     f"{r['vs_' + metric]} p={r['p_holm_' + metric]:.2g})"
@@ -2068,7 +2075,7 @@ def plot_intervals(summary, metric: str = "lastk"):
         "equivalent": "tab:blue",
         "inconclusive": "0.55",
         "baseline": "black",
-        "n/a": "white",
+        "untested": "white",
     }
     for j, fed in enumerate(feds):
         ax = axes[0][j]
@@ -2162,7 +2169,7 @@ def markdown_report(result: BenchmarkResult, command: str = "") -> str:
                 continue
             r = r.iloc[0]
             c = f"{100 * r['lastk']:.1f} +- {100 * r['lastk_ci']:.1f}"
-            if r["vs_lastk"] not in ("baseline", "n/a"):
+            if r["vs_lastk"] not in ("baseline", "untested"):
                 c += (
                     f" ({100 * r['d_lastk']:+.1f} +- {100 * r['d_lastk_ci']:.1f}, {r['vs_lastk']}, "
                     f"p={r['p_holm_lastk']:.2g})"

@@ -164,17 +164,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 BENCHMARK_EPILOG = """\
-protocol: every method's settings (its server step eta_s and its own knob) are tuned on the
-tuning seeds (pick: the best mean over the last 5 rounds of the mean client accuracy), then the
-pick runs on --seeds fresh seeds. The table shows mean +- 95 % t-interval over those seeds and
-the paired difference to FedAvg; a difference whose interval contains 0 is a tie.
-Reruns skip the runs already under --out.
+protocol: every method's settings (its server step eta_s and its own knob) are tuned on
+--tune-seeds seeds (pick: the best mean over them of the last-5-round mean client accuracy); a
+pick at an end of its grid extends the grid there (at most --edge-cap times per end). The pick
+then runs on --seeds fresh seeds. The table shows mean +- 95 % t-interval over those seeds and
+the paired difference to FedAvg with its verdict: better/worse when the paired t-test's p-value,
+Holm-adjusted within the federation, is below 0.05; equivalent when a TOST within +-margin
+passes; inconclusive otherwise. Reruns skip the runs already under --out.
 
-partitions: iid, dirichlet:ALPHA, shards:PER_CLIENT, quantity:SIGMA, noisy:FRACTION
+partitions: iid, dirichlet:ALPHA, shards:PER_CLIENT, quantity:SIGMA, noisy:FRACTION, clusters:K
 
 example:
   python -m fedlearn_edu benchmark --methods fedavg,fedprox,craft --partitions dirichlet:0.1,shards:2 \\
-      --seeds 3 --rounds 30 --jobs 2 --out runs/
+      --tune-seeds 3 --seeds 10 --rounds 30 --jobs 2 --out runs/
 """
 
 

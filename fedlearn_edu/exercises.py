@@ -69,7 +69,7 @@ CHECKERS = {
         "whether a comparison plan is fair: disjoint tuning and evaluation seeds, >= 3 evaluation seeds, "
         "every method's server step tuned (chapter 8)"
     ),
-    "check_interval_reading": "reading a paired difference and its interval: better, worse or a tie (chapter 8)",
+    "check_interval_reading": "reading a paired difference and its interval: better, worse or inconclusive (chapter 8)",
     "check_holm": "Holm's step-down adjusted p-values, for comparing several methods with one baseline (chapter 8)",
     "check_bh": "Benjamini-Hochberg's adjusted p-values (q-values), the false discovery rate's step-up (chapter 8)",
     "check_trimmed_mean": ("the coordinate-wise trimmed mean, floor(beta m) values cut at each end (chapter 9)"),

@@ -49,7 +49,7 @@ __all__ = [
     "power_table",
 ]
 
-# The words of a comparison with a baseline; "baseline" is the baseline's own row, "n/a" a row
+# The words of a comparison with a baseline; "baseline" is the baseline's own row, "untested" a row
 # without enough paired seeds.
 VERDICTS = ("better", "worse", "equivalent", "inconclusive")
 

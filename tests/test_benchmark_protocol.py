@@ -141,7 +141,7 @@ def test_records_of_version_1_are_converted_and_unknown_versions_refused(tmp_pat
     assert r.record_version == 1 and r.grids == {} and r.edges == {}
     s = r.summary()
     assert {"p_holm_lastk", "q_lastk", "tost_lastk", "vs_lastk"} <= set(s.columns)
-    assert set(s.vs_lastk) <= {"baseline", "n/a", *benchmark.VERDICTS}
+    assert set(s.vs_lastk) <= {"baseline", "untested", *benchmark.VERDICTS}
     bad = tmp_path / "bad"
     bad.mkdir()
     for name in benchmark.RECORD_FILES:
