@@ -195,10 +195,16 @@ class Method:
                 )
         object.__setattr__(self, "extend", tuple(extend))
 
-    def candidates(self) -> list[dict]:
-        """Every candidate setting (fixed + one value per tuned setting), in the grid's order."""
-        keys = list(self.tune)
-        return [{**self.fixed, **dict(zip(keys, values))} for values in product(*(self.tune[k] for k in keys))]
+    def candidates(self, grid: Mapping | None = None) -> list[dict]:
+        """Every candidate setting (fixed + one value per tuned setting), in the grid's order.
+
+        Args:
+            grid: ``{setting: values}`` to enumerate instead of :attr:`tune` (the edge rule's
+                extended grid).
+        """
+        grid = self.tune if grid is None else grid
+        keys = list(grid)
+        return [{**self.fixed, **dict(zip(keys, values))} for values in product(*(grid[k] for k in keys))]
 
     def builder(self) -> str:
         """What builds the strategy, as stored in the records."""
@@ -1333,12 +1339,6 @@ def run(
     return result
 
 
-def _candidates(m: Method, grid: Mapping) -> list[dict]:
-    """The candidates of a grid ``{setting: values}`` (fixed settings included), in its order."""
-    keys = list(grid)
-    return [{**m.fixed, **dict(zip(keys, values))} for values in product(*(grid[k] for k in keys))]
-
-
 def _beyond(values: list, end: int) -> float:
     """The next value past one end of a geometric grid (its ratio at that end)."""
     a, b = (values[-1], values[-2]) if end == 1 else (values[0], values[1])
@@ -1363,7 +1363,7 @@ def _tune(ms, feds, protocol: Protocol, out, opts) -> tuple:
         wave += 1
         new = []
         for f, m in tunable:
-            for settings in _candidates(m, grids[(f.name, m.name)]):
+            for settings in m.candidates(grids[(f.name, m.name)]):
                 for seed in protocol.tuning_seeds:
                     cfg = _config(m, f, protocol, settings, seed, "tune")
                     if run_key(cfg) not in statuses:
@@ -1389,8 +1389,10 @@ def _tune(ms, feds, protocol: Protocol, out, opts) -> tuple:
         pair, pick = (f.name, m.name), picks[(f.name, m.name)]
         if pick is None:
             continue
-        at = {k: ("high" if pick[k] == max(v) else "low") for k, v in grids[pair].items() if len(set(v)) > 1}
-        at = {k: side for k, side in at.items() if pick[k] in (min(grids[pair][k]), max(grids[pair][k]))}
+        at = {}
+        for k, v in grids[pair].items():
+            if len(set(v)) > 1 and pick[k] in (min(v), max(v)):
+                at[k] = "high" if pick[k] == max(v) else "low"
         if at:
             edges[pair] = at
     return picks, grids, edges, configs, statuses
@@ -1429,7 +1431,7 @@ def select(tune_records, methods, federations, protocol: Protocol, grids: Mappin
                 continue
             grid = (grids or {}).get((f.name, m.name), m.tune)
             best, best_score = None, -math.inf
-            for settings in _candidates(m, grid):
+            for settings in m.candidates(grid):
                 text = json.dumps(_plain(settings), sort_keys=True)
                 scores = []
                 for seed in protocol.tuning_seeds:
