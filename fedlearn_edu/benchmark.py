@@ -1849,7 +1849,7 @@ def load(out) -> BenchmarkResult:
     edges = {(p["federation"], p["method"]): p["edge"] for p in entries if p.get("edge")}
     fields = {f.name for f in dataclasses.fields(Protocol)}
     protocol = Protocol(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in proto.items() if k in fields})
-    records = pd.read_csv(out / "records.csv.gz", keep_default_na=True)
+    records = pd.read_csv(out / "records.csv.gz", keep_default_na=True, low_memory=False)
     runs = pd.read_csv(out / "runs.csv", keep_default_na=False)
     failed = runs[runs["status"] != "ok"].to_dict("records")
     result = BenchmarkResult(out, records, runs, picks, protocol, failed, grids=grids, edges=edges)
