@@ -1273,7 +1273,7 @@ def run(
         client: a ``distributed.Client``.
         scheduler: a Dask scheduler address (instead of ``client``).
         progress: one progress bar over the runs of each phase.
-        **protocol_kwargs: :class:`Protocol` fields (``rounds=20``, ``eval_seeds=(1, 2, 3)``
+        **protocol_kwargs: :class:`Protocol` fields (``rounds=20``, ``eval_seeds=(3, 4, 5)``
             ...), replacing those of ``protocol`` when both are given.
 
     Returns:

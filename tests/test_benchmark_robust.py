@@ -89,7 +89,7 @@ def test_untuned_methods_run_no_tuning_run(tmp_path):
         rounds=2,
         last_k=1,
         clients_per_round=4,
-        eval_seeds=(1, 2),
+        eval_seeds=(3, 4),
         progress=False,
     )
     assert set(result.runs.phase) == {"eval"} and len(result.runs) == 4
