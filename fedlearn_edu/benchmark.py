@@ -2109,9 +2109,10 @@ def verdict_counts(summary, metrics=GUIDE_METRICS, alpha: float = 0.05) -> dict:
         alpha: the level.
 
     Returns:
-        ``{"tests": n, "uncorrected": n with p < alpha, "holm": n with Holm p < alpha,
-        "bh": n with q < alpha, "better": n, "worse": n, "equivalent": n, "inconclusive": n}``
-        (the last four: the verdicts, which use Holm).
+        A dict of counts: ``tests`` (comparisons with a test), ``uncorrected`` (raw p below
+        alpha), ``holm`` (Holm-adjusted p below alpha), ``bh`` (q below alpha), and one count
+        per verdict: ``better``, ``worse``, ``equivalent``, ``inconclusive`` (the verdicts use
+        Holm).
     """
     counts = dict.fromkeys(("tests", "uncorrected", "holm", "bh", *VERDICTS), 0)
     for metric in metrics:
