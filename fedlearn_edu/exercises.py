@@ -1051,7 +1051,7 @@ def _bh_reference() -> Callable:
     """Benjamini-Hochberg's q-values by SciPy (1.11 or later), else by :func:`_bh_numpy`."""
     try:
         from scipy.stats import false_discovery_control
-    except ImportError:  # the package asks for SciPy >= 1.9 only
+    except ImportError:  # a SciPy older than the 1.11 the package asks for, installed by hand
         return _bh_numpy
     return lambda p: torch.as_tensor(false_discovery_control(np.array(p, dtype=np.float64), method="bh"))
 
