@@ -1251,6 +1251,7 @@ def run(
     client=None,
     scheduler: str | None = None,
     progress: bool = True,
+    methods_for: Mapping | None = None,
     **protocol_kwargs,
 ) -> BenchmarkResult:
     """Tune, evaluate and summarise methods x federations with the fair protocol.
@@ -1273,6 +1274,9 @@ def run(
         client: a ``distributed.Client``.
         scheduler: a Dask scheduler address (instead of ``client``).
         progress: one progress bar over the runs of each phase.
+        methods_for: ``{federation name: methods}``: the methods of those federations instead
+            of ``methods`` (``"fedavg"`` is added when missing), e.g. the personalised methods on
+            a clustered federation only.
         **protocol_kwargs: :class:`Protocol` fields (``rounds=20``, ``eval_seeds=(3, 4, 5)``
             ...), replacing those of ``protocol`` when both are given.
 
@@ -1282,7 +1286,8 @@ def run(
     Raises:
         TypeError: ``protocol`` is not a :class:`Protocol`.
         ValueError: an unknown engine or method, a bad ``n_jobs``, both ``client`` and
-            ``scheduler``, or federations with the same name.
+            ``scheduler``, federations with the same name, or a ``methods_for`` key that names
+            no federation of the grid.
 
     Example:
         >>> result = benchmark.run(["fedavg", "craft"], ["dirichlet:0.1"], rounds=20)  # doctest: +SKIP
@@ -1300,6 +1305,13 @@ def run(
     if root is not None:
         common["root"] = str(root)
     feds = _federations(federations, common)
+    own = {}
+    for name, names in (methods_for or {}).items():
+        if name not in [f.name for f in feds]:
+            raise ValueError(f"methods_for names {name!r}, not a federation of the grid {[f.name for f in feds]!r}.")
+        own[name] = _methods(names)
+    cells = [(f, m) for f in feds for m in own.get(f.name, ms)]
+    ms = list({m.name: m for _, m in cells}.values())
     if client is not None and scheduler is not None:
         raise ValueError("Pass client= or scheduler=, not both.")
     if engine is None:
@@ -1322,7 +1334,7 @@ def run(
         redone=redone,
     )
     started = time.perf_counter()
-    picks, grids, edges, tune_cfgs, statuses = _tune(ms, feds, protocol, out, opts)
+    picks, grids, edges, tune_cfgs, statuses = _tune(ms, feds, protocol, out, opts, cells)
     eval_cfgs = []
     for (fname, mname), settings in picks.items():
         if settings is None:
@@ -1345,7 +1357,7 @@ def _beyond(values: list, end: int) -> float:
     return float(f"{a * a / b:.12g}")
 
 
-def _tune(ms, feds, protocol: Protocol, out, opts) -> tuple:
+def _tune(ms, feds, protocol: Protocol, out, opts, cells=None) -> tuple:
     """Tuning with the edge rule -> ``(picks, grids, edges, configs, statuses)``.
 
     Runs every candidate of every method's grid on the tuning seeds, picks (:func:`select`),
@@ -1353,10 +1365,12 @@ def _tune(ms, feds, protocol: Protocol, out, opts) -> tuple:
     next geometric value past that end (at most ``protocol.edge_cap`` per end) and runs again.
     ``grids[(federation, method)]`` is the final grid, ``edges[(federation, method)]`` maps each
     tuned setting whose pick is still at an end to ``"low"`` or ``"high"`` (for an extended
-    setting: the cap was reached).
+    setting: the cap was reached). ``cells``: the ``(federation, method)`` pairs to tune
+    (``None``: every method on every federation).
     """
-    tunable = [(f, m) for f in feds for m in ms if len(m.candidates()) > 1]
-    grids = {(f.name, m.name): {k: list(v) for k, v in m.tune.items()} for f in feds for m in ms}
+    cells = _cells(ms, feds) if cells is None else cells
+    tunable = [(f, m) for f, m in cells if len(m.candidates()) > 1]
+    grids = {(f.name, m.name): {k: list(v) for k, v in m.tune.items()} for f, m in cells}
     used = {(f.name, m.name): {k: [0, 0] for k in m.extend} for f, m in tunable}
     store, configs, statuses, wave = _Store(out), [], {}, 0
     while True:
@@ -1373,7 +1387,7 @@ def _tune(ms, feds, protocol: Protocol, out, opts) -> tuple:
         desc = "tuning" if wave == 1 else f"tuning, edge rule {wave - 1}"
         statuses.update(run_configs(new, out, desc=desc, **opts))
         configs += new
-        picks = select(_frame(store, configs, statuses), ms, feds, protocol, grids)
+        picks = select(_frame(store, configs, statuses), ms, feds, protocol, grids, cells)
         for f, m in tunable:
             pair, pick = (f.name, m.name), picks[(f.name, m.name)]
             for k in m.extend if pick is not None else ():
@@ -1383,7 +1397,7 @@ def _tune(ms, feds, protocol: Protocol, out, opts) -> tuple:
                         used[pair][k][end] += 1
                         values.insert(len(values) if end else 0, _beyond(values, end))
                         break
-    picks = select(_frame(store, configs, statuses), ms, feds, protocol, grids)
+    picks = select(_frame(store, configs, statuses), ms, feds, protocol, grids, cells)
     edges = {}
     for f, m in tunable:
         pair, pick = (f.name, m.name), picks[(f.name, m.name)]
@@ -1403,7 +1417,11 @@ def _frame(store: _Store, configs, statuses):
     return store.frame(keys)
 
 
-def select(tune_records, methods, federations, protocol: Protocol, grids: Mapping | None = None) -> dict:
+def _cells(methods, federations) -> list:
+    return [(f, m) for f in federations for m in methods]
+
+
+def select(tune_records, methods, federations, protocol: Protocol, grids: Mapping | None = None, cells=None) -> dict:
     """``{(federation, method): settings}``: the tuning pick (``None`` when every candidate failed).
 
     The criterion: the mean over the tuning seeds of the mean client accuracy averaged over the
@@ -1419,41 +1437,42 @@ def select(tune_records, methods, federations, protocol: Protocol, grids: Mappin
         protocol: gives ``tuning_seeds`` and ``last_k``.
         grids: ``{(federation, method): {setting: candidates}}``, the grids as the edge rule
             extended them (``None``: every method's own ``tune``).
+        cells: the ``(FederationSpec, Method)`` pairs to pick for (``None``: every method on
+            every federation).
 
     Returns:
         ``{(federation name, method name): settings dict or None}``.
     """
     picks = {}
-    for f in federations:
-        for m in methods:
-            if len(m.candidates()) == 1:  # nothing to tune (no tuning run)
-                picks[(f.name, m.name)] = _plain(m.candidates()[0])
-                continue
-            grid = (grids or {}).get((f.name, m.name), m.tune)
-            best, best_score = None, -math.inf
-            for settings in m.candidates(grid):
-                text = json.dumps(_plain(settings), sort_keys=True)
-                scores = []
-                for seed in protocol.tuning_seeds:
-                    rows = (
-                        tune_records[
-                            (tune_records["federation"] == f.name)
-                            & (tune_records["method"] == m.name)
-                            & (tune_records["settings"] == text)
-                            & (tune_records["seed"] == seed)
-                        ]
-                        if len(tune_records)
-                        else []
-                    )
-                    if len(rows) == 0:
-                        scores.append(-math.inf)
-                        continue
-                    s = _lastk(rows.sort_values("round")["mean"].to_numpy(), protocol.last_k)
-                    scores.append(s if math.isfinite(s) else -math.inf)
-                score = float(np.mean(scores))
-                if score > best_score:
-                    best, best_score = settings, score
-            picks[(f.name, m.name)] = _plain(best) if best is not None else None
+    for f, m in _cells(methods, federations) if cells is None else cells:
+        if len(m.candidates()) == 1:  # nothing to tune (no tuning run)
+            picks[(f.name, m.name)] = _plain(m.candidates()[0])
+            continue
+        grid = (grids or {}).get((f.name, m.name), m.tune)
+        best, best_score = None, -math.inf
+        for settings in m.candidates(grid):
+            text = json.dumps(_plain(settings), sort_keys=True)
+            scores = []
+            for seed in protocol.tuning_seeds:
+                rows = (
+                    tune_records[
+                        (tune_records["federation"] == f.name)
+                        & (tune_records["method"] == m.name)
+                        & (tune_records["settings"] == text)
+                        & (tune_records["seed"] == seed)
+                    ]
+                    if len(tune_records)
+                    else []
+                )
+                if len(rows) == 0:
+                    scores.append(-math.inf)
+                    continue
+                s = _lastk(rows.sort_values("round")["mean"].to_numpy(), protocol.last_k)
+                scores.append(s if math.isfinite(s) else -math.inf)
+            score = float(np.mean(scores))
+            if score > best_score:
+                best, best_score = settings, score
+        picks[(f.name, m.name)] = _plain(best) if best is not None else None
     return picks
 
 
@@ -1614,7 +1633,8 @@ def format_table(summary, metrics=("lastk", "worst10"), percent: bool = True) ->
 
     The paired difference to FedAvg follows each cell with its verdict and Holm-adjusted
     p-value: ``(+d +- h, better p=0.003)``. Rows keep the grid's order: the table is not a
-    ranking.
+    ranking. A ``-`` marks a method with no evaluation on a federation: not in the grid there
+    (``methods_for``), or every run failed (the failure report names those).
 
     Args:
         summary: a :func:`summarize` DataFrame.
@@ -1646,7 +1666,7 @@ def format_table(summary, metrics=("lastk", "worst10"), percent: bool = True) ->
         colw = max([len(c) for c in cells.values()] + [len(f) for f in feds]) + 2
         lines.append("".ljust(width) + "".join(f.ljust(colw) for f in feds))
         for m in meths:
-            lines.append(m.ljust(width) + "".join(cells.get((f, m), "failed").ljust(colw) for f in feds))
+            lines.append(m.ljust(width) + "".join(cells.get((f, m), "-").ljust(colw) for f in feds))
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
 

@@ -199,6 +199,13 @@ def _benchmark_parser(sub) -> None:
         default="dirichlet:0.1",
         help="comma-separated federations (PARTITION[+ATTACK:FRACTION]), or 'robust' (the robust grid's)",
     )
+    bench.add_argument(
+        "--methods-for",
+        action="append",
+        default=[],
+        metavar="FEDERATION=METHODS",
+        help="the methods of one federation instead of --methods (repeatable), e.g. clusters:4=fedavg,ifca,ditto",
+    )
     bench.add_argument("--dataset", default="digits")
     bench.add_argument("--data-root", default=None)
     bench.add_argument("--model", default="mlp")
@@ -277,6 +284,12 @@ def _benchmark(args) -> int:
         "federation",
         {"robust": benchmark.ROBUST_FEDERATIONS},
     )
+    methods_for = {}
+    for text in args.methods_for:
+        fed, sep, listed = text.partition("=")
+        if not sep or fed.strip() not in feds:
+            args.error(f"argument --methods-for: {text!r} is not FEDERATION=METHODS with a federation of --partitions")
+        methods_for[fed.strip()] = _comma_list(args.error, "--methods-for", listed, benchmark.method, "method")
     if args.seeds < 2:
         args.error("argument --seeds: at least 2 evaluation seeds are needed for an interval")
     if args.last_k > args.rounds:
@@ -290,6 +303,7 @@ def _benchmark(args) -> int:
         args.error(f"argument --out: folder {out.absolute().parent} does not exist")
     if args.fixed_step is not None:
         names = [benchmark.fixed_step(name, args.fixed_step) for name in names]
+        methods_for = {f: [benchmark.fixed_step(n, args.fixed_step) for n in ns] for f, ns in methods_for.items()}
     tune = tuple(range(args.tune_seeds))
     evals = tuple(range(args.tune_seeds, args.tune_seeds + args.seeds))
     try:
@@ -305,6 +319,7 @@ def _benchmark(args) -> int:
             n_jobs=args.jobs,
             scheduler=args.dask_scheduler,
             progress=not args.no_progress,
+            methods_for=methods_for,
             tuning_seeds=tune,
             eval_seeds=evals,
             rounds=args.rounds,
