@@ -1894,6 +1894,9 @@ def _check_record_file(name: str, data: bytes) -> None:
         raise ValueError(f"lacks {missing}")
 
 
+GRIDS = ("classroom", "lab", "robust")  # the committed grids, folders of benchmarks/results
+
+
 def classroom_records(root=None, download: bool = True) -> Path:
     """The folder of the classroom grid's records (the chapter *Comparing the methods*).
 
@@ -1910,9 +1913,10 @@ def classroom_records(root=None, download: bool = True) -> Path:
 
 
 def records_folder(grid: str = "classroom", root=None, download: bool = True) -> Path:
-    """The folder of a committed grid's records: ``"classroom"`` or ``"robust"`` (``benchmarks/results/GRID``).
+    """The folder of a committed grid's records, one of :data:`GRIDS` (``benchmarks/results/GRID``).
 
-    ``"classroom"`` is the grid of the chapter *Comparing the methods*, ``"robust"`` that of the
+    ``"classroom"`` is the grid of the chapter *Comparing the methods* (bundled digits),
+    ``"lab"`` its larger grid (Fashion-MNIST, 100 clients, 100 rounds), ``"robust"`` that of the
     chapter *When clients misbehave* (:data:`ROBUST_METHODS` x :data:`ROBUST_FEDERATIONS`).
     $FEDLEARN_BENCHMARK_RECORDS and $FEDLEARN_BENCHMARK_URL name the classroom grid's folder and
     base address; another grid's is the sibling folder (address) of that name.
@@ -1927,7 +1931,7 @@ def records_folder(grid: str = "classroom", root=None, download: bool = True) ->
     renamed into place, so a broken download never sits there.
 
     Args:
-        grid: ``"classroom"`` or ``"robust"``.
+        grid: ``"classroom"``, ``"lab"`` or ``"robust"``.
         root: the data folder downloads go under (``None``: ``$FEDLEARN_DATA``, else ``./data``;
             see :func:`fedlearn_edu.data.sources.download_root`).
         download: fetch the files when no folder holds them (ignored when
@@ -1947,8 +1951,8 @@ def records_folder(grid: str = "classroom", root=None, download: bool = True) ->
 
     from .data.sources import OFFLINE_VAR, download_root, downloads_allowed
 
-    if grid not in ("classroom", "robust"):
-        raise ValueError(f"grid must be 'classroom' or 'robust', got {grid!r}.")
+    if grid not in GRIDS:
+        raise ValueError(f"grid must be one of {', '.join(map(repr, GRIDS))}; got {grid!r}.")
 
     def sibling(path: Path) -> Path:
         return path if grid == "classroom" else path.parent / grid

@@ -162,3 +162,41 @@ def test_power_column_is_the_family_corrected_detectable_difference(monkeypatch,
     row = s.loc["better"]
     expected = stats.min_detectable_difference(row.sd_lastk, int(row.n_lastk), 0.05, 0.8, 1)
     assert row.mdd_lastk == pytest.approx(expected) and np.isfinite(row.p_perm_lastk)
+
+
+def test_methods_for_gives_a_federation_its_own_methods(monkeypatch, tmp_path):
+    monkeypatch.setattr(benchmark, "execute", _synthetic(2.0))
+    methods = [
+        benchmark.Method(n, strategy="fedavg", tune={"server_lr": [1.0, 2.0, 4.0]}) for n in ("fedavg", "a", "b")
+    ]
+    r = benchmark.run(
+        methods[:2],
+        ["dirichlet:0.1", "shards:2"],
+        methods_for={"shards:2": [methods[2]]},  # FedAvg joins as the baseline
+        out=tmp_path,
+        engine="sequential",
+        progress=False,
+        rounds=ROUNDS,
+        last_k=2,
+        tuning_seeds=(0, 1, 2),
+        eval_seeds=(3, 4, 5),
+    )
+    cells = {("dirichlet:0.1", "fedavg"), ("dirichlet:0.1", "a"), ("shards:2", "fedavg"), ("shards:2", "b")}
+    assert set(r.picks) == cells and set(r.grids) == cells
+    assert set(zip(r.runs.federation, r.runs.method)) == cells  # nothing ran outside the cells
+    assert set(zip(r.summary().federation, r.summary().method)) == cells
+    assert "  -  " in r.table() or r.table().rstrip().endswith("-")  # an absent cell reads '-', not 'failed'
+    assert "failed" not in r.table()
+    with pytest.raises(ValueError, match="not a federation of the grid"):
+        benchmark.run(methods, ["dirichlet:0.1"], methods_for={"shards:2": ["fedavg"]}, out=tmp_path / "x")
+
+
+def test_cli_methods_for_refuses_a_federation_not_in_partitions(capsys, tmp_path):
+    from fedlearn_edu.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(
+            ["benchmark", "--partitions", "dirichlet:0.1", "--methods-for", "clusters:4=ditto", "--out", str(tmp_path)]
+        )
+    assert exc.value.code == 2
+    assert "--methods-for: 'clusters:4=ditto' is not FEDERATION=METHODS" in capsys.readouterr().err
