@@ -2167,11 +2167,13 @@ def markdown_report(result: BenchmarkResult, command: str = "") -> str:
     s = result.summary()
     feds = list(dict.fromkeys(s["federation"]))
     meths = list(dict.fromkeys(s["method"]))
+    ran = set(zip(result.runs["federation"], result.runs["method"])) if len(result.runs) else set()
+    commits = ", ".join(sorted({str(c)[:12] for c in result.runs.get("git_commit", []) if str(c)})) or "unknown"
     lines = ["# Benchmark report", ""]
     if command:
         lines += ["Command:", "", f"    {command}", ""]
     lines += [
-        f"Package {_version()}, commit {git_commit()}. Tuning seeds {list(p.tuning_seeds)}, evaluation seeds "
+        f"Package {_version()}; the runs were computed at commit(s) {commits}. Tuning seeds {list(p.tuning_seeds)}, evaluation seeds "
         f"{list(p.eval_seeds)} (disjoint); {p.rounds} rounds, {p.clients_per_round} clients per round, "
         f"{p.local_epochs} local epoch(s) of batch {p.batch_size} at lr {p.lr}. The pick maximises the mean over "
         f"the tuning seeds of the last-{p.last_k} mean client accuracy; a pick at an end of its grid extends the "
@@ -2182,7 +2184,8 @@ def markdown_report(result: BenchmarkResult, command: str = "") -> str:
         "the 95 % Student-t half-width; in brackets the paired difference to FedAvg on the same seeds, its verdict "
         f"and its Holm-adjusted p-value (within the federation). better / worse: adjusted p < {p.alpha:g}; "
         f"equivalent: a TOST within +-{100 * p.margin:g} points passes (Holm-adjusted); otherwise inconclusive. "
-        "The table is not a ranking.",
+        "The table is not a ranking; - marks a method not run on that federation; a cell on fewer seeds than "
+        "planned says how many (its failed runs are listed below, and the cell is over the runs that finished).",
         "",
         "| method | " + " | ".join(feds) + " |",
         "|---|" + "---|" * len(feds),
@@ -2192,10 +2195,12 @@ def markdown_report(result: BenchmarkResult, command: str = "") -> str:
         for f in feds:
             r = s[(s["federation"] == f) & (s["method"] == m)]
             if len(r) == 0:
-                cells.append("failed")
+                cells.append("failed" if (f, m) in ran else "-")
                 continue
             r = r.iloc[0]
             c = f"{100 * r['lastk']:.1f} +- {100 * r['lastk_ci']:.1f}"
+            if int(r["n_seeds"]) < len(p.eval_seeds):
+                c += f" [{int(r['n_seeds'])} of {len(p.eval_seeds)} seeds]"
             if r["vs_lastk"] not in ("baseline", "untested"):
                 c += (
                     f" ({100 * r['d_lastk']:+.1f} +- {100 * r['d_lastk_ci']:.1f}, {r['vs_lastk']}, "
@@ -2208,7 +2213,7 @@ def markdown_report(result: BenchmarkResult, command: str = "") -> str:
     sd = s["sd_lastk"].to_numpy(dtype=float)
     sd = sd[np.isfinite(sd) & (sd > 0)]
     if sd.size:
-        family = max(1, len(meths) - 1)
+        family = max(1, int((s["vs_lastk"] != "baseline").groupby(s["federation"]).sum().max()))
         n = len(p.eval_seeds)
         med = float(np.median(sd))
         lines += [

@@ -167,7 +167,7 @@ def test_power_column_is_the_family_corrected_detectable_difference(monkeypatch,
 def test_methods_for_gives_a_federation_its_own_methods(monkeypatch, tmp_path):
     monkeypatch.setattr(benchmark, "execute", _synthetic(2.0))
     methods = [
-        benchmark.Method(n, strategy="fedavg", tune={"server_lr": [1.0, 2.0, 4.0]}) for n in ("fedavg", "a", "b")
+        benchmark.Method(n, strategy="fedavg", tune={"server_lr": [1.0, 2.0, 4.0]}) for n in ("fedavg", "better", "b")
     ]
     r = benchmark.run(
         methods[:2],
@@ -181,12 +181,16 @@ def test_methods_for_gives_a_federation_its_own_methods(monkeypatch, tmp_path):
         tuning_seeds=(0, 1, 2),
         eval_seeds=(3, 4, 5),
     )
-    cells = {("dirichlet:0.1", "fedavg"), ("dirichlet:0.1", "a"), ("shards:2", "fedavg"), ("shards:2", "b")}
+    cells = {("dirichlet:0.1", "fedavg"), ("dirichlet:0.1", "better"), ("shards:2", "fedavg"), ("shards:2", "b")}
     assert set(r.picks) == cells and set(r.grids) == cells
     assert set(zip(r.runs.federation, r.runs.method)) == cells  # nothing ran outside the cells
     assert set(zip(r.summary().federation, r.summary().method)) == cells
     assert "  -  " in r.table() or r.table().rstrip().endswith("-")  # an absent cell reads '-', not 'failed'
     assert "failed" not in r.table()
+    report = benchmark.markdown_report(r)
+    assert "| better | " in report and report.split("| better | ")[1].split("\n")[0].rstrip(" |").endswith("-")
+    assert "No run failed." in report and "| failed" not in report
+    assert "a family of 1 comparisons" in report  # each federation compares one method with FedAvg
     with pytest.raises(ValueError, match="not a federation of the grid"):
         benchmark.run(methods, ["dirichlet:0.1"], methods_for={"shards:2": ["fedavg"]}, out=tmp_path / "x")
 
