@@ -2173,8 +2173,9 @@ def markdown_report(result: BenchmarkResult, command: str = "") -> str:
     if command:
         lines += ["Command:", "", f"    {command}", ""]
     lines += [
-        f"Package {_version()}; the runs were computed at commit(s) {commits}. Tuning seeds {list(p.tuning_seeds)}, evaluation seeds "
-        f"{list(p.eval_seeds)} (disjoint); {p.rounds} rounds, {p.clients_per_round} clients per round, "
+        f"Package {_version()}; the runs were computed at commit(s) {commits}. Tuning seeds "
+        f"{list(p.tuning_seeds)}, evaluation seeds {list(p.eval_seeds)} (disjoint); {p.rounds} rounds, "
+        f"{p.clients_per_round} clients per round, "
         f"{p.local_epochs} local epoch(s) of batch {p.batch_size} at lr {p.lr}. The pick maximises the mean over "
         f"the tuning seeds of the last-{p.last_k} mean client accuracy; a pick at an end of its grid extends the "
         f"grid there (at most {p.edge_cap} times per end). The intervals are conditional on the picks (the "
