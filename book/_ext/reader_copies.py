@@ -189,16 +189,63 @@ def sphinx_references(app, site_url: str) -> References:
     return refs
 
 
+def _plain(output: dict) -> str | None:
+    """The plain-text form of one glue output (``text/plain``, with or without papermill's prefix)."""
+    data = output.get("data", {})
+    for mime in ("text/plain", "application/papermill.record/text/plain"):
+        if mime in data:
+            text = data[mime]
+            return "".join(text) if isinstance(text, list) else str(text)
+    return None
+
+
 def glue_values(executed_nb: dict) -> dict[str, str]:
-    """myst-nb ``glue`` values (their plain-text form) from an executed notebook."""
+    """myst-nb ``glue`` values (their plain-text form) kept in an executed notebook's outputs.
+
+    myst-nb 0.x kept them there; myst-nb 1.x removes them from the notebook and writes them beside
+    it (:func:`glue_file_values`).
+    """
     out = {}
     for cell in executed_nb.get("cells", []):
         for output in cell.get("outputs", []):
             name = output.get("metadata", {}).get("scrapbook", {}).get("name")
-            if name and "text/plain" in output.get("data", {}):
-                text = output["data"]["text/plain"]
-                out[name] = "".join(text) if isinstance(text, list) else text
+            text = _plain(output) if name else None
+            if text is not None:
+                out[name] = text
     return out
+
+
+def glue_file_values(glue_json: dict) -> dict[str, str]:
+    """myst-nb 1.x ``glue`` values (plain-text form) from ``jupyter_execute/<doc>.glue.json``.
+
+    That file maps each key to the output the ``glue`` call displayed, e.g.
+    ``{"ch01-iid-mean": {"output_type": "display_data", "data": {"text/plain": "0.895"}, ...}}``.
+    """
+    out = {}
+    for name, output in glue_json.items():
+        text = _plain(output) if isinstance(output, dict) else None
+        if text is not None:
+            out[name] = text
+    return out
+
+
+def executed_glue(executed: Path, docname: str) -> dict[str, str]:
+    """Every glue value of one executed chapter, from whichever place this myst-nb keeps them.
+
+    Args:
+        executed: the folder of the executed notebooks (``_build/jupyter_execute``).
+        docname: the chapter, e.g. ``"book/ch01_fedavg"``.
+
+    Returns:
+        key -> plain text; empty when the chapter was not executed there.
+    """
+    values = {}
+    ran, side = Path(executed) / f"{docname}.ipynb", Path(executed) / f"{docname}.glue.json"
+    if ran.is_file():
+        values.update(glue_values(json.loads(ran.read_text(encoding="utf-8"))))
+    if side.is_file():
+        values.update(glue_file_values(json.loads(side.read_text(encoding="utf-8"))))
+    return values
 
 
 # --------------------------------------------------------------------------- #
@@ -230,6 +277,7 @@ class Converter:
     def __init__(self, refs: References, docname: str):
         self.refs = refs
         self.docname = docname
+        self.missing_glue: list[str] = []  # glue keys the references hold no value for
 
     # -- roles -------------------------------------------------------------
     def _link(self, label: str, text: str | None = None) -> str:
@@ -268,6 +316,7 @@ class Converter:
             key, _, spec = content.partition(":")
             value = self.refs.glue.get(key.strip())
             if value is None:
+                self.missing_glue.append(key.strip())
                 return f"`{key.strip()}`"
             if spec:
                 try:
@@ -484,16 +533,21 @@ def _hide(cell: dict, title: str) -> None:
     cell["source"] = solution_cell(_source(cell), title)
 
 
-def reader_copy(nb: dict, refs: References, docname: str) -> dict:
+def reader_copy(nb: dict, refs: References, docname: str, strict_glue: bool = False) -> dict:
     """The reader's copy of one chapter notebook (a new dict; ``nb`` is left as it is).
 
     Args:
         nb: the chapter, as ``json.load`` reads an ``.ipynb``.
         refs: what the copy links to (:func:`sphinx_references`).
         docname: the chapter's document name, e.g. ``"book/ch01_fedavg"``.
+        strict_glue: refuse a ``{glue}`` role whose key ``refs.glue`` has no value for
+            (otherwise the key is written, as code).
 
     Returns:
         The converted notebook, without outputs.
+
+    Raises:
+        ValueError: ``strict_glue`` and some glue keys have no value (they are named).
     """
     conv = Converter(refs, docname)
     out = copy.deepcopy(nb)
@@ -540,6 +594,12 @@ def reader_copy(nb: dict, refs: References, docname: str) -> dict:
             cells.append(cell)
     out["cells"] = cells
     out.setdefault("metadata", {})["fedlearn_reader_copy"] = {"source": f"{docname}.ipynb"}
+    if strict_glue and conv.missing_glue:
+        missing = ", ".join(dict.fromkeys(conv.missing_glue))
+        raise ValueError(
+            f"The reader's copy of {docname} would show glue keys instead of numbers: no value for {missing}. "
+            "Was the chapter executed, and does it glue these keys?"
+        )
     return out
 
 
@@ -552,19 +612,23 @@ def write_reader_copies(
         chapters: docname -> source notebook.
         refs: the resolved references; its ``glue`` values are filled per chapter from ``executed``.
         dest: output folder.
-        executed: folder of the executed notebooks (``_build/jupyter_execute``), for glue values.
+        executed: folder of the executed notebooks (``_build/jupyter_execute``), for glue values
+            (:func:`executed_glue`); then a glued key without a value is an error, not a key in the copy.
 
     Returns:
         The paths written.
+
+    Raises:
+        ValueError: a chapter glues a key the executed chapter holds no value for.
     """
     written = []
     for docname, path in sorted(chapters.items()):
         nb = json.loads(Path(path).read_text(encoding="utf-8"))
-        ran = (executed / f"{docname}.ipynb") if executed else None
-        refs.glue = glue_values(json.loads(ran.read_text(encoding="utf-8"))) if ran and ran.is_file() else {}
+        refs.glue = executed_glue(executed, docname) if executed else {}
         target = Path(dest) / f"{docname}.ipynb"
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(json.dumps(reader_copy(nb, refs, docname), indent=1, ensure_ascii=False) + "\n")
+        copy_ = reader_copy(nb, refs, docname, strict_glue=executed is not None)
+        target.write_text(json.dumps(copy_, indent=1, ensure_ascii=False) + "\n")
         written.append(target)
     return written
 

@@ -3,9 +3,11 @@
 * The conversion, on MyST written here: roles, labels, theorem-like blocks, solutions.
 * Every chapter's install cell is the one ``_config.yml`` gives, and keeps figures inline under
   ``MPLBACKEND=Agg``.
+* Glue values are read from wherever myst-nb keeps them (the executed notebook's outputs in 0.x,
+  ``<doc>.glue.json`` beside it in 1.x), and a glued key without a value stops the build.
 * The copies the book build writes: one per chapter, no raw MyST role or directive left (parsed with
-  myst-parser's own Markdown parser), no solution outside a collapsed ``<details>`` or a hidden cell,
-  and each runs top to bottom under nbval.
+  myst-parser's own Markdown parser), every glued number in place of its key, no solution outside a
+  collapsed ``<details>`` or a hidden cell, and each runs top to bottom under nbval.
 """
 
 from __future__ import annotations
@@ -283,6 +285,54 @@ def test_install_cell_keeps_figures_inline_under_agg(tmp_path):
     assert images, f"no figure shown under MPLBACKEND=Agg: {outputs}"
 
 
+def _chapter(markdown: str) -> dict:
+    return {
+        "cells": [{"cell_type": "markdown", "metadata": {}, "source": markdown}],
+        "metadata": {},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
+
+
+@pytest.mark.parametrize("layout", ["glue.json", "outputs"])
+def test_glue_values_come_from_where_myst_nb_keeps_them(tmp_path, layout):
+    executed = tmp_path / "jupyter_execute"
+    (executed / "book").mkdir(parents=True)
+    output = {
+        "output_type": "display_data",
+        "metadata": {"scrapbook": {"name": "acc", "mime_prefix": "application/papermill.record/"}},
+        "data": {"text/plain": "0.8123"},
+    }
+    word = dict(output, metadata={"scrapbook": {"name": "word"}}, data={"text/plain": "'better'"})
+    ran = _chapter("")
+    if layout == "glue.json":  # myst-nb 1.x: the notebook keeps no glue output, the values sit beside it
+        (executed / "book" / "ch.glue.json").write_text(json.dumps({"acc": output, "word": word}))
+    else:  # myst-nb 0.x: the outputs stay in the executed notebook, under papermill's mime prefix
+        prefixed = [
+            dict(o, data={"application/papermill.record/text/plain": o["data"]["text/plain"]}) for o in (output, word)
+        ]
+        ran["cells"].append({"cell_type": "code", "metadata": {}, "source": "", "outputs": prefixed})
+    (executed / "book" / "ch.ipynb").write_text(json.dumps(ran))
+    source = tmp_path / "ch.ipynb"
+    source.write_text(json.dumps(_chapter("accuracy {glue:text}`acc:.1%`, {glue:text}`word` than FedAvg")))
+    written = rc.write_reader_copies({"book/ch": source}, _refs(), tmp_path / "out", executed=executed)
+    text = rc._source(json.loads(written[0].read_text())["cells"][0])
+    assert text == "accuracy 81.2%, better than FedAvg"
+
+
+def test_a_glued_key_without_a_value_stops_the_copies(tmp_path):
+    executed = tmp_path / "jupyter_execute"
+    (executed / "book").mkdir(parents=True)
+    (executed / "book" / "ch.glue.json").write_text("{}")
+    source = tmp_path / "ch.ipynb"
+    source.write_text(json.dumps(_chapter("mean {glue:text}`ch-mean:.2f` and {glue:text}`ch-n`")))
+    with pytest.raises(ValueError, match="book/ch would show glue keys instead of numbers: no value for ch-mean, ch-n"):
+        rc.write_reader_copies({"book/ch": source}, _refs(), tmp_path / "out", executed=executed)
+    # without executed chapters (a conversion alone) the key is written as code, as before
+    out = rc.write_reader_copies({"book/ch": source}, _refs(), tmp_path / "out")
+    assert "`ch-mean`" in rc._source(json.loads(out[0].read_text())["cells"][0])
+
+
 # --------------------------------------------------------------------------- #
 # the copies the build wrote
 
@@ -320,6 +370,23 @@ def test_reader_copy_has_no_raw_myst_and_no_visible_solution(copies, name):
     ]
     theirs = [rc._source(c) for c in source["cells"] if c["cell_type"] == "code"]
     assert ours == theirs
+
+
+@pytest.mark.parametrize("name", [p.name for p in CHAPTERS])
+def test_reader_copy_keeps_every_glued_number(copies, name):
+    """Colab and Binder open the copies: each glued key of the chapter must read as its value."""
+    source = json.loads((REPO / "book" / name).read_text(encoding="utf-8"))
+    keys = {
+        m.group(2).partition(":")[0].strip()
+        for c in source["cells"]
+        if c["cell_type"] == "markdown"
+        for m in rc.ROLE.finditer(rc._source(c))
+        if m.group(1).startswith("glue")
+    }
+    text = "\n".join(rc._source(c) for c in json.loads(copies[name].read_text(encoding="utf-8"))["cells"])
+    assert "{glue" not in text
+    left = sorted(k for k in keys if f"`{k}`" in text)
+    assert left == [], f"{name}: {len(left)} glue keys instead of numbers, e.g. {left[:5]}"
 
 
 @pytest.mark.parametrize("name", [p.name for p in CHAPTERS])
