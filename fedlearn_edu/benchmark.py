@@ -1035,6 +1035,8 @@ def _csv_bytes(config: dict, key: str, result: dict, meta: dict) -> bytes:
 class _Store:
     """``<out>/runs/<key>.csv`` + ``<key>.json`` (written last, holding the csv's SHA-256)."""
 
+    STATUSES = ("ok", "failed")  # a manifest's status
+
     def __init__(self, out):
         self.out = Path(out)
         self.runs = self.out / "runs"
@@ -1042,7 +1044,11 @@ class _Store:
         self.redone: list[str] = []
 
     def status(self, key: str) -> str:
-        """``"done"``, ``"failed"``, ``"missing"`` or ``"corrupt"`` (then the files are removed)."""
+        """``"done"``, ``"failed"``, ``"missing"`` or ``"corrupt"`` (then the files are removed).
+
+        ``"corrupt"``: a ``.csv`` without its ``.json``, or a ``.json`` that is not an object
+        with this key, a status of :attr:`STATUSES` and the ``.csv``'s checksum.
+        """
         meta_path, csv_path = self.runs / f"{key}.json", self.runs / f"{key}.csv"
         if not meta_path.exists():
             if csv_path.exists():  # killed between the two writes
@@ -1051,8 +1057,10 @@ class _Store:
             return "missing"
         try:
             meta = json.loads(meta_path.read_text())
-            if meta.get("key") != key:
+            if not isinstance(meta, dict) or meta.get("key") != key:
                 raise ValueError("key")
+            if meta["status"] not in self.STATUSES:
+                raise ValueError("status")
             if meta["status"] == "failed":
                 return "failed"
             if _sha(csv_path.read_bytes()) != meta["csv_sha256"]:
