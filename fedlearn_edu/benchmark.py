@@ -36,7 +36,9 @@ Records are tidy: one row per run x evaluation round, with every setting as a co
 run is stored under ``<out>/runs/<key>.csv`` + ``<key>.json`` where ``key`` hashes the run's
 full configuration and the package version; the ``.json`` is written last and holds the
 SHA-256 of the ``.csv``, so a run killed while writing, or a file changed afterwards, is
-detected and redone. A rerun of the same sweep skips every run that is done.
+detected and redone. The ``.json`` also holds the SHA-256 of the package's source
+(``code_sha256``): a run computed by other code (or by code that did not record it) is
+redone too. A rerun of the same sweep skips every run that is done.
 
 Runs execute in this process (``engine="sequential"``), in ``n_jobs`` worker processes
 (``engine="joblib"``, loky backend) or on a Dask cluster (``engine="dask"``, a
@@ -53,6 +55,7 @@ the results are identical whichever engine ran them.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import gzip
 import hashlib
 import io
@@ -740,6 +743,24 @@ def _version() -> str:
     return __version__
 
 
+_PACKAGE = Path(__file__).resolve().parent
+
+
+@functools.cache
+def _code_sha256() -> str:
+    """The SHA-256 of the package's source: every ``.py`` file under it, with its path.
+
+    A run executes the package's code (its strategies, data, models, :func:`execute` ...), so a
+    change to any of it (even a comment: the check is conservative) may change the run's
+    numbers. Computed once per process.
+    """
+    digest = hashlib.sha256()
+    for name in sorted(p.relative_to(_PACKAGE).as_posix() for p in _PACKAGE.rglob("*.py")):
+        digest.update(f"{name}\0".encode())
+        digest.update(hashlib.sha256((_PACKAGE / name).read_bytes()).digest())
+    return digest.hexdigest()
+
+
 def git_commit() -> str:
     """The package's git commit (with ``-dirty`` when the tree has changes), or ``"unknown"``."""
     here = Path(__file__).resolve().parent
@@ -1044,10 +1065,12 @@ class _Store:
         self.redone: list[str] = []
 
     def status(self, key: str) -> str:
-        """``"done"``, ``"failed"``, ``"missing"`` or ``"corrupt"`` (then the files are removed).
+        """``"done"``, ``"failed"``, ``"missing"``, ``"corrupt"`` or ``"stale"`` (then the files are removed).
 
         ``"corrupt"``: a ``.csv`` without its ``.json``, or a ``.json`` that is not an object
-        with this key, a status of :attr:`STATUSES` and the ``.csv``'s checksum.
+        with this key, a status of :attr:`STATUSES` and the ``.csv``'s checksum. ``"stale"``: a
+        run computed by other code than this package's (its ``code_sha256`` differs from
+        :func:`_code_sha256`, or is missing: written before the check).
         """
         meta_path, csv_path = self.runs / f"{key}.json", self.runs / f"{key}.csv"
         if not meta_path.exists():
@@ -1068,6 +1091,9 @@ class _Store:
         except (OSError, ValueError, KeyError, TypeError):
             self._drop(key)
             return "corrupt"
+        if meta.get("code_sha256") != _code_sha256():
+            self._drop(key)
+            return "stale"
         return "done"
 
     def _drop(self, key):
@@ -1077,6 +1103,7 @@ class _Store:
 
     def write(self, key: str, config: dict, result: dict, meta: dict) -> None:
         record = {"key": key, "record_version": RECORD_VERSION, "config": config, **meta, "status": result["status"]}
+        record["code_sha256"] = _code_sha256()
         if result["status"] == "ok":
             data = _csv_bytes(config, key, result, meta)
             _atomic_write(self.runs / f"{key}.csv", data)
@@ -1163,8 +1190,10 @@ def run_configs(
 ) -> dict:
     """Run the configurations not yet done under ``out``; return ``{key: status}``.
 
-    Statuses: ``"cached"`` (done before), ``"done"``, ``"failed"``. The keys of corrupt or
-    partial files found (and redone) are appended to ``redone``.
+    Statuses: ``"cached"`` (done before), ``"done"``, ``"failed"``. A stored run is redone
+    when its files are corrupt or partial, or when it was computed by other code (its
+    manifest's ``code_sha256``, the hash of the package's source, differs from this package's,
+    or is missing: written before the check); those keys are appended to ``redone``.
 
     Args:
         configs: the runs' configurations (duplicates, by :func:`run_key`, run once).
@@ -1176,7 +1205,7 @@ def run_configs(
         root: the data folder (``None``: the default).
         progress: show a tqdm bar on stderr.
         desc: the bar's label.
-        redone: a list to which the keys of corrupt or partial runs found are appended.
+        redone: a list to which the keys of corrupt, partial or stale runs found are appended.
 
     Returns:
         ``{run key: status}``, one entry per distinct configuration, in ``configs``' order.

@@ -1,11 +1,13 @@
 """fedlearn_edu.benchmark's record store: what resuming redoes, sweeps sharing a folder, killed sweeps.
 
-A stored run is reused only when its files are whole.
+A stored run is reused only when its files are whole and the code that computed it is this
+package's.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -26,13 +28,73 @@ def _sweep(out, configs, redone=None) -> dict:
 
 
 def _consistent(out) -> None:
-    """Every stored run is whole: its manifest holds its csv's checksum."""
+    """Every stored run is whole: its manifest is this package's and holds its csv's checksum."""
     runs = Path(out) / "runs"
     for path in runs.glob("*.json"):
         meta = json.loads(path.read_text())
         assert meta["key"] == path.stem and meta["status"] == "ok"
         assert meta["csv_sha256"] == benchmark._sha((runs / f"{path.stem}.csv").read_bytes()), path.stem
+        assert meta["code_sha256"] == benchmark._code_sha256()
     assert sorted(p.stem for p in runs.glob("*.csv")) == sorted(p.stem for p in runs.glob("*.json"))
+
+
+# --------------------------------------------------------------------------- code changes
+
+
+@pytest.fixture
+def package_copy(tmp_path, monkeypatch):
+    """The package's source copied to a folder that stands in for it (its hash recomputed)."""
+    copy = tmp_path / "fedlearn_edu"
+    shutil.copytree(benchmark._PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(benchmark, "_PACKAGE", copy)
+    benchmark._code_sha256.cache_clear()
+    yield copy
+    monkeypatch.undo()
+    benchmark._code_sha256.cache_clear()
+
+
+def test_the_code_hash_follows_the_source(package_copy):
+    original = benchmark._code_sha256()
+    benchmark._code_sha256.cache_clear()
+    assert benchmark._code_sha256() == original  # the same source, wherever it sits
+    median = package_copy / "aggregators" / "robust.py"
+    median.write_text(median.read_text() + "\n_CHANGED = 1\n")
+    assert benchmark._code_sha256() == original  # computed once per process
+    benchmark._code_sha256.cache_clear()
+    changed = benchmark._code_sha256()
+    assert changed != original
+    (package_copy / "new_module.py").write_text("")
+    benchmark._code_sha256.cache_clear()
+    assert benchmark._code_sha256() not in (original, changed)
+
+
+def test_a_sweep_resumed_after_a_code_change_reruns_its_runs(tmp_path, package_copy):
+    out, configs = tmp_path / "out", _configs()
+    keys = [benchmark.run_key(c) for c in configs]
+    assert set(_sweep(out, configs).values()) == {"done"}
+    assert set(_sweep(out, configs).values()) == {"cached"}  # the same code: reused
+    robust = package_copy / "aggregators" / "robust.py"  # e.g. the coordinate-wise median changed
+    robust.write_text(robust.read_text().replace("def ", "def  ", 1))
+    benchmark._code_sha256.cache_clear()
+    redone: list = []
+    assert _sweep(out, configs, redone) == dict.fromkeys(keys, "done")  # computed again, not served
+    assert sorted(redone) == sorted(keys)
+    _consistent(out)
+    assert set(_sweep(out, configs).values()) == {"cached"}
+
+
+def test_a_record_that_does_not_name_its_code_is_redone(tmp_path):
+    out, configs = tmp_path / "out", _configs()
+    _sweep(out, configs)
+    path = out / "runs" / f"{benchmark.run_key(configs[0])}.json"
+    meta = json.loads(path.read_text())
+    del meta["code_sha256"]  # a manifest written before the check
+    path.write_text(json.dumps(meta))
+    redone: list = []
+    statuses = _sweep(out, configs, redone)
+    assert redone == [path.stem] and statuses[path.stem] == "done"
+    assert list(statuses.values()).count("cached") == 1
+    _consistent(out)
 
 
 # --------------------------------------------------------------------------- damaged manifests
