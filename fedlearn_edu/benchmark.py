@@ -38,7 +38,9 @@ full configuration and the package version; the ``.json`` is written last and ho
 SHA-256 of the ``.csv``, so a run killed while writing, or a file changed afterwards, is
 detected and redone. The ``.json`` also holds the SHA-256 of the package's source
 (``code_sha256``): a run computed by other code (or by code that did not record it) is
-redone too. A rerun of the same sweep skips every run that is done.
+redone too. A rerun of the same sweep skips every run that is done. Sweeps sharing one
+``out`` take turns on ``<out>/runs/.lock`` to check and to write a run, so none of them sees
+another's run half written.
 
 Runs execute in this process (``engine="sequential"``), in ``n_jobs`` worker processes
 (``engine="joblib"``, loky backend) or on a Dask cluster (``engine="dask"``, a
@@ -54,6 +56,7 @@ the results are identical whichever engine ran them.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import gzip
@@ -1054,7 +1057,12 @@ def _csv_bytes(config: dict, key: str, result: dict, meta: dict) -> bytes:
 
 
 class _Store:
-    """``<out>/runs/<key>.csv`` + ``<key>.json`` (written last, holding the csv's SHA-256)."""
+    """``<out>/runs/<key>.csv`` + ``<key>.json`` (written last, holding the csv's SHA-256).
+
+    Checking a run (:meth:`status`) and writing one (:meth:`write`) hold an exclusive lock on
+    ``runs/.lock``, so a sweep never takes another sweep's run, half written, for a damaged
+    one; a lock held by a killed process is released with it.
+    """
 
     STATUSES = ("ok", "failed")  # a manifest's status
 
@@ -1064,6 +1072,20 @@ class _Store:
         self.runs.mkdir(parents=True, exist_ok=True)
         self.redone: list[str] = []
 
+    @contextlib.contextmanager
+    def _locked(self):
+        try:
+            import fcntl
+        except ImportError:  # not on POSIX: no lock (one sweep per folder)
+            yield
+            return
+        fd = os.open(self.runs / ".lock", os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
+
     def status(self, key: str) -> str:
         """``"done"``, ``"failed"``, ``"missing"``, ``"corrupt"`` or ``"stale"`` (then the files are removed).
 
@@ -1072,6 +1094,10 @@ class _Store:
         run computed by other code than this package's (its ``code_sha256`` differs from
         :func:`_code_sha256`, or is missing: written before the check).
         """
+        with self._locked():
+            return self._status(key)
+
+    def _status(self, key: str) -> str:
         meta_path, csv_path = self.runs / f"{key}.json", self.runs / f"{key}.csv"
         if not meta_path.exists():
             if csv_path.exists():  # killed between the two writes
@@ -1106,12 +1132,16 @@ class _Store:
         record["code_sha256"] = _code_sha256()
         if result["status"] == "ok":
             data = _csv_bytes(config, key, result, meta)
-            _atomic_write(self.runs / f"{key}.csv", data)
             record.update(csv_sha256=_sha(data), num_rows=len(result["rows"]), seconds=result["seconds"])
         else:
-            (self.runs / f"{key}.csv").unlink(missing_ok=True)
             record.update(error=result["error"], traceback=result["traceback"])
-        _atomic_write(self.runs / f"{key}.json", json.dumps(record, indent=1, sort_keys=True).encode())
+        manifest = json.dumps(record, indent=1, sort_keys=True).encode()
+        with self._locked():  # the .csv and its .json: one step for every sweep that takes the lock
+            if result["status"] == "ok":
+                _atomic_write(self.runs / f"{key}.csv", data)
+            else:
+                (self.runs / f"{key}.csv").unlink(missing_ok=True)
+            _atomic_write(self.runs / f"{key}.json", manifest)
 
     def meta(self, key: str) -> dict:
         return json.loads((self.runs / f"{key}.json").read_text())
@@ -1194,6 +1224,7 @@ def run_configs(
     when its files are corrupt or partial, or when it was computed by other code (its
     manifest's ``code_sha256``, the hash of the package's source, differs from this package's,
     or is missing: written before the check); those keys are appended to ``redone``.
+    Several sweeps may share ``out`` (a lock makes each run's commit one step).
 
     Args:
         configs: the runs' configurations (duplicates, by :func:`run_key`, run once).

@@ -1,13 +1,14 @@
 """fedlearn_edu.benchmark's record store: what resuming redoes, sweeps sharing a folder, killed sweeps.
 
 A stored run is reused only when its files are whole and the code that computed it is this
-package's.
+package's; two sweeps on one folder never take each other's half-written run for a damaged one.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
+import threading
 from pathlib import Path
 
 import pytest
@@ -115,3 +116,63 @@ def test_a_manifest_that_is_not_a_record_is_redone(tmp_path, manifest):
     assert redone == [path.stem] and statuses[path.stem] == "done"
     _consistent(out)
     assert set(_sweep(out, configs).values()) == {"cached"}
+
+
+# --------------------------------------------------------------------------- sweeps sharing a folder
+
+
+@pytest.fixture
+def paused_commit(monkeypatch):
+    """Writes of a run's .json by a thread named "paused" wait between the .csv and the .json."""
+    reached, go = threading.Event(), threading.Event()
+    write = benchmark._atomic_write
+
+    def paused(path, data):
+        if path.suffix == ".json" and threading.current_thread().name == "paused" and not go.is_set():
+            reached.set()
+            assert go.wait(60)
+        write(path, data)
+
+    monkeypatch.setattr(benchmark, "_atomic_write", paused)
+    yield reached, go
+    go.set()
+
+
+def test_a_run_half_written_by_another_sweep_is_waited_for(tmp_path, paused_commit):
+    reached, go = paused_commit
+    cfg = _configs()[0]
+    key, result = benchmark.run_key(cfg), benchmark.execute(cfg)
+    assert result["status"] == "ok"
+    meta = {"package_version": benchmark._version(), "git_commit": "test"}
+    writer = threading.Thread(target=benchmark._Store(tmp_path).write, args=(key, cfg, result, meta), name="paused")
+    writer.start()
+    assert reached.wait(60)
+    assert (tmp_path / "runs" / f"{key}.csv").exists() and not (tmp_path / "runs" / f"{key}.json").exists()
+    seen = []
+    checker = threading.Thread(target=lambda: seen.append(benchmark._Store(tmp_path).status(key)))
+    checker.start()
+    checker.join(1.0)
+    assert checker.is_alive() and seen == []  # waits for the commit instead of taking the run for damaged
+    go.set()
+    writer.join(60)
+    checker.join(60)
+    assert seen == ["done"]
+    _consistent(tmp_path)
+
+
+def test_two_sweeps_on_one_folder_leave_a_consistent_store(tmp_path, paused_commit):
+    reached, go = paused_commit
+    out, configs = tmp_path / "out", _configs()
+    first: dict = {}
+    sweep = threading.Thread(target=lambda: first.update(_sweep(out, configs)), name="paused")
+    sweep.start()
+    assert reached.wait(120)  # the first sweep's first run: its .csv written, its .json not yet
+    threading.Timer(1.0, go.set).start()
+    second: list = []
+    statuses = _sweep(out, configs, second)  # started between the two writes
+    sweep.join(120)
+    assert not sweep.is_alive() and set(first.values()) == {"done"}
+    assert second == [] and statuses[benchmark.run_key(configs[0])] == "cached"
+    _consistent(out)
+    redone: list = []
+    assert set(_sweep(out, configs, redone).values()) == {"cached"} and redone == []
