@@ -67,6 +67,7 @@ import math
 import os
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
@@ -1170,7 +1171,13 @@ def _iterate(jobs: list, engine: str, n_jobs: int | None, client, factories: dic
         if workers == 1:
             yield from _iterate(jobs, "sequential", 1, None, factories, root)
             return
-        parallel = Parallel(n_jobs=workers, backend="loky", return_as="generator_unordered")
+        parallel = Parallel(
+            n_jobs=workers,
+            backend="loky",
+            return_as="generator_unordered",
+            initializer=_die_with_parent,
+            initargs=(os.getpid(),),
+        )
         calls = (delayed(_indexed)(i, cfg, factories.get(cfg["method"]), root) for i, cfg in jobs)
         yield from parallel(calls)
     elif engine == "dask":
@@ -1202,6 +1209,23 @@ def _indexed(i, cfg, factory, root):
     return i, execute(cfg, factory, root)
 
 
+def _die_with_parent(parent: int, poll: float = 0.2) -> None:
+    """A worker process's initializer: end the worker as soon as the sweep's process is gone.
+
+    A worker whose parent (``parent``, the sweep's process id) dies, even by ``kill -9``, is
+    given another parent; a daemon thread notices the change of ``os.getppid()`` within
+    ``poll`` seconds and ends the worker, so no worker (and, with the last worker, no loky
+    resource tracker) outlives the sweep.
+    """
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(poll)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="fedlearn-die-with-parent", daemon=True).start()
+
+
 # --------------------------------------------------------------------------- the sweep
 
 
@@ -1224,7 +1248,8 @@ def run_configs(
     when its files are corrupt or partial, or when it was computed by other code (its
     manifest's ``code_sha256``, the hash of the package's source, differs from this package's,
     or is missing: written before the check); those keys are appended to ``redone``.
-    Several sweeps may share ``out`` (a lock makes each run's commit one step).
+    Worker processes (``"joblib"``) end with the process that started them, even when it is
+    killed. Several sweeps may share ``out`` (a lock makes each run's commit one step).
 
     Args:
         configs: the runs' configurations (duplicates, by :func:`run_key`, run once).

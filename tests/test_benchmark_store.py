@@ -1,20 +1,28 @@
 """fedlearn_edu.benchmark's record store: what resuming redoes, sweeps sharing a folder, killed sweeps.
 
 A stored run is reused only when its files are whole and the code that computed it is this
-package's; two sweeps on one folder never take each other's half-written run for a damaged one.
+package's; two sweeps on one folder never take each other's half-written run for a damaged one;
+the worker processes of a sweep end with it, even when it is killed with SIGKILL.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
+import subprocess
+import sys
 import threading
+import time
+import uuid
 from pathlib import Path
 
 import pytest
 
 from fedlearn_edu import benchmark
 
+ROOT = Path(__file__).resolve().parents[1]
 PROTOCOL = benchmark.Protocol(rounds=2, last_k=1, clients_per_round=2, tuning_seeds=(0,), eval_seeds=(1, 2))
 FED = benchmark.parse_federation("dirichlet:0.5", num_clients=4, num_samples=200)
 
@@ -176,3 +184,55 @@ def test_two_sweeps_on_one_folder_leave_a_consistent_store(tmp_path, paused_comm
     _consistent(out)
     redone: list = []
     assert set(_sweep(out, configs, redone).values()) == {"cached"} and redone == []
+
+
+# --------------------------------------------------------------------------- a killed sweep
+
+
+def _processes(marker: bytes) -> list[int]:
+    """The live processes whose environment holds ``marker`` (zombies excluded)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if marker in environ.split(b"\0") and state != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+def _wait(condition, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.1)
+    return condition()
+
+
+def test_a_killed_sweep_leaves_no_process_behind(tmp_path):
+    out, tag = tmp_path / "out", uuid.uuid4().hex
+    marker = f"FEDLEARN_TEST_SWEEP={tag}".encode()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "FEDLEARN_TEST_SWEEP": tag}
+    argv = [sys.executable, "-m", "fedlearn_edu", "benchmark", "--methods", "fedavg", "--partitions"]
+    argv += ["dirichlet:0.5", "--clients", "4", "--num-samples", "200", "--clients-per-round", "2"]
+    argv += ["--rounds", "3", "--last-k", "1", "--tune-seeds", "1", "--seeds", "200", "--edge-cap", "0"]
+    argv += ["--jobs", "2", "--out", str(out), "--no-plots", "--no-progress"]
+    sweep = subprocess.Popen(argv, env=env, cwd=tmp_path, start_new_session=True, stdout=subprocess.DEVNULL)
+    try:
+        # the sweep runs in its workers: two processes beside it, and a run stored
+        busy = _wait(lambda: len(_processes(marker)) >= 3 and any((out / "runs").glob("*.json")), 180)
+        assert busy and sweep.poll() is None, "the sweep did not start its workers, or ended before the kill"
+        os.kill(sweep.pid, signal.SIGKILL)
+        sweep.wait(60)
+        assert _wait(lambda: not _processes(marker), 30), f"left behind: {_processes(marker)}"
+    finally:
+        if sweep.poll() is None:
+            sweep.kill()
+            sweep.wait(60)
+        for pid in _processes(marker):  # what this test started and a failure left behind
+            os.kill(pid, signal.SIGKILL)
