@@ -1778,7 +1778,7 @@ class BenchmarkResult:
         picks: ``{(federation, method): settings}`` picked on the tuning seeds.
         protocol: the protocol used.
         failed: the runs that failed (key, method, federation, seed, error).
-        redone: keys of corrupt or partial files found and redone.
+        redone: keys of corrupt, partial or stale (other code's) runs found and redone.
         grids: ``{(federation, method): {setting: candidates}}``, every grid as the edge rule
             left it.
         edges: ``{(federation, method): {setting: "low" | "high"}}`` for the picks still at an
