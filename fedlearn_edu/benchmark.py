@@ -36,7 +36,11 @@ Records are tidy: one row per run x evaluation round, with every setting as a co
 run is stored under ``<out>/runs/<key>.csv`` + ``<key>.json`` where ``key`` hashes the run's
 full configuration and the package version; the ``.json`` is written last and holds the
 SHA-256 of the ``.csv``, so a run killed while writing, or a file changed afterwards, is
-detected and redone. A rerun of the same sweep skips every run that is done.
+detected and redone. The ``.json`` also holds the SHA-256 of the package's source
+(``code_sha256``): a run computed by other code (or by code that did not record it) is
+redone too. A rerun of the same sweep skips every run that is done. Sweeps sharing one
+``out`` take turns on ``<out>/runs/.lock`` to check and to write a run, so none of them sees
+another's run half written.
 
 Runs execute in this process (``engine="sequential"``), in ``n_jobs`` worker processes
 (``engine="joblib"``, loky backend) or on a Dask cluster (``engine="dask"``, a
@@ -52,7 +56,9 @@ the results are identical whichever engine ran them.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import gzip
 import hashlib
 import io
@@ -61,6 +67,7 @@ import math
 import os
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
@@ -740,6 +747,24 @@ def _version() -> str:
     return __version__
 
 
+_PACKAGE = Path(__file__).resolve().parent
+
+
+@functools.cache
+def _code_sha256() -> str:
+    """The SHA-256 of the package's source: every ``.py`` file under it, with its path.
+
+    A run executes the package's code (its strategies, data, models, :func:`execute` ...), so a
+    change to any of it (even a comment: the check is conservative) may change the run's
+    numbers. Computed once per process.
+    """
+    digest = hashlib.sha256()
+    for name in sorted(p.relative_to(_PACKAGE).as_posix() for p in _PACKAGE.rglob("*.py")):
+        digest.update(f"{name}\0".encode())
+        digest.update(hashlib.sha256((_PACKAGE / name).read_bytes()).digest())
+    return digest.hexdigest()
+
+
 def git_commit() -> str:
     """The package's git commit (with ``-dirty`` when the tree has changes), or ``"unknown"``."""
     here = Path(__file__).resolve().parent
@@ -1033,7 +1058,14 @@ def _csv_bytes(config: dict, key: str, result: dict, meta: dict) -> bytes:
 
 
 class _Store:
-    """``<out>/runs/<key>.csv`` + ``<key>.json`` (written last, holding the csv's SHA-256)."""
+    """``<out>/runs/<key>.csv`` + ``<key>.json`` (written last, holding the csv's SHA-256).
+
+    Checking a run (:meth:`status`) and writing one (:meth:`write`) hold an exclusive lock on
+    ``runs/.lock``, so a sweep never takes another sweep's run, half written, for a damaged
+    one; a lock held by a killed process is released with it.
+    """
+
+    STATUSES = ("ok", "failed")  # a manifest's status
 
     def __init__(self, out):
         self.out = Path(out)
@@ -1041,8 +1073,32 @@ class _Store:
         self.runs.mkdir(parents=True, exist_ok=True)
         self.redone: list[str] = []
 
+    @contextlib.contextmanager
+    def _locked(self):
+        try:
+            import fcntl
+        except ImportError:  # not on POSIX: no lock (one sweep per folder)
+            yield
+            return
+        fd = os.open(self.runs / ".lock", os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
+
     def status(self, key: str) -> str:
-        """``"done"``, ``"failed"``, ``"missing"`` or ``"corrupt"`` (then the files are removed)."""
+        """``"done"``, ``"failed"``, ``"missing"``, ``"corrupt"`` or ``"stale"`` (then the files are removed).
+
+        ``"corrupt"``: a ``.csv`` without its ``.json``, or a ``.json`` that is not an object
+        with this key, a status of :attr:`STATUSES` and the ``.csv``'s checksum. ``"stale"``: a
+        run computed by other code than this package's (its ``code_sha256`` differs from
+        :func:`_code_sha256`, or is missing: written before the check).
+        """
+        with self._locked():
+            return self._status(key)
+
+    def _status(self, key: str) -> str:
         meta_path, csv_path = self.runs / f"{key}.json", self.runs / f"{key}.csv"
         if not meta_path.exists():
             if csv_path.exists():  # killed between the two writes
@@ -1051,8 +1107,10 @@ class _Store:
             return "missing"
         try:
             meta = json.loads(meta_path.read_text())
-            if meta.get("key") != key:
+            if not isinstance(meta, dict) or meta.get("key") != key:
                 raise ValueError("key")
+            if meta["status"] not in self.STATUSES:
+                raise ValueError("status")
             if meta["status"] == "failed":
                 return "failed"
             if _sha(csv_path.read_bytes()) != meta["csv_sha256"]:
@@ -1060,6 +1118,9 @@ class _Store:
         except (OSError, ValueError, KeyError, TypeError):
             self._drop(key)
             return "corrupt"
+        if meta.get("code_sha256") != _code_sha256():
+            self._drop(key)
+            return "stale"
         return "done"
 
     def _drop(self, key):
@@ -1069,14 +1130,19 @@ class _Store:
 
     def write(self, key: str, config: dict, result: dict, meta: dict) -> None:
         record = {"key": key, "record_version": RECORD_VERSION, "config": config, **meta, "status": result["status"]}
+        record["code_sha256"] = _code_sha256()
         if result["status"] == "ok":
             data = _csv_bytes(config, key, result, meta)
-            _atomic_write(self.runs / f"{key}.csv", data)
             record.update(csv_sha256=_sha(data), num_rows=len(result["rows"]), seconds=result["seconds"])
         else:
-            (self.runs / f"{key}.csv").unlink(missing_ok=True)
             record.update(error=result["error"], traceback=result["traceback"])
-        _atomic_write(self.runs / f"{key}.json", json.dumps(record, indent=1, sort_keys=True).encode())
+        manifest = json.dumps(record, indent=1, sort_keys=True).encode()
+        with self._locked():  # the .csv and its .json: one step for every sweep that takes the lock
+            if result["status"] == "ok":
+                _atomic_write(self.runs / f"{key}.csv", data)
+            else:
+                (self.runs / f"{key}.csv").unlink(missing_ok=True)
+            _atomic_write(self.runs / f"{key}.json", manifest)
 
     def meta(self, key: str) -> dict:
         return json.loads((self.runs / f"{key}.json").read_text())
@@ -1105,7 +1171,13 @@ def _iterate(jobs: list, engine: str, n_jobs: int | None, client, factories: dic
         if workers == 1:
             yield from _iterate(jobs, "sequential", 1, None, factories, root)
             return
-        parallel = Parallel(n_jobs=workers, backend="loky", return_as="generator_unordered")
+        parallel = Parallel(
+            n_jobs=workers,
+            backend="loky",
+            return_as="generator_unordered",
+            initializer=_die_with_parent,
+            initargs=(os.getpid(),),
+        )
         calls = (delayed(_indexed)(i, cfg, factories.get(cfg["method"]), root) for i, cfg in jobs)
         yield from parallel(calls)
     elif engine == "dask":
@@ -1137,6 +1209,23 @@ def _indexed(i, cfg, factory, root):
     return i, execute(cfg, factory, root)
 
 
+def _die_with_parent(parent: int, poll: float = 0.2) -> None:
+    """A worker process's initializer: end the worker as soon as the sweep's process is gone.
+
+    A worker whose parent (``parent``, the sweep's process id) dies, even by ``kill -9``, is
+    given another parent; a daemon thread notices the change of ``os.getppid()`` within
+    ``poll`` seconds and ends the worker, so no worker (and, with the last worker, no loky
+    resource tracker) outlives the sweep.
+    """
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(poll)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="fedlearn-die-with-parent", daemon=True).start()
+
+
 # --------------------------------------------------------------------------- the sweep
 
 
@@ -1155,8 +1244,12 @@ def run_configs(
 ) -> dict:
     """Run the configurations not yet done under ``out``; return ``{key: status}``.
 
-    Statuses: ``"cached"`` (done before), ``"done"``, ``"failed"``. The keys of corrupt or
-    partial files found (and redone) are appended to ``redone``.
+    Statuses: ``"cached"`` (done before), ``"done"``, ``"failed"``. A stored run is redone
+    when its files are corrupt or partial, or when it was computed by other code (its
+    manifest's ``code_sha256``, the hash of the package's source, differs from this package's,
+    or is missing: written before the check); those keys are appended to ``redone``.
+    Worker processes (``"joblib"``) end with the process that started them, even when it is
+    killed. Several sweeps may share ``out`` (a lock makes each run's commit one step).
 
     Args:
         configs: the runs' configurations (duplicates, by :func:`run_key`, run once).
@@ -1168,7 +1261,7 @@ def run_configs(
         root: the data folder (``None``: the default).
         progress: show a tqdm bar on stderr.
         desc: the bar's label.
-        redone: a list to which the keys of corrupt or partial runs found are appended.
+        redone: a list to which the keys of corrupt, partial or stale runs found are appended.
 
     Returns:
         ``{run key: status}``, one entry per distinct configuration, in ``configs``' order.
@@ -1685,7 +1778,7 @@ class BenchmarkResult:
         picks: ``{(federation, method): settings}`` picked on the tuning seeds.
         protocol: the protocol used.
         failed: the runs that failed (key, method, federation, seed, error).
-        redone: keys of corrupt or partial files found and redone.
+        redone: keys of corrupt, partial or stale (other code's) runs found and redone.
         grids: ``{(federation, method): {setting: candidates}}``, every grid as the edge rule
             left it.
         edges: ``{(federation, method): {setting: "low" | "high"}}`` for the picks still at an
