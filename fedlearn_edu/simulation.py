@@ -693,6 +693,7 @@ def simulate(
     previous = None  # theta_{t-1}, for an attack that sends the last global update (stale free-riders)
     if resume and os.path.exists(checkpoint):
         saved = _ckpt.load(checkpoint, settings)
+        _ckpt.check_states(checkpoint, saved, server_state, client_state, strategy.server_params(server_state))
         if saved["round"] > rounds:
             raise ValueError(f"The checkpoint {checkpoint!r} is at round {saved['round']}, past rounds={rounds}.")
         server_state = _to(saved["server_state"], dev)
