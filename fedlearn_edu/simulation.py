@@ -745,7 +745,9 @@ def simulate(
             dropped = {i: _nonfinite_reason(i in bad_data) for i in bad}
             if on_nonfinite == "raise":
                 blown_up = _blown_up(strategy, server_state, params0)
-                raise FloatingPointError(_nonfinite_message(t, dropped, work.config.lr, blown_up, strategy.server_lr))
+                raise FloatingPointError(
+                    _nonfinite_message(t, dropped, work.config, blown_up, strategy.server_lr, strategy)
+                )
             keep = finite.cpu()
             updates = updates.subset(keep)
             recorded = recorded[keep.to(recorded.device)]
@@ -897,8 +899,14 @@ def _blown_up(strategy: Strategy, server_state: dict, params0: Params) -> float 
 
 
 def _nonfinite_message(
-    t: int, dropped: dict, lr: float, blown_up: float | None = None, server_lr: float | None = None
+    t: int,
+    dropped: dict,
+    config: LocalTraining,
+    blown_up: float | None = None,
+    server_lr: float | None = None,
+    strategy: Strategy | None = None,
 ) -> str:
+    lr, mu = config.lr, config.prox_mu
     data = [i for i, why in dropped.items() if "data" in why]
     diverged = [i for i in dropped if i not in data]
     parts = []
@@ -910,6 +918,13 @@ def _nonfinite_message(
             fix = (
                 f"the server step had already blown the global model up ({blown_up:.2g} times its initial size) "
                 f"before local training: lower server_lr (now {server_lr:g})"
+            )
+        elif lr * mu > 2 and mu > 1:  # SGD on (mu/2)||w - theta_t||^2 multiplies w - theta_t by 1 - lr mu
+            argument = getattr(strategy, "prox_argument", "")
+            who = f"{type(strategy).__name__}'s {argument}" if argument else "prox_mu"
+            fix = (
+                f"lr * prox_mu = {lr:g} * {mu:g} = {lr * mu:.3g} is above 2, where local SGD on the proximal term "
+                f"oscillates and grows: lower {who} (now {mu:g}) or the client lr"
             )
         elif lr < TINY_LR:
             fix = (
