@@ -594,7 +594,8 @@ def simulate(
             optimizer moments, its own tensors --, client state, the sampler's RNG state, History
             so far), written atomically (a temporary file, then ``os.replace``; temporaries a
             killed save left are removed on the next save or resume). A ``str`` or
-            ``os.PathLike`` in an existing, writable folder, checked before round 1. It holds a
+            ``os.PathLike`` in an existing folder where a file can be created, checked before
+            round 1 (a save that fails later raises ``OSError`` naming the file). It holds a
             SHA-256 fingerprint of every tensor that affects the run (each client's training
             and test split, the strategy's tensors such as FedVG's validation set, the initial
             model), so a resume on other data is refused (see :mod:`fedlearn_edu.checkpoint`).
@@ -603,7 +604,9 @@ def simulate(
             not). The result is bit-identical to the uninterrupted run. A checkpoint written by
             another configuration, or by an older version of the package, is refused (naming
             the first setting or data tensor that differs, or telling to delete the file); an
-            empty, truncated, corrupt or foreign file gives one ``ValueError`` saying so.
+            empty, truncated, corrupt or foreign file, or one whose states do not fit the run
+            (an edited file: another shape or dtype, NaN parameters), gives one ``ValueError``
+            saying so.
         diagnostics: optional per-round diagnostics to record in ``History.diagnostics``, from
             ``DIAGNOSTICS``: ``("conflicts",)`` counts, every round, the selected clients whose
             update conflicts with the applied one (``History.conflicts``). Added to those the
