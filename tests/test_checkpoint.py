@@ -421,7 +421,9 @@ def _resigned(path, edit):
             r"server_state\['params'\] lacks \['out.bias'\]",
         ),
         (
-            lambda s: s["server_state"]["params"].update({"out.bias": s["server_state"]["params"]["out.bias"].double()}),
+            lambda s: s["server_state"]["params"].update(
+                {"out.bias": s["server_state"]["params"]["out.bias"].double()}
+            ),
             r"server_state\['params'\]\['out.bias'\] is torch.float64; this run's is torch.float32",
         ),
         (
