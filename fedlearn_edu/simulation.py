@@ -453,11 +453,16 @@ def round_config(strategy: Strategy, base: LocalTraining, lr_decay: float, round
         strategy: the run's strategy.
         base: the run's :class:`~fedlearn_edu.engine.LocalTraining`.
         lr_decay: the decay in ``(0, 1]``.
-        round: t.
+        round: t, an integer >= 1.
 
     Returns:
         The round's :class:`~fedlearn_edu.engine.LocalTraining`.
+
+    Raises:
+        TypeError, ValueError: ``lr_decay`` outside ``(0, 1]`` (:func:`check_lr_decay`; not blamed on
+            the rate it would make), ``round`` not an integer >= 1.
     """
+    lr_decay, round = check_lr_decay(lr_decay), check_int(round, "round", 1)
     return strategy.configure_local(base.replace(lr=base.lr * lr_decay ** (round - 1)))
 
 
