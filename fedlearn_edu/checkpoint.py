@@ -21,7 +21,7 @@ from torch import Tensor, nn
 from .checks import check_int
 from .data.federation import Federation
 
-__all__ = ["CHECKPOINT_VERSION", "check_checkpoint_args", "fingerprint", "run_settings", "save", "load"]
+__all__ = ["CHECKPOINT_VERSION", "check_checkpoint_args", "check_states", "fingerprint", "run_settings", "save", "load"]
 
 # 3: fingerprints of every tensor that affects the run; 2: the strategy's explicit server state
 # (with a sum of the training data); 1: parameters + strategy.state_dict()
@@ -44,7 +44,9 @@ def check_checkpoint_args(checkpoint, resume, checkpoint_every) -> str | None:
 
     Raises:
         TypeError: a path or flag of the wrong type.
-        ValueError: a directory, a missing or read-only folder, ``resume=True`` without a path.
+        ValueError: a directory, a missing or read-only folder (or a file where a folder of the
+            path should be), a folder in which no file can be created (``/proc``), ``resume=True``
+            without a path.
     """
     if not isinstance(resume, bool):
         raise TypeError(f"resume must be True or False, got {resume!r} ({type(resume).__name__}).")
@@ -69,12 +71,35 @@ def check_checkpoint_args(checkpoint, resume, checkpoint_every) -> str | None:
         )
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
+        above = folder
+        while not os.path.exists(above) and os.path.dirname(above) != above:
+            above = os.path.dirname(above)
+        if os.path.exists(above) and not os.path.isdir(above):
+            raise ValueError(
+                f"checkpoint={path!r}: its folder {folder!r} cannot exist, since {above!r} is a file, not a folder; "
+                "pass a path in a folder."
+            )
         raise ValueError(f"checkpoint={path!r}: its folder {folder!r} does not exist; create it or pass another path.")
     if not os.access(folder, os.W_OK | os.X_OK):
         raise ValueError(f"checkpoint={path!r}: its folder {folder!r} is not writable; pass another path.")
     if os.path.exists(path) and not os.access(path, os.W_OK):
         raise ValueError(f"checkpoint={path!r} exists and is not writable; pass another path.")
+    probe = _temporary(path)  # what save() creates first: some folders (/proc) look writable but are not
+    try:
+        with open(probe, "ab"):
+            pass
+        os.remove(probe)
+    except OSError as err:
+        raise ValueError(
+            f"checkpoint={path!r}: no file can be created in its folder {folder!r} ({err.strerror or err}); "
+            "pass another path."
+        ) from None
     return path
+
+
+def _temporary(path: str) -> str:
+    """The temporary file :func:`save` writes before moving it onto ``path``."""
+    return f"{path}.tmp-{os.getpid()}"
 
 
 def fingerprint(t: Tensor) -> str:
@@ -228,12 +253,27 @@ def save(path, payload: dict) -> None:
     Args:
         path: the checkpoint's path.
         payload: tensors and plain containers.
+
+    Raises:
+        OSError: the file could not be written (a full disk, a folder removed mid-run); it
+            names the file and leaves no temporary behind.
     """
     path = os.fspath(path)
     remove_stale_temporaries(path)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    torch.save({**payload, "digest": _digest(payload)}, tmp)  # torch's zip records carry no checksum
-    os.replace(tmp, path)
+    tmp = _temporary(path)
+    try:
+        torch.save({**payload, "digest": _digest(payload)}, tmp)  # torch's zip records carry no checksum
+        os.replace(tmp, path)
+    except Exception as err:  # torch reports a failed write as a RuntimeError ("enforce fail ...")
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+        why = err.strerror if isinstance(err, OSError) and err.strerror else "torch.save failed"
+        raise OSError(
+            f"The checkpoint {path!r} could not be written ({why}); check the free space and the folder, "
+            "or pass another checkpoint path."
+        ) from err
 
 
 def _read(path: str) -> dict:
@@ -263,6 +303,54 @@ def _read(path: str) -> dict:
             f"{WHAT_TO_DO}"
         )
     return saved
+
+
+def check_states(path, saved: dict, server_state: dict, client_state: dict, params: dict | None) -> None:
+    """Check a loaded checkpoint's states against this run's initial ones.
+
+    The checksum catches a damaged file, not one edited and signed again: its states must
+    still fit the run -- every tensor of the initial states present with its shape and
+    dtype, and the model's parameters finite (a run never saves NaN/Inf parameters).
+
+    Args:
+        path: the checkpoint file (for the message).
+        saved: what :func:`load` returned.
+        server_state: this run's server state at round 0 (``strategy.init_state``).
+        client_state: this run's client state at round 0.
+        params: the model's parameters in ``server_state`` (``strategy.server_params``).
+
+    Raises:
+        ValueError: a tensor missing, of another shape or dtype, or a parameter NaN/Inf
+            (the message names the file, the entry and what to do).
+    """
+    model = {id(v) for v in (params or {}).values()}
+
+    def fail(what: str) -> None:
+        raise ValueError(
+            f"The checkpoint {os.fspath(path)!r} does not fit this run: {what} (an edited file?). {WHAT_TO_DO}"
+        )
+
+    def walk(ours, theirs, label: str) -> None:
+        if isinstance(ours, Mapping):
+            if not isinstance(theirs, Mapping):
+                fail(f"its {label} is a {type(theirs).__name__}, not a dict")
+            missing = sorted(str(k) for k in ours if k not in theirs)
+            if missing:
+                fail(f"its {label} lacks {missing[:5]}")
+            for k, v in ours.items():
+                walk(v, theirs[k], f"{label}[{k!r}]")
+        elif isinstance(ours, Tensor):
+            if not isinstance(theirs, Tensor):
+                fail(f"its {label} is a {type(theirs).__name__}, not a tensor")
+            if tuple(theirs.shape) != tuple(ours.shape):
+                fail(f"its {label} has shape {tuple(theirs.shape)}; this run's has {tuple(ours.shape)}")
+            if theirs.dtype != ours.dtype:
+                fail(f"its {label} is {theirs.dtype}; this run's is {ours.dtype}")
+            if id(ours) in model and theirs.is_floating_point() and not bool(torch.isfinite(theirs).all()):
+                fail(f"its {label} holds NaN/Inf values, which no run saves")
+
+    walk(server_state, saved["server_state"], "server_state")
+    walk(client_state, saved["client_state"], "client_state")
 
 
 def load(path, settings: dict) -> dict:

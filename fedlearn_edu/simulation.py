@@ -453,11 +453,16 @@ def round_config(strategy: Strategy, base: LocalTraining, lr_decay: float, round
         strategy: the run's strategy.
         base: the run's :class:`~fedlearn_edu.engine.LocalTraining`.
         lr_decay: the decay in ``(0, 1]``.
-        round: t.
+        round: t, an integer >= 1.
 
     Returns:
         The round's :class:`~fedlearn_edu.engine.LocalTraining`.
+
+    Raises:
+        TypeError, ValueError: ``lr_decay`` outside ``(0, 1]`` (:func:`check_lr_decay`; not blamed on
+            the rate it would make), ``round`` not an integer >= 1.
     """
+    lr_decay, round = check_lr_decay(lr_decay), check_int(round, "round", 1)
     return strategy.configure_local(base.replace(lr=base.lr * lr_decay ** (round - 1)))
 
 
@@ -594,7 +599,8 @@ def simulate(
             optimizer moments, its own tensors --, client state, the sampler's RNG state, History
             so far), written atomically (a temporary file, then ``os.replace``; temporaries a
             killed save left are removed on the next save or resume). A ``str`` or
-            ``os.PathLike`` in an existing, writable folder, checked before round 1. It holds a
+            ``os.PathLike`` in an existing folder where a file can be created, checked before
+            round 1 (a save that fails later raises ``OSError`` naming the file). It holds a
             SHA-256 fingerprint of every tensor that affects the run (each client's training
             and test split, the strategy's tensors such as FedVG's validation set, the initial
             model), so a resume on other data is refused (see :mod:`fedlearn_edu.checkpoint`).
@@ -603,7 +609,9 @@ def simulate(
             not). The result is bit-identical to the uninterrupted run. A checkpoint written by
             another configuration, or by an older version of the package, is refused (naming
             the first setting or data tensor that differs, or telling to delete the file); an
-            empty, truncated, corrupt or foreign file gives one ``ValueError`` saying so.
+            empty, truncated, corrupt or foreign file, or one whose states do not fit the run
+            (an edited file: another shape or dtype, NaN parameters), gives one ``ValueError``
+            saying so.
         diagnostics: optional per-round diagnostics to record in ``History.diagnostics``, from
             ``DIAGNOSTICS``: ``("conflicts",)`` counts, every round, the selected clients whose
             update conflicts with the applied one (``History.conflicts``). Added to those the
@@ -693,6 +701,7 @@ def simulate(
     previous = None  # theta_{t-1}, for an attack that sends the last global update (stale free-riders)
     if resume and os.path.exists(checkpoint):
         saved = _ckpt.load(checkpoint, settings)
+        _ckpt.check_states(checkpoint, saved, server_state, client_state, strategy.server_params(server_state))
         if saved["round"] > rounds:
             raise ValueError(f"The checkpoint {checkpoint!r} is at round {saved['round']}, past rounds={rounds}.")
         server_state = _to(saved["server_state"], dev)
@@ -744,7 +753,9 @@ def simulate(
             dropped = {i: _nonfinite_reason(i in bad_data) for i in bad}
             if on_nonfinite == "raise":
                 blown_up = _blown_up(strategy, server_state, params0)
-                raise FloatingPointError(_nonfinite_message(t, dropped, work.config.lr, blown_up, strategy.server_lr))
+                raise FloatingPointError(
+                    _nonfinite_message(t, dropped, work.config, blown_up, strategy.server_lr, strategy)
+                )
             keep = finite.cpu()
             updates = updates.subset(keep)
             recorded = recorded[keep.to(recorded.device)]
@@ -896,8 +907,14 @@ def _blown_up(strategy: Strategy, server_state: dict, params0: Params) -> float 
 
 
 def _nonfinite_message(
-    t: int, dropped: dict, lr: float, blown_up: float | None = None, server_lr: float | None = None
+    t: int,
+    dropped: dict,
+    config: LocalTraining,
+    blown_up: float | None = None,
+    server_lr: float | None = None,
+    strategy: Strategy | None = None,
 ) -> str:
+    lr, mu = config.lr, config.prox_mu
     data = [i for i, why in dropped.items() if "data" in why]
     diverged = [i for i in dropped if i not in data]
     parts = []
@@ -909,6 +926,13 @@ def _nonfinite_message(
             fix = (
                 f"the server step had already blown the global model up ({blown_up:.2g} times its initial size) "
                 f"before local training: lower server_lr (now {server_lr:g})"
+            )
+        elif lr * mu > 2 and mu > 1:  # SGD on (mu/2)||w - theta_t||^2 multiplies w - theta_t by 1 - lr mu
+            argument = getattr(strategy, "prox_argument", "")
+            who = f"{type(strategy).__name__}'s {argument}" if argument else "prox_mu"
+            fix = (
+                f"lr * prox_mu = {lr:g} * {mu:g} = {lr * mu:.3g} is above 2, where local SGD on the proximal term "
+                f"oscillates and grows: lower {who} (now {mu:g}) or the client lr"
             )
         elif lr < TINY_LR:
             fix = (

@@ -348,3 +348,104 @@ def test_stale_temporaries_are_removed_on_the_next_save_and_resume(fed, tmp_path
 
     saved = ckpt.load(path, torch.load(path, weights_only=True)["settings"])  # a resume cleans up first
     assert saved["round"] == 1 and not dead.exists()
+
+
+def test_a_checkpoint_whose_parent_is_a_file_says_so(fed, tmp_path):
+    """Not "does not exist": the path runs through a file, which no ``mkdir`` will fix."""
+    (tmp_path / "notes.txt").write_text("a file")
+    for path in (tmp_path / "notes.txt" / "run.pt", tmp_path / "notes.txt" / "sub" / "run.pt"):
+        with pytest.raises(ValueError, match="is a file, not a folder") as err:
+            simulate(fed, _model(fed), FedAvg(), checkpoint=path, **KW)
+        assert str(path) in str(err.value) and str(tmp_path / "notes.txt") in str(err.value)
+        assert "does not exist" not in str(err.value)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="Linux's /proc")
+def test_a_checkpoint_under_proc_is_refused_before_round_1_naming_the_path(fed, monkeypatch):
+    """/proc looks writable to root, but no file can be created there: torch's save failed after
+    round 1 with ``enforce fail at inline_container.cc`` and no path."""
+    import fedlearn_edu.simulation as simulation
+
+    def no_round(*args, **kwargs):
+        raise AssertionError("a round ran although the checkpoint cannot be written")
+
+    monkeypatch.setattr(simulation, "server_step", no_round)
+    with pytest.raises(ValueError) as err:
+        simulate(fed, _model(fed), FedAvg(), checkpoint="/proc/run.pt", **KW)
+    msg = str(err.value)
+    assert "checkpoint='/proc/run.pt'" in msg and "enforce fail" not in msg, msg
+    assert "pass another path" in msg, msg
+    assert not os.path.exists(f"/proc/run.pt.tmp-{os.getpid()}")
+
+
+def test_a_save_that_fails_names_the_checkpoint(tmp_path, monkeypatch):
+    """A save that fails mid-run (disk full, the folder removed) names the file and leaves no temporary."""
+    import fedlearn_edu.checkpoint as ckpt
+
+    def full_disk(obj, f, *args, **kwargs):
+        with open(f, "wb") as out:
+            out.write(b"partial")
+        raise RuntimeError("[enforce fail at inline_container.cc:664] . unexpected pos 64 vs 0")
+
+    monkeypatch.setattr(ckpt.torch, "save", full_disk)
+    path = tmp_path / "run.pt"
+    with pytest.raises(OSError, match="could not be written") as err:
+        ckpt.save(path, {"round": 1})
+    assert str(path) in str(err.value) and "enforce fail" not in str(err.value)
+    assert os.listdir(tmp_path) == []
+
+
+def _resigned(path, edit):
+    """The checkpoint at ``path`` edited by ``edit(saved)`` and signed again (its digest recomputed)."""
+    import fedlearn_edu.checkpoint as ckpt
+
+    saved = torch.load(path, weights_only=True)
+    saved.pop("digest")
+    edit(saved)
+    torch.save({**saved, "digest": ckpt._digest(saved)}, path)
+
+
+@pytest.mark.parametrize(
+    "edit, match",
+    [
+        (
+            lambda s: s["server_state"]["params"].update({"out.bias": torch.zeros(3)}),
+            r"server_state\['params'\]\['out.bias'\] has shape \(3,\); this run's has \(\d+,\)",
+        ),
+        (
+            lambda s: s["server_state"]["params"]["out.bias"].fill_(float("nan")),
+            r"server_state\['params'\]\['out.bias'\] holds NaN/Inf",
+        ),
+        (
+            lambda s: s["server_state"]["params"].pop("out.bias"),
+            r"server_state\['params'\] lacks \['out.bias'\]",
+        ),
+        (
+            lambda s: s["server_state"]["params"].update(
+                {"out.bias": s["server_state"]["params"]["out.bias"].double()}
+            ),
+            r"server_state\['params'\]\['out.bias'\] is torch.float64; this run's is torch.float32",
+        ),
+        (
+            lambda s: s["server_state"]["control"].update({"out.weight": torch.zeros(2, 2)}),
+            r"server_state\['control'\]\['out.weight'\] has shape \(2, 2\)",
+        ),
+        (
+            lambda s: s["client_state"]["control"].update({"out.bias": torch.zeros(1, 10)}),
+            r"client_state\['control'\]\['out.bias'\] has shape \(1, 10\); this run's has \(\d+, 10\)",
+        ),
+    ],
+)
+def test_a_resigned_checkpoint_with_wrong_shapes_or_nan_names_the_checkpoint(fed, tmp_path, edit, match):
+    """An edited file whose checksum was written again passes the digest: its states must still
+    fit the run (names, shapes, dtypes, finite parameters) -- not a failure blamed on ``lr``."""
+    from fedlearn_edu import SCAFFOLD
+
+    path = tmp_path / "run.pt"
+    simulate(fed, _model(fed), SCAFFOLD(), checkpoint=path, **dict(KW, rounds=2))
+    _resigned(path, edit)
+    with pytest.raises(ValueError, match=match) as err:
+        simulate(fed, _model(fed), SCAFFOLD(), checkpoint=path, resume=True, **KW)
+    msg = str(err.value)
+    assert f"The checkpoint {str(path)!r}" in msg and "Delete the file" in msg, msg
+    assert "lr" not in msg, msg

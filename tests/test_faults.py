@@ -124,7 +124,7 @@ def test_raise_names_the_bad_client_by_its_id(setting, name):
 
 
 # ----------------------------------------------------------- errors that point the right way
-from fedlearn_edu import AFL, CRAFT, DAC, FedAdam, FedAvg, FedDyn, FedLF, Gossip  # noqa: E402
+from fedlearn_edu import AFL, CRAFT, DAC, FedAdam, FedAvg, FedDyn, FedLF, FedProx, Gossip  # noqa: E402
 from fedlearn_edu.aggregators import project_simplex  # noqa: E402
 
 
@@ -154,6 +154,25 @@ def test_a_tiny_feddyn_alpha_is_named(setting):
     fed, _, _, model = setting
     with pytest.raises(FloatingPointError, match=r"alpha \(now 1e-300\).*larger alpha"):
         simulate(fed, model, FedDyn(alpha=1e-300), **SMALL)
+
+
+@pytest.mark.parametrize("strategy, named", [(FedDyn(alpha=1e6), "FedDyn's alpha"), (FedProx(mu=1e6), "FedProx's mu")])
+def test_a_huge_proximal_coefficient_is_named_not_the_lr(setting, strategy, named):
+    """FedDyn(alpha=1e6) diverged in local training and was told to lower the client lr only:
+    lr * alpha = 5e4 > 2 makes SGD on the proximal term oscillate and grow."""
+    fed, _, _, model = setting
+    with pytest.raises(FloatingPointError) as err:
+        simulate(fed, model, strategy, **dict(SMALL, lr=0.05))
+    msg = str(err.value)
+    assert f"lower {named} (now 1e+06)" in msg, msg
+    assert "lr * prox_mu = 0.05 * 1e+06 = 5e+04" in msg and "above 2" in msg, msg
+
+
+def test_a_moderate_proximal_coefficient_keeps_the_lr_advice(setting):
+    fed, _, _, model = setting
+    with pytest.raises(FloatingPointError, match=r"lower the client lr \(now 1e\+30\)") as err:
+        simulate(fed, model, FedDyn(alpha=0.01), **dict(SMALL, lr=1e30))
+    assert "alpha" not in str(err.value)
 
 
 def test_huge_values_project_onto_the_simplex():

@@ -27,7 +27,15 @@ from __future__ import annotations
 
 import torch
 
-from ..checks import Updates, check_num_clients, check_positive, check_reference, check_stacked_like, check_updates
+from ..checks import (
+    Updates,
+    check_bool,
+    check_num_clients,
+    check_positive,
+    check_reference,
+    check_stacked_like,
+    check_updates,
+)
 from ._tree import map_updates
 from .fedavg import fedavg
 
@@ -47,11 +55,16 @@ def feddyn_client_update(linear_terms: Updates, deltas: Updates, alpha: float, *
     Returns:
         ``phi_k+``, structured like ``linear_terms`` (new tensors).
 
+    Raises:
+        TypeError: ``finite`` is not a bool (``"no"`` would read as true); malformed inputs.
+        ValueError: inputs of other shapes, NaN/Inf deltas with ``finite=True``, ``alpha <= 0``.
+
     Example:
         >>> feddyn_client_update(torch.tensor([[1.0, 0.0]]), torch.tensor([[0.5, -0.5]]), alpha=0.1)
         tensor([[0.9500, 0.0500]])
     """
     check_updates(linear_terms, "linear_terms")
+    finite = check_bool(finite, "finite")
     check_stacked_like(deltas, linear_terms, "deltas", "linear_terms", finite=finite)
     a = check_positive(alpha, "alpha")
     return map_updates(lambda g, d: g - a * d, linear_terms, deltas)

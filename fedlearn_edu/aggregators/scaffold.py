@@ -22,6 +22,7 @@ from torch import Tensor
 
 from ..checks import (
     Updates,
+    check_bool,
     check_counts,
     check_num_clients,
     check_positive,
@@ -61,12 +62,18 @@ def scaffold_control_update(
     Returns:
         ``c_i+``, structured like ``client_controls`` (new tensors; the inputs are not modified).
 
+    Raises:
+        TypeError: ``finite`` is not a bool (``"no"`` would read as true); malformed inputs.
+        ValueError: inputs of other shapes, NaN/Inf deltas with ``finite=True``, a bad ``lr``
+            or ``local_steps``.
+
     Example:
         >>> c_i, c = torch.tensor([[0.0, 1.0]]), torch.tensor([0.5, 0.5])
         >>> scaffold_control_update(c_i, c, torch.tensor([[-0.2, 0.4]]), local_steps=2, lr=0.1)
         tensor([[ 0.5000, -1.5000]])
     """
     m = check_updates(client_controls, "client_controls")
+    finite = check_bool(finite, "finite")
     check_stacked_like(deltas, client_controls, "deltas", "client_controls", finite=finite)
     check_reference(server_control, client_controls, "server_control")
     if server_control is None:

@@ -51,14 +51,16 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
+from ..checks import check_int, check_seed
 from ..engine import LocalTraining, make_engine
-from ..params import Params, select_rows, tree_leaves
+from ..params import Params, get_params, select_rows, tree_leaves
 from ..simulation import round_config, server_step
 from ..strategies.base import ClientUpdates, ClientWork, Strategy
 
 __all__ = [
     "ClientReply",
     "check_one_model",
+    "check_client_id",
     "begin_run",
     "round_config",
     "init_client_state",
@@ -111,6 +113,28 @@ def check_one_model(strategy: Strategy) -> None:
         )
 
 
+def check_client_id(client_id, num_clients: int | None = None, name: str = "client_id") -> int:
+    """A client's index: an integer ``>= 0`` (``< num_clients`` when it is known).
+
+    Args:
+        client_id: the index (the node's ``partition-id``).
+        num_clients: N, or ``None`` when the caller does not know it.
+        name: the argument's name, for the message.
+
+    Returns:
+        ``int(client_id)``.
+
+    Raises:
+        TypeError: not an integer (``1.7`` is not truncated, bools are refused).
+        ValueError: negative (``-1`` would pick the last client's row), or ``>= num_clients``.
+    """
+    cid = check_int(client_id, name)
+    if cid < 0 or (num_clients is not None and cid >= num_clients):
+        upper = "" if num_clients is None else f"{num_clients}) (one of the {num_clients} clients"
+        raise ValueError(f"{name} must be {f'in [0, {upper})' if upper else '>= 0'}, got {client_id!r}.")
+    return cid
+
+
 def begin_run(strategy: Strategy, params: Params, model: nn.Module, num_clients: int, seed: int) -> dict:
     """The server state at round 0, as :func:`~fedlearn_edu.simulate` starts it.
 
@@ -127,9 +151,14 @@ def begin_run(strategy: Strategy, params: Params, model: nn.Module, num_clients:
 
     Returns:
         The server state.
+
+    Raises:
+        TypeError, ValueError: ``num_clients`` not an integer >= 1, ``seed`` not an integer in
+            ``[0, 2**64)`` (a float is refused, not truncated).
     """
     check_one_model(strategy)
-    server_state, _ = strategy.init_state(params, model, int(num_clients), int(seed))
+    num_clients, seed = check_int(num_clients, "num_clients", 1), check_seed(seed)
+    server_state, _ = strategy.init_state(params, model, num_clients, seed)
     return server_state
 
 
@@ -160,9 +189,15 @@ def init_client_state(
 
     Returns:
         ``{name: Tensor[1, ...]}``.
+
+    Raises:
+        TypeError, ValueError: ``client_id`` not in ``[0, num_clients)``, ``num_clients`` not an
+            integer >= 1, ``seed`` not an integer in ``[0, 2**64)``.
     """
-    _, state = strategy.init_state(params0, model, int(num_clients), int(seed))
-    return select_rows(state, torch.tensor([int(client_id)]))
+    num_clients, seed = check_int(num_clients, "num_clients", 1), check_seed(seed)
+    cid = check_client_id(client_id, num_clients)
+    _, state = strategy.init_state(params0, model, num_clients, seed)
+    return select_rows(state, torch.tensor([cid]))
 
 
 def train_client(
@@ -205,15 +240,36 @@ def train_client(
         client's new state rows (the old rows with the ones ``client_update`` returned written
         over them; the old rows unchanged when the update or the new state is not finite, as
         the simulator drops such a client for the round).
+
+    Raises:
+        TypeError, ValueError: ``client_id`` negative or not an integer, ``run_seed`` not an
+            integer in ``[0, 2**64)``, ``round`` not an integer >= 1; ``state`` lacks the rows of
+            the strategy's client state (SCAFFOLD's ``control``: pass :func:`init_client_state`
+            the first time); a signal of ``client_update`` that is a dict of tensors
+            (SCAFFOLD's ``delta_c``), which the replies cannot carry.
     """
     state = {} if state is None else state
-    cid = int(client_id)
-    engine = make_engine(engine, model)
-    work = ClientWork.for_round(int(round), torch.tensor([cid]), {cid: train_data}, config, model, engine, run_seed)
-    out = strategy.client_update(work, server_view, state)
+    cid, run_seed = check_client_id(client_id), check_seed(run_seed, "run_seed")
+    round = check_int(round, "round", 1)
     name = type(strategy).__name__
+    _, initial = strategy.init_state(get_params(model), model, 1, run_seed)
+    missing = sorted(k for k in initial if k not in state)
+    if missing:
+        raise ValueError(
+            f"{name} keeps the client state {sorted(initial)}; state lacks {missing}. Pass the client's rows: "
+            "init_client_state(strategy, model, params0, client_id, num_clients, seed) the first time, then "
+            "the rows train_client returned."
+        )
+    engine = make_engine(engine, model)
+    work = ClientWork.for_round(round, torch.tensor([cid]), {cid: train_data}, config, model, engine, run_seed)
+    out = strategy.client_update(work, server_view, state)
     reply_signals = {}
     for key, value in out.signals.items():
+        if isinstance(value, dict):
+            raise ValueError(
+                f"{name}.client_update returned the signal {key!r} as a dict of tensors; the Flower adapter "
+                f"carries one tensor per signal, so {name} does not run on it (run it with fedlearn_edu.simulate)."
+            )
         value = torch.as_tensor(value)
         if value.dim() == 0 or value.shape[0] != 1:
             raise ValueError(
@@ -223,7 +279,7 @@ def train_client(
         reply_signals[key] = value[0].detach().cpu()
     recorded = None if out.recorded_loss is None else out.recorded_loss[0].detach().cpu()
     reply = ClientReply(
-        client_id=int(client_id),
+        client_id=cid,
         deltas={k: v[0].detach().cpu() for k, v in out.deltas.items()},
         num_samples=int(train_data[1].shape[0]),
         train_loss=out.train_loss[0].detach().cpu(),

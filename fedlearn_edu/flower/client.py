@@ -11,6 +11,7 @@ from flwr.app import Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 from torch import nn
 
+from ..checks import check_int
 from ..data.federation import ClientData, Federation
 from ..params import get_params
 from ..simulation import evaluate_clients
@@ -135,6 +136,11 @@ def make_client_app(
 
     Returns:
         ``flwr.clientapp.ClientApp``.
+
+    Raises:
+        TypeError: (when a node first handles a message) ``node_fn`` did not return a
+            :class:`Node`, or its ``client_id``/``num_classes`` is not an integer.
+        ValueError: (likewise) a negative ``client_id`` or ``num_classes < 1``.
     """
     device = torch.device(device)
     nodes: dict[tuple[int, int], Node] = {}
@@ -149,8 +155,8 @@ def make_client_app(
             nodes[key] = Node(
                 copy.deepcopy(node.model).to(device),
                 node.data.to(device),
-                int(node.client_id),
-                int(node.num_classes),
+                bridge.check_client_id(node.client_id, name="Node.client_id"),
+                check_int(node.num_classes, "Node.num_classes", 1),
                 node.strategy,
             )
         return nodes[key]

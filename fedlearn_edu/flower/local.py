@@ -10,6 +10,8 @@ from flwr.serverapp import Grid
 from flwr.supercore.run import Run
 from flwr.supercore.task_identity import TaskIdentity
 
+from ..checks import check_int
+
 __all__ = ["LocalGrid"]
 
 SERVER_NODE_ID = 1  # Flower's SuperLink node id: the sender of the ServerApp's messages
@@ -30,10 +32,14 @@ class LocalGrid(Grid):
         node_configs: one ``node_config`` per node, e.g.
             ``[{"partition-id": i, "num-partitions": n} for i in range(n)]``.
         run_config: the run's ``run_config`` (the App's ``[tool.flwr.app.config]``).
-        run_id: the run's id.
+        run_id: the run's id (an integer >= 0).
         errors: ``"raise"`` (default) re-raises a ClientApp's exception at once; ``"reply"``
             answers with an error message instead, as a SuperNode does (the strategy then
             sees a failed node).
+
+    Raises:
+        TypeError: ``client_app`` is not a ``ClientApp``; ``run_id`` is not an integer.
+        ValueError: no nodes; ``errors`` is neither ``"raise"`` nor ``"reply"``; a negative ``run_id``.
 
     Attributes:
         contexts: ``{node_id: Context}``; read a node's ``state`` after the run.
@@ -58,12 +64,13 @@ class LocalGrid(Grid):
             raise ValueError("LocalGrid needs at least one node (node_configs is empty).")
         if errors not in ("raise", "reply"):
             raise ValueError(f"errors must be 'raise' or 'reply', got {errors!r}.")
+        run_id = check_int(run_id, "run_id", 0)
         self.client_app = client_app
         self.errors = errors
-        self._run = Run.create_empty(int(run_id))
+        self._run = Run.create_empty(run_id)
         self.contexts = {
             SERVER_NODE_ID + 1 + i: Context(
-                run_id=int(run_id),
+                run_id=run_id,
                 node_id=SERVER_NODE_ID + 1 + i,
                 node_config=dict(config),
                 state=RecordDict(),

@@ -54,6 +54,7 @@ from flwr.serverapp.strategy import Strategy as FlowerBaseStrategy
 from flwr.supercore import log
 from torch import nn
 
+from ..checks import check_int, check_positive, check_range, check_seed
 from ..metrics import fairness_metrics
 from ..params import Params, get_params
 from ..simulation import local_training
@@ -111,6 +112,13 @@ class FlowerStrategy(FlowerBaseStrategy):
         wait_s: how long to wait for ``min_available_nodes`` before giving up.
         device: where the server keeps theta_t and runs the strategy.
 
+    Raises:
+        TypeError: ``strategy`` or ``model`` of the wrong kind; a count, fraction, seed or
+            ``wait_s`` that is not a number of its kind (strings and bools are refused, a float
+            count or seed is not truncated).
+        ValueError: a setting out of range (a negative seed, a fraction outside ``[0, 1]``), or a
+            strategy without one server model.
+
     Attributes:
         server_state: the strategy's server state (``None`` before round 1).
         diagnostics: ``list[dict]``, per round what the strategy reported plus
@@ -158,30 +166,18 @@ class FlowerStrategy(FlowerBaseStrategy):
         if not isinstance(model, nn.Module):
             raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}.")
         base_config, lr_decay = local_training(local_epochs, batch_size, lr, lr_decay, momentum, weight_decay)
-        for name, value in (("fraction_train", fraction_train), ("fraction_evaluate", fraction_evaluate)):
-            if not 0 <= value <= 1:
-                raise ValueError(f"{name} must be in [0, 1], got {value}.")
-        for name, value in (
-            ("min_train_nodes", min_train_nodes),
-            ("min_available_nodes", min_available_nodes),
-            ("eval_every", eval_every),
-        ):
-            if int(value) != value or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value}.")
-        if not (wait_s > 0 and math.isfinite(wait_s)):
-            raise ValueError(f"wait_s must be a finite number of seconds > 0, got {wait_s}.")
         self.strategy = strategy
         self.model = model
         self.base_config = base_config
         self.lr_decay = lr_decay
-        self.seed = int(seed)
-        self.fraction_train = float(fraction_train)
-        self.min_train_nodes = int(min_train_nodes)
-        self.min_available_nodes = int(min_available_nodes)
-        self.fraction_evaluate = float(fraction_evaluate)
-        self.eval_every = int(eval_every)
+        self.seed = check_seed(seed)  # a float is refused, not truncated
+        self.fraction_train = check_range(fraction_train, "fraction_train", 0, 1)
+        self.min_train_nodes = check_int(min_train_nodes, "min_train_nodes", 1)
+        self.min_available_nodes = check_int(min_available_nodes, "min_available_nodes", 1)
+        self.fraction_evaluate = check_range(fraction_evaluate, "fraction_evaluate", 0, 1)
+        self.eval_every = check_int(eval_every, "eval_every", 1)
         self._rounds: int | None = None
-        self.wait_s = float(wait_s)
+        self.wait_s = check_positive(wait_s, "wait_s")
         self.device = torch.device(device)
         self.diagnostics: list[dict] = []
         self.evaluations: list[dict] = []
@@ -387,13 +383,12 @@ class FlowerStrategy(FlowerBaseStrategy):
             :meth:`final_params`).
 
         Raises:
-            ValueError: ``rounds`` is not a positive integer.
+            TypeError, ValueError: ``rounds`` is not an integer >= 1.
         """
-        if int(rounds) != rounds or rounds < 1:
-            raise ValueError(f"rounds must be a positive integer, got {rounds}.")
+        rounds = check_int(rounds, "rounds", 1)
         self._started = False
         self.server_state = None
-        self._rounds = int(rounds)
+        self._rounds = rounds
         self.diagnostics, self.evaluations = [], []
         return self.start(grid, params_to_arrays(get_params(self.model)), num_rounds=int(rounds), timeout=timeout)
 

@@ -61,8 +61,14 @@ def make_strategy(name: str, **kwargs) -> Strategy:
         The :class:`Strategy`.
 
     Raises:
+        TypeError: ``name`` is not a string.
         ValueError: an unknown name.
     """
+    if not isinstance(name, str):
+        raise TypeError(
+            f"name must be a strategy's short name (a str, e.g. 'fedavg'), got {name!r} ({type(name).__name__}); "
+            f"choose one of {sorted(STRATEGIES)}."
+        )
     key = name.lower().replace("-", "").replace("_", "")
     if key not in STRATEGIES:
         raise ValueError(f"Unknown strategy {name!r}; choose one of {sorted(STRATEGIES)}.")

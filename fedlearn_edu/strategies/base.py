@@ -361,6 +361,9 @@ class Strategy:
       ``"personal"`` or ``"cluster"``.
     - ``diagnostics``: optional per-round diagnostics the strategy needs recorded whatever the
       user asks (names from ``fedlearn_edu.simulation.DIAGNOSTICS``); none by default.
+    - ``prox_argument``: the constructor argument that sets the clients' ``prox_mu`` in
+      :meth:`configure_local` (FedProx's ``"mu"``, FedDyn's ``"alpha"``), so that a divergence
+      it causes is blamed on it; ``""`` when there is none.
     """
 
     name = "strategy"
@@ -368,6 +371,7 @@ class Strategy:
     model_key = "params"
     evaluates = "global"
     diagnostics: tuple[str, ...] = ()
+    prox_argument = ""
 
     def __init__(self, server_lr: float = 1.0, optimizer: ServerOptimizer | None = None):
         """Check the arguments (see the class docstring) and keep them."""

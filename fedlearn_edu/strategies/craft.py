@@ -32,6 +32,9 @@ def craft_layer_groups(model: nn.Module, merge_norm: bool = True) -> dict[str, l
     Returns:
         ``{group: [parameter names]}`` in ``model.named_parameters()`` order.
 
+    Raises:
+        TypeError: ``merge_norm`` is not a bool (``"no"`` would read as true).
+
     Example:
         >>> from fedlearn_edu.models import make_model
         >>> groups = craft_layer_groups(make_model("resnet20", (3, 32, 32), 10))
@@ -39,7 +42,7 @@ def craft_layer_groups(model: nn.Module, merge_norm: bool = True) -> dict[str, l
         (['conv.weight', 'norm.weight', 'norm.bias'], 22)
     """
     names = [n for n, _ in model.named_parameters()]
-    if not merge_norm:
+    if not check_bool(merge_norm, "merge_norm"):
         return layer_groups(names)
     owner: dict[str, str] = {}
 

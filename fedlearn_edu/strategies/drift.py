@@ -207,6 +207,7 @@ class FedDyn(Strategy):
     """
 
     name = "feddyn"
+    prox_argument = "alpha"  # the clients' prox_mu
     needs = Needs(sums_only=True)  # the sum of the Delta_k
     weighted_direction = True  # direction(..., weights=) (FedVG on FedDyn)
 

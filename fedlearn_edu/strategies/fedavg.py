@@ -96,6 +96,7 @@ class FedProx(FedAvg):
     """
 
     name = "fedprox"
+    prox_argument = "mu"  # the clients' prox_mu
 
     def __init__(self, mu: float = 0.01, server_lr: float = 1.0, optimizer: ServerOptimizer | None = None):
         """Check the arguments (see the class docstring) and keep them."""

@@ -27,6 +27,7 @@ is created by :meth:`ServerOptimizer.init_state` and passed in and returned by
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 import torch
 
@@ -69,8 +70,51 @@ class ServerOptimizer:
 
         Returns:
             ``(theta_{t+1}, new state)``.
+
+        Raises:
+            ValueError: ``direction`` (or a moment of ``state``) lacks a parameter of ``params``,
+                has another one, or one of another shape (every subclass checks with
+                :meth:`check_step`).
         """
         raise NotImplementedError
+
+    def check_step(self, params: Params, direction: Params, state: dict) -> None:
+        """Refuse a ``direction`` or ``state`` that does not match ``params`` (names and shapes).
+
+        Without it a missing name ends in a bare ``KeyError`` and a shape of size 1 is silently
+        broadcast over the parameter.
+
+        Args:
+            params: theta_t, ``{name: Tensor[...]}``.
+            direction: ``g``, which must have exactly the names and shapes of ``params``.
+            state: ``{moment: {name: Tensor[...]}}``; every moment :meth:`init_state` makes
+                must be there, shaped like ``params``.
+
+        Raises:
+            ValueError: a name missing or unexpected, or a shape that differs.
+        """
+        expected = {k: tuple(v.shape) for k, v in params.items()}
+        trees = [("direction", direction)]
+        for moment in self.init_state({}):
+            if not isinstance(state.get(moment), Mapping):
+                raise ValueError(
+                    f"{type(self).__name__}.step needs state[{moment!r}] (from init_state(params)); the state "
+                    f"has {sorted(state)}."
+                )
+            trees.append((f"state[{moment!r}]", state[moment]))
+        for what, tree in trees:
+            missing, unknown = sorted(set(expected) - set(tree)), sorted(set(tree) - set(expected))
+            if missing or unknown:
+                raise ValueError(
+                    f"{type(self).__name__}.step: {what} must have the names of params {sorted(expected)}; "
+                    f"missing {missing[:5]}, unexpected {unknown[:5]}."
+                )
+            for k, shape in expected.items():
+                if tuple(tree[k].shape) != shape:
+                    raise ValueError(
+                        f"{type(self).__name__}.step: {what}[{k!r}] has shape {tuple(tree[k].shape)}, "
+                        f"params[{k!r}] has {shape}."
+                    )
 
     def __repr__(self) -> str:
         """``Name(hyper-parameter=value, ...)``."""
@@ -96,7 +140,11 @@ class ServerSGD(ServerOptimizer):
 
         Returns:
             ``(theta_t - eta g, state)``.
+
+        Raises:
+            ValueError: ``direction`` does not match ``params`` (:meth:`check_step`).
         """
+        self.check_step(params, direction, state)
         return {k: v - self.lr * direction[k] for k, v in params.items()}, state
 
 
@@ -136,7 +184,11 @@ class ServerMomentum(ServerOptimizer):
 
         Returns:
             ``(theta_t - eta v, {"velocity": v})`` with the new velocity ``v``.
+
+        Raises:
+            ValueError: ``direction`` or the velocity does not match ``params`` (:meth:`check_step`).
         """
+        self.check_step(params, direction, state)
         velocity = {k: self.momentum * state["velocity"][k] + g for k, g in direction.items()}
         return {k: v - self.lr * velocity[k] for k, v in params.items()}, {"velocity": velocity}
 
@@ -182,7 +234,12 @@ class _FedOpt(ServerOptimizer):
         }
 
     def step(self, params: Params, direction: Params, state: dict) -> tuple[Params, dict]:
-        """``m <- b1 m + (1-b1) g``, the second moment, then ``theta - eta m / (sqrt(v) + tau)``."""
+        """``m <- b1 m + (1-b1) g``, the second moment, then ``theta - eta m / (sqrt(v) + tau)``.
+
+        Raises:
+            ValueError: ``direction`` or a moment does not match ``params`` (:meth:`check_step`).
+        """
+        self.check_step(params, direction, state)
         m = {k: self.beta1 * state["m"][k] + (1 - self.beta1) * g for k, g in direction.items()}
         v = {k: self._second_moment(state["v"][k], g * g) for k, g in direction.items()}
         return {k: p - self.lr * m[k] / (v[k].sqrt() + self.tau) for k, p in params.items()}, {"m": m, "v": v}

@@ -89,3 +89,9 @@ def test_bad_input_is_rejected():
         feddyn_server_update(d, torch.zeros(5), alpha=1.0, num_clients=3)
     with pytest.raises(ValueError, match="row 1 of"):
         feddyn_server_update(torch.tensor([[0.0, 0.0], [float("inf"), 0.0]]), torch.zeros(2), 1.0, 3)
+
+
+@pytest.mark.parametrize("flag", ["no", "False", 0, None])
+def test_the_finite_flag_must_be_a_bool(flag):
+    with pytest.raises(TypeError, match=rf"finite must be True or False, got {flag!r}"):
+        feddyn_client_update(torch.zeros(2, 3), torch.ones(2, 3), 0.1, finite=flag)

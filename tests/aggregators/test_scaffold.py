@@ -131,3 +131,11 @@ def test_numpy_and_tensor_scalars_are_accepted():
     torch.testing.assert_close(scaffold_control_update(ci, c, dy, np.int64(4), np.float32(0.25)), ref)
     torch.testing.assert_close(scaffold_control_update(ci, c, dy, torch.tensor(4), torch.tensor(0.25)), ref)
     torch.testing.assert_close(ref, torch.full((2, 3), -1.0))
+
+
+@pytest.mark.parametrize("flag", ["no", "False", 0, None])
+def test_the_finite_flag_must_be_a_bool(flag):
+    """``finite="no"`` was truthy: the caller asked for no check and got one (and vice versa)."""
+    c_i, c, d = torch.zeros(2, 3), torch.zeros(3), torch.ones(2, 3)
+    with pytest.raises(TypeError, match=rf"finite must be True or False, got {flag!r}"):
+        scaffold_control_update(c_i, c, d, local_steps=2, lr=0.1, finite=flag)

@@ -433,3 +433,118 @@ def test_several_server_models_are_refused(setting):
         FlowerStrategy(IFCA(2), model)
     with pytest.raises(ValueError, match="server_model='none'"):
         FlowerStrategy(LocalOnly(), model)
+
+
+@pytest.mark.parametrize("decay", [0, -1, float("nan"), 2.0])
+def test_round_config_names_lr_decay_not_lr(decay):
+    """``lr_decay=0`` gave "lr must be > 0, got 0.0" (and NaN "lr must be finite"): the rate
+    the caller never set was blamed."""
+    with pytest.raises(ValueError, match=r"lr_decay must be (in \(0, 1\]|finite), got"):
+        bridge.round_config(FedAvg(), LocalTraining(), decay, 2)
+    with pytest.raises(TypeError, match="lr_decay must be a real number, got '0.5'"):
+        bridge.round_config(FedAvg(), LocalTraining(), "0.5", 2)
+    for bad_round in (0, 2.5, True):
+        with pytest.raises((TypeError, ValueError), match="round must be"):
+            bridge.round_config(FedAvg(), LocalTraining(), 0.5, bad_round)
+    assert bridge.round_config(FedAvg(), LocalTraining(lr=0.1), 0.5, 3).lr == 0.1 * 0.5**2
+
+
+def _scaffold():
+    from fedlearn_edu import SCAFFOLD
+
+    return SCAFFOLD()
+
+
+def test_client_ids_out_of_range_negative_or_fractional_are_refused(setting):
+    """``init_client_state`` with id 5 of 4 clients raised a bare IndexError; id -1 silently
+    took the last client's row; 1.7 became 1."""
+    fed, _, model = setting
+    p0 = get_params(model)
+    rows = bridge.init_client_state(_scaffold(), model, p0, 3, NUM_CLIENTS, 0)
+    assert rows["control"]["out.bias"].shape[0] == 1
+    for bad, error, match in (
+        (NUM_CLIENTS, ValueError, r"client_id must be in \[0, 4\) \(one of the 4 clients\), got 4"),
+        (-1, ValueError, r"client_id must be in \[0, 4\)"),
+        (1.7, TypeError, "client_id must be an integer, got 1.7"),
+        ("1", TypeError, "client_id must be an integer"),
+    ):
+        with pytest.raises(error, match=match):
+            bridge.init_client_state(_scaffold(), model, p0, bad, NUM_CLIENTS, 0)
+    data = (fed[0].train_x, fed[0].train_y)
+    view = {"params": p0}
+    for bad, error in ((-1, ValueError), (1.5, TypeError), (True, TypeError)):
+        with pytest.raises(error, match="client_id must be"):
+            bridge.train_client(FedAvg(), model, view, data, LocalTraining(), 0, 1, bad)
+
+
+def test_float_bool_or_negative_seeds_are_refused_not_truncated(setting):
+    fed, _, model = setting
+    p0 = get_params(model)
+    data = (fed[0].train_x, fed[0].train_y)
+    for seed, error in ((2.5, TypeError), (True, TypeError), (-1, ValueError), ("3", TypeError)):
+        with pytest.raises(error, match="seed must be"):
+            FlowerStrategy(FedAvg(), model, seed=seed)
+        with pytest.raises(error, match="seed must be"):
+            bridge.begin_run(FedAvg(), p0, model, NUM_CLIENTS, seed)
+        with pytest.raises(error, match="seed must be"):
+            bridge.init_client_state(_scaffold(), model, p0, 0, NUM_CLIENTS, seed)
+        with pytest.raises(error, match="seed must be"):
+            bridge.train_client(FedAvg(), model, {"params": p0}, data, LocalTraining(), seed, 1, 0)
+    for n, error in ((0, ValueError), (2.5, TypeError)):
+        with pytest.raises(error, match="num_clients must be"):
+            bridge.begin_run(FedAvg(), p0, model, n, 0)
+    assert FlowerStrategy(FedAvg(), model, seed=7).seed == 7
+
+
+@pytest.mark.parametrize("state", [None, {}, {"other": {}}])
+def test_train_client_without_the_strategys_client_state_says_what_to_pass(setting, state):
+    """SCAFFOLD without its rows ended in ``KeyError: 'control'``."""
+    fed, _, model = setting
+    p0 = get_params(model)
+    server = bridge.begin_run(_scaffold(), p0, model, NUM_CLIENTS, 0)
+    data = (fed[0].train_x, fed[0].train_y)
+    view = _scaffold().client_view(server)
+    with pytest.raises(ValueError, match=r"SCAFFOLD keeps the client state \['control'\]; state lacks \['control'\]"):
+        bridge.train_client(_scaffold(), model, view, data, LocalTraining(), 0, 1, 0, state)
+    rows = bridge.init_client_state(_scaffold(), model, p0, 0, NUM_CLIENTS, 0)
+    with pytest.raises(ValueError, match="returned the signal 'delta_c' as a dict of tensors"):
+        bridge.train_client(_scaffold(), model, view, data, LocalTraining(), 0, 1, 0, rows)
+    ditto = Ditto(lam=0.5, base=FedAvg())
+    view = ditto.client_view(bridge.begin_run(ditto, p0, model, NUM_CLIENTS, 0))
+    with pytest.raises(ValueError, match=r"Ditto keeps the client state \['personal'\]; state lacks \['personal'\]"):
+        bridge.train_client(ditto, model, view, data, LocalTraining(), 0, 1, 0, state)
+    rows = bridge.init_client_state(ditto, model, p0, 0, NUM_CLIENTS, 0)
+    reply, new_rows = bridge.train_client(ditto, model, view, data, LocalTraining(), 0, 1, 0, rows)
+    assert reply.client_id == 0 and new_rows.keys() == {"personal"}
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        (dict(fraction_train="1"), TypeError, "fraction_train must be a real number, got '1'"),
+        (dict(fraction_evaluate=True), TypeError, "fraction_evaluate must be a real number, got True"),
+        (dict(fraction_evaluate=float("nan")), ValueError, "fraction_evaluate must be finite"),
+        (dict(min_train_nodes=2.0), TypeError, "min_train_nodes must be an integer, got 2.0"),
+        (dict(min_available_nodes="2"), TypeError, "min_available_nodes must be an integer, got '2'"),
+        (dict(eval_every=0), ValueError, "eval_every must be >= 1, got 0"),
+        (dict(wait_s=True), TypeError, "wait_s must be a real number, got True"),
+        (dict(wait_s=float("inf")), ValueError, "wait_s must be finite"),
+    ],
+)
+def test_flower_strategy_refuses_strings_bools_and_fractional_counts(setting, kwargs, error, match):
+    _, _, model = setting
+    with pytest.raises(error, match=match):
+        FlowerStrategy(FedAvg(), model, **kwargs)
+
+
+def test_nodes_and_grids_refuse_negative_or_fractional_ids(setting):
+    fed, _, model = setting
+    for client_id, error in ((-1, ValueError), (1.5, TypeError)):
+        app = make_client_app(lambda context, i=client_id: Node(model, fed[0], i, fed.num_classes))
+        with LocalGrid(app, node_configs(1)) as grid, pytest.raises(error, match="Node.client_id must be"):
+            FlowerStrategy(FedAvg(), model, **HYPER).run(grid, rounds=1)
+    for run_id, error in ((1.5, TypeError), (-1, ValueError)):
+        with pytest.raises(error, match="run_id must be"):
+            LocalGrid(make_client_app(lambda context: None), node_configs(1), run_id=run_id)
+    with pytest.raises(TypeError, match="rounds must be an integer, got 2.5"):
+        FlowerStrategy(FedAvg(), model).run(None, rounds=2.5)

@@ -129,3 +129,12 @@ def test_simulated_craft_has_no_conflicts_and_baselines_run():
     assert h.diagnostics[0]["losses"].shape == (5,)
     h = simulate(fed, model, FedFV(), rounds=2, clients_per_round=5, progress=False)
     assert np.isfinite(h.client_accuracy).all()
+
+
+@pytest.mark.parametrize("flag", ["no", 0, None])
+def test_craft_layer_groups_refuses_a_merge_norm_that_is_not_a_bool(flag):
+    """``merge_norm="no"`` was truthy and merged the norm layers."""
+    from fedlearn_edu.models import make_model
+
+    with pytest.raises(TypeError, match=rf"merge_norm must be True or False, got {flag!r}"):
+        craft_layer_groups(make_model("mlp", (1, 8, 8), 10), merge_norm=flag)

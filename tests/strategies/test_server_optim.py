@@ -21,7 +21,7 @@ from fedlearn_edu.aggregators import fedvg_aggregate
 from fedlearn_edu.engine import LocalTraining
 from fedlearn_edu.models import make_model
 from fedlearn_edu.params import get_params
-from fedlearn_edu.strategies import STRATEGIES, ClientUpdates, ServerOptimizer
+from fedlearn_edu.strategies import STRATEGIES, ClientUpdates, ServerAdagrad, ServerOptimizer, ServerYogi
 from tests.server_steps import Server
 
 
@@ -190,3 +190,33 @@ def test_fedvg_composes_with_any_base_and_optimizer():
     assert vg.optimizer is base.optimizer and vg.server_momentum == 0.5 and vg.prox_mu == 0.2
     assert vg.configure_local(LocalTraining()).prox_mu == 0.2
     assert isinstance(FedVG(val, optimizer=ServerAdam()).optimizer, ServerOptimizer)
+
+
+@pytest.mark.parametrize("cls", [ServerSGD, ServerMomentum, ServerAdam, ServerYogi, ServerAdagrad])
+def test_a_step_whose_direction_or_state_does_not_match_the_parameters_names_it(cls):
+    """A missing name was a bare ``KeyError: 'b'``; a shape of size 1 was broadcast silently."""
+    params = {"w": torch.ones(2), "b": torch.ones(1)}
+    opt = cls(0.5)
+    state = opt.init_state(params)
+    with pytest.raises(ValueError, match=r"direction must have the names of params \['b', 'w'\]; missing \['b'\]"):
+        opt.step(params, {"w": torch.ones(2)}, state)
+    with pytest.raises(ValueError, match=r"unexpected \['c'\]"):
+        opt.step(params, {"w": torch.ones(2), "b": torch.ones(1), "c": torch.ones(1)}, state)
+    with pytest.raises(ValueError, match=r"direction\['w'\] has shape \(1,\), params\['w'\] has \(2,\)"):
+        opt.step(params, {"w": torch.ones(1), "b": torch.ones(1)}, state)
+    if state:
+        moment = next(iter(state))
+        with pytest.raises(ValueError, match=rf"needs state\['{moment}'\]"):
+            opt.step(params, {"w": torch.ones(2), "b": torch.ones(1)}, {})
+        partial = {**state, moment: {"w": state[moment]["w"]}}
+        with pytest.raises(ValueError, match=rf"state\['{moment}'\] must have the names of params"):
+            opt.step(params, {"w": torch.ones(2), "b": torch.ones(1)}, partial)
+    new, _ = opt.step(params, {"w": torch.ones(2), "b": torch.ones(1)}, state)  # a matching step still runs
+    assert new.keys() == params.keys() and torch.equal(params["w"], torch.ones(2))
+
+
+@pytest.mark.parametrize("name", [None, 3, b"fedavg", ["fedavg"]])
+def test_make_strategy_refuses_a_name_that_is_not_a_string(name):
+    with pytest.raises(TypeError, match=r"name must be a strategy's short name \(a str, e.g. 'fedavg'\), got") as err:
+        make_strategy(name)
+    assert repr(name) in str(err.value) and "fedavg" in str(err.value)
