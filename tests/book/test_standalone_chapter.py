@@ -2,7 +2,9 @@
 
 1. Where the install cannot succeed (no package index, git refused): the first cell fails with the
    install cell's message, not with ``ModuleNotFoundError`` one cell later.
-2. Where it can (the locally built wheel on a find-links folder): the chapter runs top to bottom.
+2. Where it can (the locally built wheel on a find-links folder): the chapter runs top to bottom,
+   and so does its **reader's copy** (what Colab and Binder open, from the book build), through the
+   same install cell, as a reader in Colab would run it.
 
 The venv gets ipykernel and nbclient; for the second case also torch/torchvision and the wheel's
 other dependencies (read from its metadata), as a reader's environment would have them.
@@ -51,9 +53,9 @@ def _pip(py: Path, *args: str) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
-def _run_chapter(py: Path, work: Path, env: dict) -> dict:
-    nb = work / CHAPTER.name
-    nb.write_text(CHAPTER.read_text(encoding="utf-8"), encoding="utf-8")
+def _run_chapter(py: Path, work: Path, env: dict, chapter: Path = CHAPTER) -> dict:
+    nb = work / chapter.name
+    nb.write_text(chapter.read_text(encoding="utf-8"), encoding="utf-8")
     proc = subprocess.run(
         [str(py), "-c", RUN, str(nb), str(work)], cwd=work, env=env, capture_output=True, text=True, timeout=1500
     )
@@ -84,7 +86,9 @@ def test_chapter_alone_where_install_cannot_succeed(fresh_venv):
     assert "ModuleNotFoundError" not in result["error"]
 
 
-def test_chapter_alone_runs_from_the_built_wheel(fresh_venv, built_dist):
+@pytest.fixture(scope="module")
+def reader_venv(fresh_venv, built_dist) -> tuple[Path, Path, Path]:
+    """The fresh venv with what a reader's environment has (torch, the wheel's dependencies), not fedlearn_edu."""
     py, root = fresh_venv
     wheel = built_dist["wheel"]
     with zipfile.ZipFile(wheel) as zf:
@@ -93,12 +97,11 @@ def test_chapter_alone_runs_from_the_built_wheel(fresh_venv, built_dist):
         d for d in meta.get_all("Requires-Dist") if "extra ==" not in d and not d.startswith(("torch", "torchvision"))
     ]
     _pip(py, *TORCH, *deps)
-    work = root / "can"
-    work.mkdir()
-    env = _env(root, PIP_NO_INDEX="1", PIP_FIND_LINKS=str(wheel.parent), GIT_ALLOW_PROTOCOL="file")
-    result = _run_chapter(py, work, env)
-    assert result["ok"], result
-    # the chapter used the wheel its install cell put in the venv (not this checkout: no PYTHONPATH here)
+    return py, root, wheel
+
+
+def _installed_from_the_wheel(py: Path, root: Path, work: Path) -> None:
+    """The chapter used the package its install cell put in the venv (not this checkout: no PYTHONPATH)."""
     where = subprocess.run(
         [str(py), "-c", "import fedlearn_edu; print(fedlearn_edu.__file__)"],
         cwd=work,
@@ -107,3 +110,26 @@ def test_chapter_alone_runs_from_the_built_wheel(fresh_venv, built_dist):
         text=True,
     )
     assert where.stdout.startswith(str(root / "venv")) and "site-packages" in where.stdout, where
+
+
+def _uninstall(py: Path) -> None:
+    proc = subprocess.run(
+        [str(py), "-m", "pip", "uninstall", "-y", "-q", "fedlearn-edu"], capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+@pytest.mark.parametrize("copy", ["chapter", "reader's copy"])
+def test_chapter_alone_runs_from_the_built_wheel(reader_venv, built_book, copy):
+    py, root, wheel = reader_venv
+    chapter = CHAPTER if copy == "chapter" else built_book / "readers" / "book" / CHAPTER.name
+    assert chapter.is_file(), chapter
+    work = root / ("can" if copy == "chapter" else "reader")
+    work.mkdir()
+    env = _env(root, PIP_NO_INDEX="1", PIP_FIND_LINKS=str(wheel.parent), GIT_ALLOW_PROTOCOL="file")
+    try:
+        result = _run_chapter(py, work, env, chapter)
+        assert result["ok"], result
+        _installed_from_the_wheel(py, root, work)
+    finally:
+        _uninstall(py)  # the next case installs it again through its own install cell
