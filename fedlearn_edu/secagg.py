@@ -121,28 +121,25 @@ def _check_prime(prime) -> int:
     return p
 
 
-def _check_ids(client_ids, rows: int | None = None) -> list[int]:
-    """``client_ids`` as distinct non-negative Python ints (one per input row when ``rows`` is given)."""
-    if isinstance(client_ids, Tensor):
-        if client_ids.is_floating_point() or client_ids.is_complex() or client_ids.dtype == torch.bool:
-            raise TypeError(
-                f"client_ids must be integer ids (an integer Tensor or a list of ints), got a Tensor of "
-                f"{client_ids.dtype}; a float id would be truncated."
-            )
-        if client_ids.dim() != 1:
-            raise ValueError(f"client_ids must be 1-D (one id per client), got shape {tuple(client_ids.shape)}.")
-        values = client_ids.tolist()
-    elif isinstance(client_ids, (list, tuple)):
-        values = list(client_ids)
-    else:
-        raise TypeError(
-            f"client_ids must be integer ids (an integer Tensor or a list of ints), got {type(client_ids).__name__}."
-        )
-    ids = [check_int(i, "client_ids", 0) for i in values]
-    if len(set(ids)) != len(ids):
-        raise ValueError(f"client_ids must be distinct, got {ids!r}.")
+def _check_ids(values, name: str = "client_ids", rows: int | None = None, distinct: bool = True) -> list[int]:
+    """``values`` (an integer Tensor or an iterable of ints) as non-negative Python ints, never truncating floats.
+
+    Distinct unless ``distinct=False``; one per input row when ``rows`` is given.
+    """
+    what = f"{name} must be integer client ids (an integer Tensor or a list of ints)"
+    if isinstance(values, Tensor):
+        if values.is_floating_point() or values.is_complex() or values.dtype == torch.bool:
+            raise TypeError(f"{what}, got a Tensor of {values.dtype}; a float id would be truncated.")
+        if values.dim() != 1:
+            raise ValueError(f"{name} must be 1-D (one id per client), got shape {tuple(values.shape)}.")
+        values = values.tolist()
+    elif isinstance(values, (str, bytes, dict)) or not hasattr(values, "__iter__"):
+        raise TypeError(f"{what}, got {values!r} ({type(values).__name__}).")
+    ids = [check_int(i, name, 0) for i in values]
+    if distinct and len(set(ids)) != len(ids):
+        raise ValueError(f"{name} must be distinct, got {ids!r}.")
     if rows is not None and len(ids) != rows:
-        raise ValueError(f"client_ids has {len(ids)} ids for the {rows} clients (rows) of inputs; give one id per row.")
+        raise ValueError(f"{name} has {len(ids)} ids for the {rows} clients (rows) of inputs; give one id per row.")
     return ids
 
 
@@ -368,13 +365,8 @@ def _check_dropped(ids: list[int], dropped, threshold) -> tuple[Tensor, int]:
         )
     if dropped is None:
         gone = []
-    elif isinstance(dropped, Tensor):
-        gone = [int(i) for i in dropped.reshape(-1).tolist()]
     else:
-        try:
-            gone = [check_int(i, "dropped", 0) for i in dropped]
-        except TypeError:
-            raise TypeError(f"dropped must be client ids (a list or Tensor of ints), got {dropped!r}.") from None
+        gone = _check_ids(dropped.reshape(-1) if isinstance(dropped, Tensor) else dropped, "dropped", distinct=False)
     unknown = sorted(set(gone) - set(ids))
     if unknown:
         raise ValueError(f"dropped names clients {unknown!r} that are not among client_ids {ids!r}.")
@@ -450,8 +442,9 @@ def secure_sum(
         UserWarning: ``threshold <= m / 2`` (unsafe; the sum is computed all the same).
     """
     m = check_updates(inputs, "inputs")
+    seed = check_seed(seed)
     s, k = _check_bits(scale_bits, modulus_bits)
-    ids = _check_ids(client_ids, m)
+    ids = _check_ids(client_ids, rows=m)
     _check_sum_fits(inputs, s, k)
     survivors, t = _check_dropped(ids, dropped, threshold)
     alive = [i for i, ok in zip(ids, survivors.tolist()) if ok]

@@ -142,7 +142,9 @@ def test_client_ids_must_be_distinct_integers_one_per_row():
     x = torch.ones(3, 2, dtype=torch.float64)
     for call in (secure_sum, lambda x, ids, seed: mask_inputs(encode(x), ids, seed)):
         # was: float ids truncated (1.5 -> 1), silently
-        with pytest.raises(TypeError, match=r"^client_ids must be integer ids .* Tensor of torch.float32; a float id"):
+        with pytest.raises(
+            TypeError, match=r"^client_ids must be integer client ids .* Tensor of torch.float32; a float id"
+        ):
             call(x, torch.tensor([0.0, 1.5, 2.0]), seed=0)
         with pytest.raises(ValueError, match=r"^client_ids must be distinct, got \[0, 1, 1\]"):
             call(x, torch.tensor([0, 1, 1]), seed=0)

@@ -157,3 +157,20 @@ def test_a_threshold_of_at_most_half_the_clients_is_warned_about():
         warnings.simplefilter("error")
         secure_sum(x, torch.arange(6), seed=0, dropped=[1], threshold=4)
         secure_sum(x, torch.arange(6), seed=0)  # None: a majority, m // 2 + 1
+
+
+def test_dropped_ids_and_the_seed_are_not_truncated():
+    x = torch.randn(5, 3, dtype=torch.float64)
+    ids = torch.arange(5)
+    # was: dropped=tensor([1.7]) dropped client 1, and seed=1.5 ran with seed 1
+    with pytest.raises(TypeError, match=r"^dropped must be integer client ids .* Tensor of torch.float32"):
+        secure_sum(x, ids, seed=0, dropped=torch.tensor([1.7]))
+    with pytest.raises(TypeError, match=r"^dropped must be an integer, got 1.7"):
+        secure_sum(x, ids, seed=0, dropped=[1.7])
+    with pytest.raises(TypeError, match=r"^dropped must be integer client ids .*, got 3 \(int\)"):
+        secure_sum(x, ids, seed=0, dropped=3)
+    with pytest.raises(TypeError, match=r"^seed must be an integer, got 1.5"):
+        secure_sum(x, ids, seed=1.5)
+    a, _ = secure_sum(x, ids, seed=0, dropped=torch.tensor([[1], [4]]))  # any shape of int tensor, as before
+    b, _ = secure_sum(x, ids, seed=0, dropped={4, 1})  # any iterable of ints
+    assert torch.equal(a, b)
