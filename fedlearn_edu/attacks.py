@@ -139,7 +139,13 @@ class Attack:
         seed: chooses the attackers (and the Gaussian attack's noise); independent of the run's seed.
         scale: s of ``"sign_flip"`` / ``"scale"``.
         sigma: the standard deviation of ``"gaussian"``.
-        target: X of ``"model_replacement"``, ``{name: Tensor}`` shaped like the model.
+        target: X of ``"model_replacement"``, ``{name: Tensor}`` shaped like the model (``None``,
+            the only value the other kinds take).
+
+    Raises:
+        TypeError: a field of the wrong type.
+        ValueError: an unknown kind, a fraction outside ``(0, 1)``, a negative sigma, or a
+            target missing (``"model_replacement"``) or given to another kind.
     """
 
     kind: str
@@ -161,6 +167,8 @@ class Attack:
             if not isinstance(self.target, dict) or not all(isinstance(v, Tensor) for v in self.target.values()):
                 raise ValueError("kind='model_replacement' needs target={name: Tensor}, the model X to install.")
             object.__setattr__(self, "target", {k: v.detach().clone() for k, v in self.target.items()})
+        elif self.target is not None:
+            raise ValueError(f"target is for kind='model_replacement' only, got a target with kind={self.kind!r}.")
 
     @property
     def needs_previous(self) -> bool:

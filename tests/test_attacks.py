@@ -276,3 +276,12 @@ def test_fractions_that_round_to_no_attacker_or_to_all_clients_are_refused(fed):
         num_attackers(0.5, 4.0)
     with pytest.raises(TypeError, match="fraction must be a real number"):
         num_attackers("0.5", 4)
+
+
+def test_a_target_is_for_model_replacement_only():
+    with pytest.raises(
+        ValueError, match=r"^target is for kind='model_replacement' only, got a target with kind='sign_flip'"
+    ):
+        Attack("sign_flip", 0.25, target=object())  # was: accepted, then describe() raised AttributeError
+    with pytest.raises(ValueError, match=r"^target is for kind='model_replacement' only"):
+        Attack("scale", 0.25, target={"w": torch.zeros(2)})
