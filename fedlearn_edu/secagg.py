@@ -145,7 +145,9 @@ def _check_ids(values, name: str = "client_ids", rows: int | None = None, distin
 
 def _check_bits(scale_bits, modulus_bits) -> tuple[int, int]:
     k = check_int(modulus_bits, "modulus_bits", 8, 62)
-    s = check_int(scale_bits, "scale_bits", 0, k - 2)
+    s = check_int(scale_bits, "scale_bits", 0)
+    if s > k - 2:
+        raise ValueError(f"scale_bits must be <= modulus_bits - 2 = {k - 2} (modulus_bits={k}), got {scale_bits!r}.")
     return s, k
 
 

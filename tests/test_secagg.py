@@ -157,3 +157,10 @@ def test_client_ids_must_be_distinct_integers_one_per_row():
     total, masked = secure_sum(x, [4, 0, 9], seed=0)  # a list of ints is the same as the tensor
     again, masked_again = secure_sum(x, torch.tensor([4, 0, 9]), seed=0)
     assert torch.equal(total, again) and torch.equal(masked, masked_again)
+
+
+def test_too_many_scale_bits_for_the_modulus_names_both():
+    with pytest.raises(ValueError, match=r"^scale_bits must be <= modulus_bits - 2 = 6 \(modulus_bits=8\), got 16"):
+        secure_sum(torch.ones(3, 2), torch.arange(3), seed=0, modulus_bits=8)  # was: "scale_bits must be <= 6"
+    with pytest.raises(ValueError, match=r"^scale_bits must be <= modulus_bits - 2 = 46"):
+        encode(torch.ones(2), scale_bits=47)
