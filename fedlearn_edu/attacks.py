@@ -20,7 +20,8 @@ the update-level kinds replace the attackers' rows of the round's stacked update
   sends ``mu_j - z sigma_j`` per coordinate, mu and sigma the mean and (population) standard
   deviation of the round's honest updates, ``z = Phi^{-1}((n - s) / n)`` with
   ``s = floor(n / 2 + 1) - f`` for the round's n selected clients of which f attack (s
-  clamped to >= 1);
+  clamped to >= 1); in a round whose selected clients all attack (few clients per round)
+  there is no honest update to imitate, and they send their own;
 * ``"model_replacement"`` (Bagdasaryan et al., AISTATS 2020): ``(m / eta_s)(X - theta_t)``
   for the round's m clients, the server's step size eta_s and the attacker's target model X
   (``target``), so that FedAvg's step lands on X;
