@@ -2,7 +2,10 @@
 
 An :class:`Attack` names a kind, the fraction of the N clients that attack (chosen by
 its own seed: ``round(fraction N)`` clients, :meth:`Attack.attackers`) and the kind's
-parameters. The driver applies it; ``History.attackers`` records who attacked.
+parameters. A fraction that rounds to no attacker or to all N clients is refused
+(:func:`num_attackers`): the run would be the clean federation labelled as attacked, or
+have no honest client to attack (or, for ALIE, to imitate). The driver applies it;
+``History.attackers`` records who attacked.
 
 * ``"label_flip"`` (data level): the attackers train on ``y -> C - 1 - y``
   (:func:`fedlearn_edu.data.reverse_labels`; test labels stay clean);
@@ -17,7 +20,8 @@ the update-level kinds replace the attackers' rows of the round's stacked update
   sends ``mu_j - z sigma_j`` per coordinate, mu and sigma the mean and (population) standard
   deviation of the round's honest updates, ``z = Phi^{-1}((n - s) / n)`` with
   ``s = floor(n / 2 + 1) - f`` for the round's n selected clients of which f attack (s
-  clamped to >= 1);
+  clamped to >= 1); in a round whose selected clients all attack (few clients per round)
+  there is no honest update to imitate, and they send their own;
 * ``"model_replacement"`` (Bagdasaryan et al., AISTATS 2020): ``(m / eta_s)(X - theta_t)``
   for the round's m clients, the server's step size eta_s and the attacker's target model X
   (``target``), so that FedAvg's step lands on X;
@@ -40,11 +44,11 @@ from statistics import NormalDist
 import torch
 from torch import Tensor
 
-from .checks import check_float, check_positive, check_range, check_seed
+from .checks import check_float, check_int, check_positive, check_range, check_seed
 from .params import Params
 from .utils import derive_seed
 
-__all__ = ["Attack", "ATTACKS", "alie_z"]
+__all__ = ["Attack", "ATTACKS", "alie_z", "num_attackers"]
 
 ATTACKS = (
     "label_flip",
@@ -57,6 +61,54 @@ ATTACKS = (
     "stale_free_rider",
 )
 _TAG_CHOICE, _TAG_NOISE = 0xA77AC4, 0x6A055
+
+
+_FRACTION_WHY = "(use attack=None for a run without attackers; one client at least must stay honest)"
+
+
+def _check_fraction(fraction) -> float:
+    return check_range(fraction, "fraction", 0.0, 1.0, low_open=True, high_open=True, why=_FRACTION_WHY)
+
+
+def num_attackers(fraction: float, num_clients: int) -> int:
+    """How many of ``num_clients`` clients attack: ``round(fraction N)``, refused unless ``1 <= k <= N - 1``.
+
+    Args:
+        fraction: the attacking share, in ``(0, 1)``.
+        num_clients: N >= 2.
+
+    Returns:
+        k, the number of attackers.
+
+    Raises:
+        TypeError: ``fraction`` is not a real number or ``num_clients`` not an integer.
+        ValueError: ``fraction`` outside ``(0, 1)``, or ``round(fraction N)`` is 0 (a clean
+            federation labelled as attacked) or N (no honest client); the message names the
+            fraction, N, the count and the fractions that work.
+
+    Example:
+        >>> num_attackers(0.3, 20)
+        6
+        >>> num_attackers(0.01, 4)
+        Traceback (most recent call last):
+        ...
+        ValueError: attack fraction=0.01 with num_clients=4 gives round(0.01 * 4) = 0 attackers; ...
+    """
+    fraction = _check_fraction(fraction)
+    n = check_int(num_clients, "num_clients", 1)
+    k = int(round(fraction * n))
+    if not 0 < k < n:
+        fix = (
+            f"choose a fraction in [1/{n}, {n - 1}/{n}] = [{1 / n:.4g}, {(n - 1) / n:.4g}]"
+            if n >= 2
+            else "an attack needs at least 2 clients"
+        )
+        raise ValueError(
+            f"attack fraction={fraction!r} with num_clients={n} gives round({fraction!r} * {n}) = {k} attackers; "
+            f"{'no client would attack' if k == 0 else 'no client would stay honest'}: {fix} "
+            "(or attack=None for a run without attackers)."
+        )
+    return k
 
 
 def alie_z(n: int, f: int) -> float:
@@ -83,11 +135,18 @@ class Attack:
 
     Attributes:
         kind: one of :data:`ATTACKS`.
-        fraction: the share of the N clients that attack, in ``[0, 1]`` (``round(fraction N)`` clients).
+        fraction: the share of the N clients that attack, in ``(0, 1)`` (``round(fraction N)``
+            clients, which must be at least 1 and at most N - 1: :func:`num_attackers`).
         seed: chooses the attackers (and the Gaussian attack's noise); independent of the run's seed.
         scale: s of ``"sign_flip"`` / ``"scale"``.
         sigma: the standard deviation of ``"gaussian"``.
-        target: X of ``"model_replacement"``, ``{name: Tensor}`` shaped like the model.
+        target: X of ``"model_replacement"``, ``{name: Tensor}`` shaped like the model (``None``,
+            the only value the other kinds take).
+
+    Raises:
+        TypeError: a field of the wrong type.
+        ValueError: an unknown kind, a fraction outside ``(0, 1)``, a negative sigma, or a
+            target missing (``"model_replacement"``) or given to another kind.
     """
 
     kind: str
@@ -101,7 +160,7 @@ class Attack:
         """Check the fields."""
         if self.kind not in ATTACKS:
             raise ValueError(f"kind must be one of {ATTACKS}, got {self.kind!r}.")
-        object.__setattr__(self, "fraction", check_range(self.fraction, "fraction", 0.0, 1.0))
+        object.__setattr__(self, "fraction", _check_fraction(self.fraction))
         object.__setattr__(self, "seed", check_seed(self.seed))
         object.__setattr__(self, "scale", check_float(self.scale, "scale"))
         object.__setattr__(self, "sigma", check_positive(self.sigma, "sigma", allow_zero=True))
@@ -109,6 +168,8 @@ class Attack:
             if not isinstance(self.target, dict) or not all(isinstance(v, Tensor) for v in self.target.values()):
                 raise ValueError("kind='model_replacement' needs target={name: Tensor}, the model X to install.")
             object.__setattr__(self, "target", {k: v.detach().clone() for k, v in self.target.items()})
+        elif self.target is not None:
+            raise ValueError(f"target is for kind='model_replacement' only, got a target with kind={self.kind!r}.")
 
     @property
     def needs_previous(self) -> bool:
@@ -128,8 +189,11 @@ class Attack:
 
         Returns:
             ``Tensor[k]`` (int64) sorted ids.
+
+        Raises:
+            ValueError: the fraction gives no attacker or N of them (:func:`num_attackers`).
         """
-        k = int(round(self.fraction * num_clients))
+        k = num_attackers(self.fraction, num_clients)
         g = torch.Generator().manual_seed(derive_seed(self.seed, _TAG_CHOICE))
         return torch.randperm(num_clients, generator=g)[:k].sort().values
 

@@ -60,7 +60,9 @@ def epsilon(rounds: int, sampling_rate: float, noise_multiplier: float, delta: f
 
     Raises:
         ImportError: ``dp-accounting`` is not installed (naming the extra).
-        ValueError: an argument out of range.
+        ValueError: an argument out of range, or settings beyond the accountant's numerical
+            range (a ``noise_multiplier`` far below 1e-2 or above 1e100; for ``"pld"`` also
+            many rounds), where ``dp_accounting`` stops with ZeroDivisionError or OverflowError.
     """
     rounds = check_int(rounds, "rounds", 0)
     q = check_range(sampling_rate, "sampling_rate", 0.0, 1.0, low_open=True)
@@ -80,5 +82,13 @@ def epsilon(rounds: int, sampling_rate: float, noise_multiplier: float, delta: f
         from dp_accounting.pld import PLDAccountant  # noqa: PLC0415
 
         acc = PLDAccountant()
-    acc.compose(event)
-    return float(acc.get_epsilon(delta))
+    try:
+        acc.compose(event)
+        return float(acc.get_epsilon(delta))
+    except (ZeroDivisionError, OverflowError, FloatingPointError) as err:
+        raise ValueError(
+            f"noise_multiplier={noise_multiplier!r} is beyond what the {accountant!r} accountant of dp_accounting "
+            f"can evaluate over rounds={rounds} at sampling_rate={sampling_rate!r} ({type(err).__name__}: {err}); "
+            "use a noise_multiplier between about 1e-100 and 1e100 (the 'pld' accountant also needs fewer rounds, "
+            "and its memory grows as noise_multiplier shrinks: accountant='rdp' takes a wider range)."
+        ) from None

@@ -9,8 +9,9 @@ derived from a session seed), and client i sends
 
 Every mask appears once with ``+`` and once with ``-``, so ``sum_i y_i = sum_i x_i (mod 2^k)``:
 the server learns the sum (exactly, in fixed point: the sum of the rounded inputs, when
-``|sum| < 2^(k-1-s)``) and, from a strict subset of the ``y_i``, nothing -- each such ``y_i`` is
-uniform modulo ``2^k`` whatever ``x_i``.
+``|sum| < 2^(k-1-s)``; :func:`secure_sum` refuses inputs whose sum of magnitudes could
+pass that range, since the decoded sum would wrap around) and, from a strict subset of the
+``y_i``, nothing -- each such ``y_i`` is uniform modulo ``2^k`` whatever ``x_i``.
 
 **Pair seeds** come from a key agreement, as in the protocol: client i holds a secret key
 ``k_i`` (derived from the session seed) and publishes ``pk_i = g^(k_i) mod p``; the pair seed
@@ -30,7 +31,9 @@ every candidate secret there is exactly one polynomial of degree t - 1 through t
 shares of each dropped key, rebuilds ``k_j``, recomputes ``s_ij = H(pk_i^(k_j))`` with every
 survivor i and removes those masks: the sum it decodes is exactly the survivors' sum. With
 fewer than t survivors it cannot (``ValueError``). A threshold ``t > m / 2`` also keeps
-a server from rebuilding the keys of two disjoint groups. Not simulated: the protocol's
+a server from rebuilding the keys of two disjoint groups; ``secure_sum`` computes the sum
+with a smaller t too (to show the arithmetic) but warns (``UserWarning``) that such a
+threshold is unsafe. Not simulated: the protocol's
 second, *self* mask ``b_i`` (also Shamir-shared; the server learns, per client, either
 ``b_i`` or ``k_i``, never both), which stops a server from unmasking a client it falsely
 declares dropped after its ``y_i`` arrived; authenticated channels; dropouts during the
@@ -49,7 +52,10 @@ revealed or computed securely instead. ``simulate(..., secure_aggregation=True)`
 
 from __future__ import annotations
 
+import math
 import random
+import warnings
+from functools import lru_cache
 
 import torch
 from torch import Tensor
@@ -80,9 +86,68 @@ PRIME = 2**61 - 1
 _GENERATOR = 3
 
 
+@lru_cache(maxsize=64)
+def _is_prime(n: int) -> bool:
+    """Miller-Rabin with the first 13 primes as bases: exact for n < 3.3e24, a strong test above."""
+    bases = (2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41)
+    if n < 2:
+        return False
+    for b in bases:
+        if n % b == 0:
+            return n == b
+    d, r = n - 1, 0
+    while d % 2 == 0:
+        d, r = d // 2, r + 1
+    for b in bases:
+        x = pow(b, d, n)
+        if x in (1, n - 1):
+            continue
+        for _ in range(r - 1):
+            x = x * x % n
+            if x == n - 1:
+                break
+        else:
+            return False
+    return True
+
+
+def _check_prime(prime) -> int:
+    p = check_int(prime, "prime", 3)
+    if not _is_prime(p):
+        raise ValueError(
+            f"prime must be a prime number (the shares are computed in the field of integers modulo p), "
+            f"got {prime!r}, which is composite; the default is PRIME = 2^61 - 1."
+        )
+    return p
+
+
+def _check_ids(values, name: str = "client_ids", rows: int | None = None, distinct: bool = True) -> list[int]:
+    """``values`` (an integer Tensor or an iterable of ints) as non-negative Python ints, never truncating floats.
+
+    Distinct unless ``distinct=False``; one per input row when ``rows`` is given.
+    """
+    what = f"{name} must be integer client ids (an integer Tensor or a list of ints)"
+    if isinstance(values, Tensor):
+        if values.is_floating_point() or values.is_complex() or values.dtype == torch.bool:
+            raise TypeError(f"{what}, got a Tensor of {values.dtype}; a float id would be truncated.")
+        if values.dim() != 1:
+            raise ValueError(f"{name} must be 1-D (one id per client), got shape {tuple(values.shape)}.")
+        values = values.tolist()
+    elif isinstance(values, (str, bytes, dict)) or not hasattr(values, "__iter__"):
+        raise TypeError(f"{what}, got {values!r} ({type(values).__name__}).")
+    ids = [check_int(i, name, 0) for i in values]
+    if distinct and len(set(ids)) != len(ids):
+        raise ValueError(f"{name} must be distinct, got {ids!r}.")
+    if rows is not None and len(ids) != rows:
+        raise ValueError(f"{name} has {len(ids)} ids for the {rows} clients (rows) of inputs; give one id per row.")
+    return ids
+
+
 def _check_bits(scale_bits, modulus_bits) -> tuple[int, int]:
     k = check_int(modulus_bits, "modulus_bits", 8, 62)
-    s = check_int(scale_bits, "scale_bits", 0, k - 2)
+    s = check_int(scale_bits, "scale_bits", 0)
+    if s > k - 2:
+        raise ValueError(f"scale_bits must be <= modulus_bits - 2 = {k - 2} (modulus_bits={k}), got {scale_bits!r}.")
     return s, k
 
 
@@ -98,9 +163,18 @@ def encode(x: Tensor, scale_bits: int = 16, modulus_bits: int = 48) -> Tensor:
         An int64 tensor with values in ``[0, 2^k)``.
 
     Raises:
-        ValueError: ``|x| 2^s`` does not fit in ``2^(k-1)`` (it would wrap around).
+        TypeError: ``x`` is not a tensor.
+        ValueError: ``x`` holds NaN or Inf (which have no fixed-point code), or ``|x| 2^s`` does
+            not fit in ``2^(k-1)`` (it would wrap around).
     """
     s, k = _check_bits(scale_bits, modulus_bits)
+    if not isinstance(x, Tensor):
+        raise TypeError(f"encode: x must be a floating-point Tensor, got {type(x).__name__}.")
+    bad = int((~torch.isfinite(x)).sum()) if x.is_floating_point() or x.is_complex() else 0
+    if bad:
+        raise ValueError(
+            f"encode: x holds {bad} NaN or Inf value(s) of {x.numel()}; only finite numbers have a fixed-point code."
+        )
     q = torch.round(x.double() * 2.0**s)
     if q.numel() and float(q.abs().max()) >= 2.0 ** (k - 1):
         raise ValueError(f"encode: |x| * 2^{s} reaches 2^{k - 1}; use fewer scale_bits or more modulus_bits.")
@@ -135,20 +209,22 @@ def shamir_share(secret: int, threshold: int, num_shares: int, seed: int, prime:
         threshold: t in ``[1, n]``, the number of shares that reconstruct the secret.
         num_shares: n in ``[1, p)``.
         seed: the polynomial's seed.
-        prime: p, the field's (prime) modulus.
+        prime: p, the field's modulus, a prime.
 
     Returns:
         ``[(x, f(x)) for x in 1..n]`` (Python ints).
 
     Raises:
-        ValueError: an argument out of range.
+        TypeError: an argument is not an integer.
+        ValueError: an argument out of range, or ``prime`` is composite (the interpolation
+            would give a wrong secret).
 
     Example:
         >>> shares = shamir_share(42, threshold=2, num_shares=3, seed=0, prime=101)
         >>> shamir_reconstruct(shares[1:], prime=101)
         42
     """
-    prime = check_int(prime, "prime", 3)
+    prime = _check_prime(prime)
     n = check_int(num_shares, "num_shares", 1, prime - 1)
     t = check_int(threshold, "threshold", 1, n)
     secret = check_int(secret, "secret", 0, prime - 1)
@@ -177,10 +253,17 @@ def shamir_reconstruct(shares, prime: int = PRIME) -> int:
         ``f(0)`` in ``[0, p)`` for the polynomial of degree < ``len(shares)`` through the shares.
 
     Raises:
-        ValueError: no shares, or repeated or out-of-range ``x``.
+        TypeError: a share is not a pair of integers (a float would be truncated).
+        ValueError: no shares, repeated or out-of-range ``x``, or a composite ``prime``.
     """
-    prime = check_int(prime, "prime", 3)
-    points = [(int(x), int(y) % prime) for x, y in shares]
+    prime = _check_prime(prime)
+    points = []
+    for share in shares:
+        try:
+            x, y = share
+            points.append((check_int(x, "shares"), check_int(y, "shares") % prime))
+        except (TypeError, ValueError):
+            raise TypeError(f"shares must be (x, y) pairs of integers, got {share!r}.") from None
     xs = [x for x, _ in points]
     if not points or len(set(xs)) != len(xs) or not all(0 < x < prime for x in xs):
         raise ValueError(f"shares must be a non-empty list of (x, y) with distinct x in [1, p), got x = {xs!r}.")
@@ -199,14 +282,18 @@ def secret_keys(client_ids: Tensor, seed: int) -> dict[int, int]:
     """Each client's secret key ``k_i`` in ``[1, p - 2]`` (from the session seed), for the pair seeds.
 
     Args:
-        client_ids: ``Tensor[m]``.
+        client_ids: ``Tensor[m]`` (integer dtype) or a list of distinct non-negative ints.
         seed: the session seed.
 
     Returns:
         ``{client id: k_i}``.
+
+    Raises:
+        TypeError: float (or other non-integer) ids.
+        ValueError: negative or repeated ids.
     """
     seed = check_seed(seed)
-    return {int(i): 1 + derive_seed(seed, int(i), _TAG_KEY) % (PRIME - 2) for i in client_ids.tolist()}
+    return {i: 1 + derive_seed(seed, i, _TAG_KEY) % (PRIME - 2) for i in _check_ids(client_ids)}
 
 
 def _public_key(key: int) -> int:
@@ -231,10 +318,14 @@ def pairwise_masks(client_ids: Tensor, shape: tuple, seed: int, modulus_bits: in
 
     Returns:
         ``Tensor[m, *shape]`` int64 in ``[0, 2^k)``; the rows sum to 0 modulo ``2^k``.
+
+    Raises:
+        TypeError: float (or other non-integer) ids.
+        ValueError: negative or repeated ids.
     """
     k = check_int(modulus_bits, "modulus_bits", 8, 62)
-    keys = secret_keys(client_ids, seed)
-    ids = [int(i) for i in client_ids.tolist()]
+    ids = _check_ids(client_ids)
+    keys = secret_keys(ids, seed)
     m = len(ids)
     out = torch.zeros((m, *shape), dtype=torch.int64)
     for a in range(m):
@@ -251,7 +342,7 @@ def mask_inputs(encoded: Tensor, client_ids: Tensor, seed: int, modulus_bits: in
 
     Args:
         encoded: ``Tensor[m, ...]`` int64, the clients' encoded inputs.
-        client_ids: ``Tensor[m]``.
+        client_ids: ``Tensor[m]`` (integer dtype) or a list of distinct non-negative ints.
         seed: the session seed.
         modulus_bits: k.
 
@@ -262,20 +353,22 @@ def mask_inputs(encoded: Tensor, client_ids: Tensor, seed: int, modulus_bits: in
     return torch.remainder(encoded.cpu() + masks, 2**modulus_bits)
 
 
-def _check_dropped(client_ids: Tensor, dropped, threshold) -> tuple[Tensor, int]:
-    """``(survivors mask Tensor[m] bool, t)`` after checking ``dropped`` and ``threshold``."""
-    ids = [int(i) for i in client_ids.tolist()]
+def _check_dropped(ids: list[int], dropped, threshold) -> tuple[Tensor, int]:
+    """``(survivors mask Tensor[m] bool, t)`` after checking ``dropped`` and ``threshold`` (warns when t <= m / 2)."""
     m = len(ids)
     t = m // 2 + 1 if threshold is None else check_int(threshold, "threshold", 1, max(m, 1))
+    if 2 * t <= m:
+        warnings.warn(
+            f"threshold={t} <= m / 2 = {m / 2:g} (m = {m} clients) is unsafe: a server could rebuild the keys of "
+            f"two disjoint groups of clients, declaring each dropped to the other, and unmask both; use "
+            f"threshold > m / 2 (None: {m // 2 + 1}). The sum is computed all the same.",
+            UserWarning,
+            stacklevel=3,
+        )
     if dropped is None:
         gone = []
-    elif isinstance(dropped, Tensor):
-        gone = [int(i) for i in dropped.reshape(-1).tolist()]
     else:
-        try:
-            gone = [check_int(i, "dropped", 0) for i in dropped]
-        except TypeError:
-            raise TypeError(f"dropped must be client ids (a list or Tensor of ints), got {dropped!r}.") from None
+        gone = _check_ids(dropped.reshape(-1) if isinstance(dropped, Tensor) else dropped, "dropped", distinct=False)
     unknown = sorted(set(gone) - set(ids))
     if unknown:
         raise ValueError(f"dropped names clients {unknown!r} that are not among client_ids {ids!r}.")
@@ -287,6 +380,22 @@ def _check_dropped(client_ids: Tensor, dropped, threshold) -> tuple[Tensor, int]
             f"rebuild the dropped clients' keys {sorted(gone)!r} (it needs t shares of each), so the round fails."
         )
     return survivors, t
+
+
+def _check_sum_fits(inputs: Updates, s: int, k: int) -> None:
+    """Refuse inputs whose fixed-point magnitudes add up to ``2^(k-1)`` or more at some coordinate."""
+    for name, x in ({"": inputs} if isinstance(inputs, Tensor) else inputs).items():
+        if not x.numel():
+            continue
+        worst = float(torch.round(x.double() * 2.0**s).abs().sum(0).max())  # sum_i |round(x_i 2^s)|
+        if worst >= 2.0 ** (k - 1):
+            where = f"[{name!r}]" if name else ""
+            raise ValueError(
+                f"inputs{where}: the {x.shape[0]} clients' fixed-point magnitudes |round(x_i 2^s)| add up to "
+                f"{worst:.4g} = 2^{math.log2(worst):.1f} at some coordinate, not below the field's signed range "
+                f"2^(k-1) = 2^{k - 1} (scale_bits={s}, modulus_bits={k}): the decoded sum could wrap around. "
+                "Use fewer scale_bits or more modulus_bits (at most 62), or smaller inputs."
+            )
 
 
 def secure_sum(
@@ -308,14 +417,15 @@ def secure_sum(
 
     Args:
         inputs: ``Tensor[m, d]`` or ``{name: Tensor[m, ...]}`` the clients' vectors.
-        client_ids: ``Tensor[m]``.
+        client_ids: ``Tensor[m]`` (integer dtype) or a list of m distinct non-negative ints.
         seed: the session seed.
         scale_bits: s.
         modulus_bits: k.
         dropped: ids (a subset of ``client_ids``, list or ``Tensor``) of the clients that drop
             after masking; ``None`` or empty: no dropout.
         threshold: t in ``[1, m]``, the shares needed to rebuild a key (``None``: a
-            majority, ``m // 2 + 1``).
+            majority, ``m // 2 + 1``); ``t <= m / 2`` is computed but warned about (unsafe:
+            a server could unmask two disjoint groups, see the module docstring).
 
     Returns:
         ``(total, masked)``: the decoded sum of the *survivors'* inputs (float64, the inputs'
@@ -324,20 +434,29 @@ def secure_sum(
         in ``client_ids`` order).
 
     Raises:
-        ValueError: ``dropped`` names unknown clients, or fewer than t clients survived.
+        TypeError: float (or other non-integer) client ids, or arguments of the wrong type.
+        ValueError: ``dropped`` names unknown clients, fewer than t clients survived, the
+            client ids are negative, repeated or not one per row, or the inputs' magnitudes
+            (in fixed point) add up to ``2^(k-1)`` or more at some coordinate, so that the
+            decoded sum could wrap around (use fewer ``scale_bits`` or more ``modulus_bits``).
+
+    Warns:
+        UserWarning: ``threshold <= m / 2`` (unsafe; the sum is computed all the same).
     """
-    check_updates(inputs, "inputs")
+    m = check_updates(inputs, "inputs")
+    seed = check_seed(seed)
     s, k = _check_bits(scale_bits, modulus_bits)
-    survivors, t = _check_dropped(client_ids, dropped, threshold)
-    ids = [int(i) for i in client_ids.tolist()]
+    ids = _check_ids(client_ids, rows=m)
+    _check_sum_fits(inputs, s, k)
+    survivors, t = _check_dropped(ids, dropped, threshold)
     alive = [i for i, ok in zip(ids, survivors.tolist()) if ok]
 
     def one(x: Tensor, salt: int) -> tuple[Tensor, Tensor]:
         session = derive_seed(seed, salt)
-        keys = secret_keys(client_ids, session)
+        keys = secret_keys(ids, session)
         # the "share keys" step: client i's key, t-of-m, one share for the client at position r + 1
         shares = {i: shamir_share(keys[i], t, len(ids), derive_seed(session, i, _TAG_SHARE)) for i in ids}
-        y = mask_inputs(encode(x, s, k), client_ids, session, k)[survivors]  # what arrives
+        y = mask_inputs(encode(x, s, k), ids, session, k)[survivors]  # what arrives
         total = torch.remainder(y.sum(0), 2**k)
         helpers = [r for r, i in enumerate(ids) if i in alive][:t]
         for j in (i for i in ids if i not in alive):

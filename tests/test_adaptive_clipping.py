@@ -156,3 +156,49 @@ def test_the_run_is_accounted_with_the_total_multiplier():
     assert s.update_noise_multiplier == pytest.approx((0.7**-2 - 2.0**-2) ** -0.5)
     assert s.epsilon(10, 0.25, 1e-5) == epsilon(10, 0.25, 0.7, 1e-5)
     assert s.epsilon(10, 0.25, 1e-5) > epsilon(10, 0.25, s.update_noise_multiplier, 1e-5)
+
+
+def test_clip_lr_without_target_quantile_is_refused_like_count_noise():
+    for clip_lr in (0.5, -5, 0.2):  # was: accepted and ignored (even -5)
+        with pytest.raises(
+            ValueError, match=rf"^clip_lr is for adaptive clipping; give target_quantile too \(got {clip_lr}\)"
+        ):
+            DPFedAvg(clip_lr=clip_lr)
+    assert DPFedAvg(target_quantile=0.5, noise_multiplier=0.0).clip_lr == 0.2  # the default, adaptive
+    assert DPFedAvg(target_quantile=0.5, noise_multiplier=0.0, clip_lr=0.3).clip_lr == 0.3
+    assert DPFedAvg().clip_lr is None
+
+
+def test_extreme_noise_settings_name_the_argument():
+    # was: OverflowError (34, 'Numerical result out of range') from z^-2
+    z_delta = split_noise_multiplier(1e-200, 1.0)
+    assert z_delta == pytest.approx(1e-200, rel=1e-12)
+    assert DPFedAvg(noise_multiplier=1e-200, target_quantile=0.5, count_noise=1.0).update_noise_multiplier == z_delta
+    # was: ZeroDivisionError (0.0 cannot be raised to a negative power)
+    assert split_noise_multiplier(1e300, 1e308) == pytest.approx(1e300, rel=1e-12)
+    assert split_noise_multiplier(1.0, 5.0) == (1.0 - 1 / 100) ** -0.5  # the formula as before, bit for bit
+    assert split_noise_multiplier(1e308, 1e308) == pytest.approx(1e308 / 0.75**0.5, rel=1e-12)  # 2 sigma_b = inf
+    with pytest.raises(ValueError, match=r"^count_noise=1e\+308 with noise_multiplier=1\.5e\+308 .* overflows"):
+        split_noise_multiplier(1.5e308, 1e308)
+    with pytest.raises(ValueError, match=r"^noise_multiplier \* clip, the noise's standard deviation, overflows"):
+        DPFedAvg(clip=1e200, noise_multiplier=1e200)
+    with pytest.raises(ValueError, match=r"z_Delta = .* times clip=1e\+300 overflows: lower noise_multiplier"):
+        DPFedAvg(clip=1e300, noise_multiplier=1e8, target_quantile=0.5, count_noise=5e7 + 1)
+
+
+def test_an_overflowing_clipping_norm_blames_clip_lr_or_count_noise():
+    u = _updates([1.0, 2.0, 3.0, 4.0])
+    # b_bar = 1 (every norm under C = 10): C exp(-1e308 (1 - 0.5)) was 0, then "clip must be > 0, got 0.0"
+    dp = DPFedAvg(clip=10.0, noise_multiplier=0.0, target_quantile=0.5, clip_lr=1e308)
+    with pytest.raises(
+        FloatingPointError, match=r"^Round 1: adaptive clipping's norm .* underflows to 0: lower clip_lr \(now 1e\+308"
+    ):
+        dp.aggregate(dp.init_state(_params(u), None, 4, 0)[0], u)
+    # a huge count noise: b_bar far below gamma, exp overflowed ("math range error")
+    dp = DPFedAvg(clip=10.0, noise_multiplier=1.0, target_quantile=0.5, count_noise=1e300)
+    state = dp.init_state(_params(u), None, 4, 0)[0]
+    with pytest.raises(
+        FloatingPointError,
+        match=r"^Round 1: .* (over|under)flows.*: lower clip_lr \(now 0\.2; .*or count_noise \(now 1e\+300",
+    ):
+        dp.aggregate(state, u)

@@ -434,3 +434,146 @@ def test_fedvg_overflowing_small_p_norms_blame_norm_order():
     strategy = STRATEGIES["fedvg"](VAL, norm_order=2**-7)  # was: "the validation gradient ... is NaN or Inf"
     with pytest.raises(ValueError, match=r"norm_order=0.0078125 norms of client \d+'s \(finite\) validation gradient"):
         simulate(FED, MODEL, strategy, **RUN)
+
+
+# --------------------------------------------------------------------------- DPFedAvg, Attack, secure_sum
+# The same property for DP-FedAvg's settings (fixed and adaptive clipping), an Attack's fields (the
+# attack run under FedAvg) and secure_sum's arguments: a completed call or an error naming the argument.
+DP_BASES = {"fixed": {}, "adaptive": {"target_quantile": 0.5, "count_noise": 2.0}}
+DP_PLAUSIBLE = {
+    "target_quantile": [None, 0.0, 0.5, 1.0],
+    "clip_lr": [None, 0.2, 1.0, 1e3, 1e308],
+    "count_noise": [None, 0.0, 0.5, 2.0, 1e300],
+    "noise_multiplier": [0.0, 1.0, 1e-200, 1e200, 1e300],
+    "clip": [1e-320, 0.1, 1.0, 1e200, 1e308],
+    "denominator": [None, 1, 4, 2**53],
+}
+
+
+@st.composite
+def spoiled_dpfedavg(draw):
+    """(clipping mode, spoiled parameter, its value, kwargs)."""
+    from fedlearn_edu.strategies import DPFedAvg
+
+    mode = draw(st.sampled_from(sorted(DP_BASES)), label="mode")
+    param = draw(st.sampled_from(list(inspect.signature(DPFedAvg).parameters)), label="parameter")
+    extra = DP_PLAUSIBLE.get(param, []) + PLAUSIBLE.get(param, [])
+    value = draw(st.one_of(st.sampled_from(extra + ODD), st.integers(-3, 6), st.floats(-2.0, 2.0)), label="value")
+    return mode, param, value, {**DP_BASES[mode], param: value}
+
+
+@settings(SETTINGS, max_examples=300)
+@given(spoiled_dpfedavg())
+def test_dpfedavg_runs_or_refuses_a_setting_by_name(case):
+    from fedlearn_edu.strategies import DPFedAvg
+
+    mode, param, value, kwargs = case
+    what = f"DPFedAvg({kwargs!r})"
+    try:
+        strategy = DPFedAvg(**kwargs)
+    except (ValueError, TypeError) as err:
+        _refused_by_name(err, param, what)
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:  # two rounds: the second uses the clipping norm adaptive clipping moved
+            simulate(FED, MODEL, strategy, **{**RUN, "rounds": 2})
+        except (ValueError, TypeError) as err:
+            _refused_by_name(err, param, f"simulate with {what}")
+        except FloatingPointError as err:
+            _diverged(err, param, value, f"simulate with {what}")
+
+
+def _attack_values() -> dict:
+    from fedlearn_edu.attacks import ATTACKS
+
+    target = {k: v + 1.0 for k, v in get_params(MODEL).items()}
+    return {
+        "kind": list(ATTACKS) + ["flip", "Sign_flip"],
+        "fraction": [0.25, 0.5, 0.75, 0.01, 0.99, 1.0, 0.0],
+        "seed": [0, 5, 2**64 - 1],
+        "scale": [1.0, -2.0, 0.0, 1e308],
+        "sigma": [0.0, 1.0, 1e308],
+        "target": [None, target, {}, {"nope": torch.zeros(1)}, {"out.bias": torch.zeros(7)}],
+    }
+
+
+@settings(SETTINGS, max_examples=300)
+@given(data=st.data())
+def test_an_attack_runs_or_refuses_a_field_by_name(data):
+    from fedlearn_edu.attacks import ATTACKS
+
+    options = _attack_values()
+    kind = data.draw(st.sampled_from(ATTACKS), label="kind of the valid attack")
+    kwargs = {"kind": kind, "fraction": 0.25}
+    if kind == "model_replacement":
+        kwargs["target"] = options["target"][1]
+    param = data.draw(st.sampled_from(sorted(options)), label="field")
+    value = data.draw(
+        st.one_of(st.sampled_from(options[param] + ODD), st.integers(-3, 6), st.floats(-2.0, 2.0)), label="value"
+    )
+    kwargs[param] = value
+    what = f"Attack({param}={value!r}) of {kind}"
+    try:
+        attack = Attack(**kwargs)
+    except (ValueError, TypeError) as err:
+        _refused_by_name(err, param, what)
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:  # four clients: a fraction must leave 1 to 3 attackers
+            simulate(FED, MODEL, FedAvg(), attack=attack, **{**RUN, "rounds": 2})
+        except (ValueError, TypeError) as err:
+            _refused_by_name(err, param, f"simulate with {what}")
+        except FloatingPointError as err:
+            _diverged(err, param, value, f"simulate with {what}")
+
+
+def _secure_sum_values() -> dict:
+    x = torch.randn(4, 3, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    return {
+        "inputs": [x, {"w": x, "b": x[:, :1]}, x.float(), x * 2**30, x[:, :0], x[:1], x * math.nan, x.int(), x[0]],
+        "client_ids": [
+            torch.arange(4),
+            [3, 1, 2, 0],
+            torch.arange(4).float(),
+            torch.tensor([0, 1, 1, 2]),
+            torch.arange(5),
+            [0, 1, 2, -1],
+            torch.arange(4)[None],
+            [0, 1, 2, 3.0],
+        ],
+        "seed": [0, 7, 2**64 - 1, 1.5],
+        "scale_bits": [0, 8, 16, 46, 60],
+        "modulus_bits": [8, 20, 32, 48, 62, 63],
+        "dropped": [None, [], [1], [0, 1], [0, 1, 2, 3], torch.tensor([2]), torch.tensor([2.0]), [7], (1,), {3}],
+        "threshold": [None, 1, 2, 3, 4, 5],
+    }
+
+
+def test_every_argument_of_secure_sum_is_drawn():
+    from fedlearn_edu.secagg import secure_sum
+
+    assert set(_secure_sum_values()) == set(inspect.signature(secure_sum).parameters)
+
+
+@settings(SETTINGS, max_examples=400)
+@given(data=st.data())
+def test_secure_sum_returns_or_refuses_an_argument_by_name(data):
+    from fedlearn_edu.secagg import secure_sum
+
+    options = _secure_sum_values()
+    param = data.draw(st.sampled_from(sorted(options)), label="argument")
+    value = data.draw(
+        st.one_of(st.sampled_from(options[param] + ODD), st.integers(-3, 6), st.floats(-2.0, 2.0)), label="value"
+    )
+    args = {"inputs": options["inputs"][0], "client_ids": torch.arange(4), "seed": 0, param: value}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a threshold <= m / 2 is warned about, and computed
+        try:
+            total, masked = secure_sum(**args)
+        except (ValueError, TypeError) as err:
+            _refused_by_name(err, param, f"secure_sum({param}={value!r})")
+            return
+    leaves = total.values() if isinstance(total, dict) else [total]
+    assert all(bool(torch.isfinite(t).all()) for t in leaves), f"secure_sum({param}={value!r}) gave {total}"

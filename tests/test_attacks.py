@@ -36,8 +36,8 @@ def test_attackers_are_chosen_by_the_attacks_seed():
     assert len(ids) == 6 and torch.equal(ids, ids.sort().values) and len(set(ids.tolist())) == 6
     assert torch.equal(ids, Attack("gaussian", fraction=0.3, seed=1).attackers(20))  # the kind does not matter
     assert not torch.equal(ids, Attack("sign_flip", fraction=0.3, seed=2).attackers(20))
-    assert len(Attack("free_rider", fraction=0.0).attackers(20)) == 0
-    assert len(Attack("free_rider", fraction=1.0).attackers(7)) == 7
+    assert len(Attack("free_rider", fraction=0.05).attackers(20)) == 1
+    assert len(Attack("free_rider", fraction=0.95).attackers(20)) == 19
 
 
 def test_each_update_level_kind():
@@ -95,7 +95,7 @@ def test_model_replacement_installs_the_target_under_fedavg():
 def test_bad_attacks_are_refused(fed):
     with pytest.raises(ValueError, match="kind must be one of"):
         Attack("flip")
-    with pytest.raises(ValueError, match=r"fraction must be in \[0, 1\]"):
+    with pytest.raises(ValueError, match=r"fraction must be in \(0, 1\) \(use attack=None .*\), got 1.5"):
         Attack("scale", fraction=1.5)
     with pytest.raises(ValueError, match="needs target="):
         Attack("model_replacement")
@@ -246,3 +246,42 @@ def test_engines_agree_and_a_resumed_run_is_bitwise_the_same(fed, tmp_path):
 def test_a_strategy_without_one_global_model_is_refused(fed):
     with pytest.raises(ValueError, match="stale free-rider attack aims at one global model; ifca keeps K cluster"):
         simulate(fed, _model(fed), IFCA(2), attack=Attack("stale_free_rider"), **STALE)
+
+
+def test_fractions_that_round_to_no_attacker_or_to_all_clients_are_refused(fed):
+    from fedlearn_edu.attacks import num_attackers
+
+    assert num_attackers(0.3, 20) == 6 and num_attackers(0.25, 4) == 1 and num_attackers(0.75, 4) == 3
+    # was: 0 attackers, a run identical to the clean one labelled as attacked
+    with pytest.raises(ValueError, match=r"^attack fraction=0.01 with num_clients=4 gives round\(0.01 \* 4\) = 0 "):
+        Attack("sign_flip", 0.01).attackers(4)
+    with pytest.raises(
+        ValueError,
+        match=r"fraction=0.01 with num_clients=8 .* = 0 attackers; no client would attack: "
+        r"choose a fraction in \[1/8, 7/8\]",
+    ):
+        simulate(fed, _model(fed), FedAvg(), attack=Attack("sign_flip", 0.01), **KW)
+    # was: every client an attacker (ALIE then sent the honest updates)
+    with pytest.raises(
+        ValueError, match=r"fraction=0.95 with num_clients=8 .* = 8 attackers; no client would stay honest"
+    ):
+        simulate(fed, _model(fed), FedAvg(), attack=Attack("alie", 0.95), **KW)
+    with pytest.raises(ValueError, match=r"fraction must be in \(0, 1\)"):
+        Attack("alie", 1.0)  # all clients, whatever N
+    with pytest.raises(ValueError, match=r"fraction must be in \(0, 1\)"):
+        Attack("sign_flip", 0.0)  # none, whatever N
+    with pytest.raises(ValueError, match="an attack needs at least 2 clients"):
+        num_attackers(0.5, 1)
+    with pytest.raises(TypeError, match="num_clients must be an integer"):
+        num_attackers(0.5, 4.0)
+    with pytest.raises(TypeError, match="fraction must be a real number"):
+        num_attackers("0.5", 4)
+
+
+def test_a_target_is_for_model_replacement_only():
+    with pytest.raises(
+        ValueError, match=r"^target is for kind='model_replacement' only, got a target with kind='sign_flip'"
+    ):
+        Attack("sign_flip", 0.25, target=object())  # was: accepted, then describe() raised AttributeError
+    with pytest.raises(ValueError, match=r"^target is for kind='model_replacement' only"):
+        Attack("scale", 0.25, target={"w": torch.zeros(2)})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 
 import numpy as np
@@ -28,7 +29,6 @@ def _opacus_epsilon(rounds, q, z, delta):
     [(100, 0.01, 1.1, 1e-5), (30, 0.5, 1.0, 1e-5), (50, 0.1, 0.8, 1e-6), (1, 1.0, 2.0, 1e-5), (200, 0.05, 1.5, 1e-5)],
 )
 def test_epsilon_agrees_with_opacus(rounds, q, z, delta):
-    pytest.importorskip("dp_accounting")
     from fedlearn_edu.privacy import epsilon
 
     """dp_accounting's RDP accountant and Opacus's agree to 0.25 %: both compose the sampled Gaussian
@@ -43,7 +43,6 @@ def test_epsilon_agrees_with_opacus(rounds, q, z, delta):
 
 
 def test_epsilon_grows_with_rounds_and_shrinks_with_noise():
-    pytest.importorskip("dp_accounting")
     from fedlearn_edu.privacy import epsilon
 
     eps = [epsilon(t, 0.25, 1.0, 1e-5) for t in (1, 10, 100)]
@@ -123,3 +122,25 @@ def test_loop_and_vmap_engines_give_the_same_private_run():
     for k in a.final_params:
         torch.testing.assert_close(a.final_params[k], b.final_params[k], rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(a.client_accuracy, b.client_accuracy, atol=1e-6)
+
+
+def test_noise_beyond_the_parameters_dtype_names_noise_multiplier():
+    fed = federated_dataset("digits", num_clients=8, alpha=0.5, seed=0)
+    model = make_model("mlp", fed.input_shape, fed.num_classes, hidden=(8,), seed=0)
+    # was: "... turned finite client updates into a NaN/Inf direction" and nothing more
+    with pytest.raises(
+        FloatingPointError,
+        match=r"noise_multiplier \* clip \(now 1e\+300 \* 1\.0\), too large .*lower noise_multiplier",
+    ):
+        simulate(fed, model, DPFedAvg(noise_multiplier=1e300), **{**KW, "rounds": 1})
+
+
+@pytest.mark.parametrize("accountant", ["rdp", "pld"])
+def test_an_epsilon_beyond_the_accountants_range_names_noise_multiplier(accountant):
+    from fedlearn_edu.privacy import epsilon
+
+    for z in (1e-300, 1e300):  # was: ZeroDivisionError / OverflowError from inside dp_accounting
+        with pytest.raises(
+            ValueError, match=rf"^noise_multiplier={re.escape(repr(z))} is beyond what the '{accountant}' accountant"
+        ):
+            epsilon(10, 0.5, z, 1e-5, accountant=accountant)

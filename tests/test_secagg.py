@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -103,3 +105,62 @@ def test_simulate_refuses_a_strategy_that_needs_each_update():
     ref = simulate(fed, model, FedAvg(), **kw)
     assert h.config["secure_aggregation"] is True and "secure_aggregation" not in ref.config
     assert all(torch.equal(h.final_params[k], ref.final_params[k]) for k in ref.final_params)
+
+
+def test_a_sum_that_can_pass_the_field_is_refused():
+    x = torch.full((4, 3), 2.0**30, dtype=torch.float64)  # each fits 2^47 at s = 16; their sum 2^48 does not
+    encode(x, 16, 48)
+    with pytest.raises(
+        ValueError,
+        match=r"^inputs: the 4 clients' fixed-point magnitudes .* add up to 2\.815e\+14 = "
+        r"2\^48\.0 .* 2\^\(k-1\) = 2\^47 \(scale_bits=16, modulus_bits=48\)",
+    ):
+        secure_sum(x, torch.arange(4), seed=0)  # was: 0.0 for every coordinate
+    with pytest.raises(ValueError, match=r"^inputs\['w'\]: the 4 clients"):
+        secure_sum({"b": torch.ones(4, 2), "w": x}, torch.arange(4), seed=0)
+    # opposite signs do not save it: the field must hold whatever the signs
+    with pytest.raises(ValueError, match="could wrap around"):
+        secure_sum(x * torch.tensor([[1.0], [-1.0], [1.0], [-1.0]], dtype=torch.float64), torch.arange(4), seed=0)
+    total, _ = secure_sum(x, torch.arange(4), seed=0, modulus_bits=50)  # two more bits: the exact sum
+    assert torch.equal(total, torch.full((3,), 2.0**32, dtype=torch.float64))
+    with pytest.raises(ValueError, match=r"add up to 1\.407e\+14 = 2\^47\.0"):  # 2^(k-1) itself is out
+        secure_sum(x[:, :1] / 2, torch.arange(4), seed=0)
+    total, _ = secure_sum(x[:, :1] / 4, torch.arange(4), seed=0)  # 2^46 fits
+    assert float(total) == 2.0**30
+
+
+def test_encode_refuses_nan_and_inf():
+    for bad in (math.nan, math.inf, -math.inf):  # was: NaN encoded as 0 (and Inf as a huge code)
+        with pytest.raises(ValueError, match=r"^encode: x holds 1 NaN or Inf value\(s\) of 3"):
+            encode(torch.tensor([1.0, bad, 0.0]))
+    with pytest.raises(TypeError, match="^encode: x must be a floating-point Tensor, got list"):
+        encode([1.0])
+    assert torch.equal(encode(torch.tensor([1, -2])), torch.tensor([2**16, 2**48 - 2**17]))  # integers still fine
+
+
+def test_client_ids_must_be_distinct_integers_one_per_row():
+    x = torch.ones(3, 2, dtype=torch.float64)
+    for call in (secure_sum, lambda x, ids, seed: mask_inputs(encode(x), ids, seed)):
+        # was: float ids truncated (1.5 -> 1), silently
+        with pytest.raises(
+            TypeError, match=r"^client_ids must be integer client ids .* Tensor of torch.float32; a float id"
+        ):
+            call(x, torch.tensor([0.0, 1.5, 2.0]), seed=0)
+        with pytest.raises(ValueError, match=r"^client_ids must be distinct, got \[0, 1, 1\]"):
+            call(x, torch.tensor([0, 1, 1]), seed=0)
+    with pytest.raises(ValueError, match=r"^client_ids has 2 ids for the 3 clients \(rows\) of inputs"):
+        secure_sum(x, torch.tensor([0, 1]), seed=0)
+    with pytest.raises(ValueError, match=r"^client_ids must be >= 0, got -1"):
+        secure_sum(x, [0, -1, 2], seed=0)
+    with pytest.raises(TypeError, match=r"^client_ids must be an integer, got 1.0"):
+        secure_sum(x, [0, 1.0, 2], seed=0)
+    total, masked = secure_sum(x, [4, 0, 9], seed=0)  # a list of ints is the same as the tensor
+    again, masked_again = secure_sum(x, torch.tensor([4, 0, 9]), seed=0)
+    assert torch.equal(total, again) and torch.equal(masked, masked_again)
+
+
+def test_too_many_scale_bits_for_the_modulus_names_both():
+    with pytest.raises(ValueError, match=r"^scale_bits must be <= modulus_bits - 2 = 6 \(modulus_bits=8\), got 16"):
+        secure_sum(torch.ones(3, 2), torch.arange(3), seed=0, modulus_bits=8)  # was: "scale_bits must be <= 6"
+    with pytest.raises(ValueError, match=r"^scale_bits must be <= modulus_bits - 2 = 46"):
+        encode(torch.ones(2), scale_bits=47)

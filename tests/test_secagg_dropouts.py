@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import warnings
 from collections import Counter
 
 import pytest
@@ -129,3 +130,47 @@ def test_too_few_survivors_and_bad_arguments_are_refused():
         shamir_share(PRIME, 2, 3, seed=0)
     with pytest.raises(ValueError, match=r"distinct x"):
         shamir_reconstruct([(1, 2), (1, 3)])
+
+
+def test_shamir_refuses_a_composite_prime_and_non_integer_shares():
+    with pytest.raises(ValueError, match=r"^prime must be a prime number .*, got 15, which is composite"):
+        shamir_share(42, 2, 3, seed=0, prime=15)  # was: shares whose interpolation gives a wrong secret
+    with pytest.raises(ValueError, match=r"^prime must be a prime number .*, got 2047"):  # 2^11 - 1 = 23 * 89
+        shamir_reconstruct([(1, 2), (2, 3)], prime=2047)
+    for prime in (101, 2**31 - 1, PRIME, 2**89 - 1):
+        assert shamir_reconstruct(shamir_share(42, 2, 3, seed=1, prime=prime)[1:], prime=prime) == 42
+    shares = shamir_share(42, 2, 3, seed=0, prime=101)
+    for bad in [(1, 2.5), (1.0, shares[0][1]), (1,), "ab"]:  # was: 2.5 -> 2 and 1.0 -> 1, a wrong secret
+        with pytest.raises(TypeError, match=r"^shares must be \(x, y\) pairs of integers, got "):
+            shamir_reconstruct([bad, shares[1]], prime=101)
+
+
+def test_a_threshold_of_at_most_half_the_clients_is_warned_about():
+    x = torch.randn(6, 3, dtype=torch.float64)
+    with pytest.warns(
+        UserWarning, match=r"^threshold=3 <= m / 2 = 3 \(m = 6 clients\) is unsafe: .* use threshold > m / 2"
+    ):
+        total, _ = secure_sum(x, torch.arange(6), seed=0, dropped=[1], threshold=3)
+    keep = torch.tensor([i != 1 for i in range(6)])
+    torch.testing.assert_close(total, (torch.round(x * 2**16) / 2**16)[keep].sum(0), rtol=0, atol=0)  # still exact
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        secure_sum(x, torch.arange(6), seed=0, dropped=[1], threshold=4)
+        secure_sum(x, torch.arange(6), seed=0)  # None: a majority, m // 2 + 1
+
+
+def test_dropped_ids_and_the_seed_are_not_truncated():
+    x = torch.randn(5, 3, dtype=torch.float64)
+    ids = torch.arange(5)
+    # was: dropped=tensor([1.7]) dropped client 1, and seed=1.5 ran with seed 1
+    with pytest.raises(TypeError, match=r"^dropped must be integer client ids .* Tensor of torch.float32"):
+        secure_sum(x, ids, seed=0, dropped=torch.tensor([1.7]))
+    with pytest.raises(TypeError, match=r"^dropped must be an integer, got 1.7"):
+        secure_sum(x, ids, seed=0, dropped=[1.7])
+    with pytest.raises(TypeError, match=r"^dropped must be integer client ids .*, got 3 \(int\)"):
+        secure_sum(x, ids, seed=0, dropped=3)
+    with pytest.raises(TypeError, match=r"^seed must be an integer, got 1.5"):
+        secure_sum(x, ids, seed=1.5)
+    a, _ = secure_sum(x, ids, seed=0, dropped=torch.tensor([[1], [4]]))  # any shape of int tensor, as before
+    b, _ = secure_sum(x, ids, seed=0, dropped={4, 1})  # any iterable of ints
+    assert torch.equal(a, b)

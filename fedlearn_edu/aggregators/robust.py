@@ -179,9 +179,10 @@ def _check_krum_f(f, m: int) -> int:
     if not 2 * f + 2 < m:
         raise ValueError(
             f"Krum needs 2f + 2 < m (f faulty among m clients); got f={f!r} with m={m}: "
-            f"use f <= {max(max_krum_f(m), 0)} or select more clients."
+            f"use f <= {max(max_krum_f(m), 0)} or select at least {2 * f + 3} clients."
             if m > 2
-            else f"Krum needs 2f + 2 < m; got f={f!r} with m={m} clients: select at least 3 clients."
+            else f"Krum needs 2f + 2 < m; got f={f!r} with m={m} clients: select at least 3 clients"
+            + (f" (at least {2 * f + 3} with f={f})." if f else ".")
         )
     return f
 
@@ -269,7 +270,11 @@ def _check_bulyan_f(f, m: int) -> int:
     if not 4 * f + 3 <= m:
         raise ValueError(
             f"Bulyan needs 4f + 3 <= m (f faulty among m clients); got f={f!r} with m={m}: "
-            + (f"use f <= {max_bulyan_f(m)} or select more clients." if m >= 3 else "select at least 3 clients.")
+            + (
+                f"use f <= {max_bulyan_f(m)} or select at least {4 * f + 3} clients."
+                if m >= 3
+                else "select at least 3 clients" + (f" (at least {4 * f + 3} with f={f})." if f else ".")
+            )
         )
     return f
 

@@ -16,11 +16,14 @@ C. A weighted sum ``sum_i p_i Delta~_i`` has sensitivity ``max_j p_j C`` only if
 are fixed in advance: with p_i = n_i / sum_k n_k, removing client j changes every other p_i
 (the sum moves by up to about ``2 max_j p_j C``), and data-dependent weights -- FedVG's inverse
 validation-gradient norms, FedOUI's activation scores, even the n_i themselves, which are
-private -- let one client's data change every other client's weight, with no bound the noise
-covers. The package **refuses** them: DP-FedAvg weighs every clipped update alike with the
-fixed denominator, and a re-weighting strategy built on it (``FedVG(base=DPFedAvg(...))``) is
-refused at construction. (McMahan et al. also allow bounded weights ``w_i = min(n_i / w_hat, 1)``
-fixed per client, with denominator ``q W``; not implemented here.)
+private -- let one client's data change every other client's weight. A bound remains, but
+only the trivial one: weights that sum to 1 keep the weighted average of clipped updates
+within norm C, so one client moves it by at most 2C -- 2D times the C / D of DP-FedAvg's
+fixed-denominator mean, and noise 2D times larger. The package **refuses** them: DP-FedAvg
+weighs every clipped update alike with the fixed denominator, and a re-weighting strategy
+built on it (``FedVG(base=DPFedAvg(...))``) is refused at construction. (McMahan et al. also
+allow bounded weights ``w_i = min(n_i / w_hat, 1)`` fixed per client, with denominator
+``q W``; not implemented here.)
 
 **Adaptive clipping** (Andrew, Thakkar, McMahan & Ramaswamy, NeurIPS 2021), with
 ``target_quantile=gamma``: the clipping norm C_t lives in the server state (``"clip"``) and
@@ -80,7 +83,9 @@ def split_noise_multiplier(noise_multiplier: float, count_noise: float) -> float
         z_Delta (>= z).
 
     Raises:
-        ValueError: ``count_noise`` is too small for ``noise_multiplier`` (z_Delta undefined).
+        ValueError: ``count_noise`` is too small for ``noise_multiplier`` (z_Delta undefined),
+            or so close to ``noise_multiplier / 2`` (or ``noise_multiplier`` so large) that
+            z_Delta overflows.
 
     Example:
         >>> round(split_noise_multiplier(1.0, 5.0), 6)  # (1 - 1/100)^(-1/2)
@@ -95,7 +100,20 @@ def split_noise_multiplier(noise_multiplier: float, count_noise: float) -> float
             f"count_noise must be > noise_multiplier / 2 = {z / 2!r} for the update's noise multiplier "
             f"z_Delta = (z^-2 - (2 count_noise)^-2)^(-1/2) to exist, got {count_noise!r}."
         )
-    return (z**-2 - (2 * sigma_b) ** -2) ** -0.5
+    try:
+        return (z**-2 - (2 * sigma_b) ** -2) ** -0.5
+    except (OverflowError, ZeroDivisionError):  # z or sigma_b beyond the powers' range: the same, factored
+        pass
+    r = (z / 2) / sigma_b  # not z / (2 sigma_b): 2 sigma_b may overflow
+    rest = 1.0 - r * r
+    out = z / math.sqrt(rest) if rest > 0 else math.inf
+    if not math.isfinite(out):
+        raise ValueError(
+            f"count_noise={count_noise!r} with noise_multiplier={noise_multiplier!r} gives an update noise multiplier "
+            f"z_Delta = z (1 - (z / (2 count_noise))^2)^(-1/2) that overflows: use a count_noise well above "
+            f"noise_multiplier / 2 = {z / 2!r}, or a smaller noise_multiplier."
+        )
+    return out
 
 
 class DPFedAvg(Strategy):
@@ -113,8 +131,8 @@ class DPFedAvg(Strategy):
         optimizer: the server optimizer (default ``ServerSGD(server_lr)``).
         target_quantile: gamma in ``[0, 1]``: adaptive clipping towards the gamma-quantile of
             the update norms (``None``, the default: fixed clipping at ``clip``).
-        clip_lr: eta_C > 0, the geometric update's step size (adaptive clipping only; the
-            paper's default 0.2).
+        clip_lr: eta_C > 0, the geometric update's step size (adaptive clipping only;
+            ``None``: the paper's default 0.2).
         count_noise: sigma_b >= 0, the noise on the count of unclipped updates (adaptive
             clipping only; ``None``: 0 without noise, and required, ``> z / 2``, with noise;
             the paper suggests about m / 20).
@@ -143,25 +161,36 @@ class DPFedAvg(Strategy):
         server_lr: float = 1.0,
         optimizer: ServerOptimizer | None = None,
         target_quantile: float | None = None,
-        clip_lr: float = 0.2,
+        clip_lr: float | None = None,
         count_noise: float | None = None,
     ):
-        """Check the arguments (see the class docstring) and keep them."""
+        """Check the arguments (see the class docstring) and keep them.
+
+        Raises:
+            TypeError: an argument of the wrong type.
+            ValueError: an argument out of range; ``noise_multiplier * clip`` (the noise's
+                standard deviation) overflows; ``clip_lr`` or ``count_noise`` without
+                ``target_quantile``; ``count_noise`` too small for ``noise_multiplier``.
+        """
         super().__init__(server_lr, optimizer)
         self.clip = check_positive(clip, "clip")
         self.noise_multiplier = check_positive(noise_multiplier, "noise_multiplier", allow_zero=True)
+        if not math.isfinite(self.noise_multiplier * self.clip):
+            raise ValueError(
+                f"noise_multiplier * clip, the noise's standard deviation, overflows: {noise_multiplier!r} * "
+                f"{clip!r}; lower noise_multiplier (or clip)."
+            )
         self.denominator = None if denominator is None else check_int(denominator, "denominator", 1, maximum=2**53)
         # Kept private (with read-only properties) so that a fixed-clipping DPFedAvg's repr,
         # which run settings and checkpoints record, is what it was.
         self._adaptive = None
         if target_quantile is None:
-            if count_noise is not None:
-                raise ValueError(
-                    f"count_noise is for adaptive clipping; give target_quantile too (got {count_noise!r})."
-                )
+            for name, value in (("clip_lr", clip_lr), ("count_noise", count_noise)):
+                if value is not None:
+                    raise ValueError(f"{name} is for adaptive clipping; give target_quantile too (got {value!r}).")
             return
         gamma = check_range(target_quantile, "target_quantile", 0.0, 1.0)
-        eta = check_positive(clip_lr, "clip_lr")
+        eta = check_positive(0.2 if clip_lr is None else clip_lr, "clip_lr")
         if count_noise is None:
             if self.noise_multiplier > 0:
                 raise ValueError(
@@ -171,7 +200,12 @@ class DPFedAvg(Strategy):
                 )
             count_noise = 0.0
         sigma_b = check_positive(count_noise, "count_noise", allow_zero=True)
-        split_noise_multiplier(self.noise_multiplier, sigma_b)  # refuses a too small sigma_b
+        z_delta = split_noise_multiplier(self.noise_multiplier, sigma_b)  # refuses a too small sigma_b
+        if not math.isfinite(z_delta * self.clip):
+            raise ValueError(
+                f"the update's noise multiplier z_Delta = {z_delta!r} (from noise_multiplier={noise_multiplier!r} and "
+                f"count_noise={count_noise!r}) times clip={clip!r} overflows: lower noise_multiplier (or clip)."
+            )
         self._adaptive = (gamma, eta, sigma_b)
 
     @property
@@ -264,6 +298,8 @@ class DPFedAvg(Strategy):
 
         Raises:
             RuntimeError: the strategy clips with a fixed norm.
+            FloatingPointError: ``C_{t+1}`` overflows or underflows to 0 (a ``clip_lr`` too large
+                for the norms, or a huge ``count_noise``); the message names the round and them.
         """
         if self._adaptive is None:
             raise RuntimeError("next_clip is for adaptive clipping (DPFedAvg(..., target_quantile=gamma)).")
@@ -273,7 +309,31 @@ class DPFedAvg(Strategy):
             g = torch.Generator().manual_seed(derive_seed(seed, round, _TAG_COUNT))
             count += sigma_b * float(torch.randn((), generator=g, dtype=torch.float64))
         b_bar = count / denominator
-        return float(clip) * math.exp(-eta * (b_bar - gamma)), b_bar
+        try:
+            new = float(clip) * math.exp(-eta * (b_bar - gamma))
+        except OverflowError:
+            new = math.inf
+        if not 0 < new < math.inf:
+            noisy = (
+                f" or count_noise (now {sigma_b!r}, which moves b_bar by about {sigma_b / denominator:.3g})"
+                if sigma_b
+                else ""
+            )
+            raise FloatingPointError(
+                f"Round {round}: adaptive clipping's norm C exp(-clip_lr (b_bar - gamma)) = {float(clip):.4g} "
+                f"exp(-{eta:g} * ({b_bar:.4g} - {gamma:g})) {'overflows' if new else 'underflows to 0'}: "
+                f"lower clip_lr (now {eta!r}; the paper uses 0.2){noisy}."
+            )
+        return new, b_bar
+
+    def nonfinite_hint(self) -> str:
+        """The noise's standard deviation z C overflowed the parameters' dtype: lower z (or C, or eta_C)."""
+        adaptive = f", or clip_lr (now {self._adaptive[1]!r}), which moves C" if self._adaptive else ""
+        return (
+            f"DP-FedAvg's noise has standard deviation noise_multiplier * clip (now {self.update_noise_multiplier!r} * "
+            f"{self.clip!r}{' at the start' if self._adaptive else ''}), too large for the parameters' dtype: lower "
+            f"noise_multiplier (or clip{adaptive})."
+        )
 
     def direction(self, server_state: dict, updates: ClientUpdates) -> tuple[Params, dict, dict]:
         """``g = -(sum of clipped updates + noise) / D`` (and, adaptive, the next clipping norm).

@@ -54,6 +54,21 @@ def _check_f(f) -> int | None:
     return None if f is None else check_int(f, "f", 0)
 
 
+def _f_for(rule: str, f: int | None, m: int, largest) -> int:
+    """The f a Krum-type rule uses with m clients: ``f``, or ``largest(m)`` when ``None``.
+
+    With ``f=None`` and fewer than the 3 clients the rule needs even at f = 0, the message
+    names the round's number of clients and that minimum (not an f the caller never gave);
+    an ``f`` too large for m is refused by the aggregator (naming f and m).
+    """
+    if f is None and largest(m) < 0:
+        raise ValueError(
+            f"{rule} needs at least 3 clients per round (f = 0 faulty), got {m}: raise clients_per_round "
+            "to 3 or more (and use a federation with at least 3 clients)."
+        )
+    return largest(m) if f is None else f
+
+
 def _check_weighting(weighting) -> str:
     if weighting not in WEIGHTING:
         raise ValueError(f"weighting must be one of {WEIGHTING}, got {weighting!r}.")
@@ -204,8 +219,12 @@ class Krum(_Robust):
 
         Returns:
             f.
+
+        Raises:
+            ValueError: ``f`` is ``None`` and m < 3, the fewest clients Krum takes; the message
+                names m and that minimum.
         """
-        return max_krum_f(m) if self.f is None else self.f
+        return _f_for(type(self).__name__, self.f, m, max_krum_f)
 
     def k_for(self, m: int) -> int:
         """How many clients are averaged with m clients (1 for Krum).
@@ -303,9 +322,13 @@ class Bulyan(_Robust):
 
         Returns:
             ``(Bulyan's aggregate {name: Tensor[...]}, {}, {"selected": client ids})``.
+
+        Raises:
+            ValueError: fewer than ``4f + 3`` clients (3 when f is ``None``); the message names
+                the round's number of clients and the minimum.
         """
         m = updates.num_clients
-        f = max_bulyan_f(m) if self.f is None else self.f
+        f = _f_for("Bulyan", self.f, m, max_bulyan_f)
         chosen = bulyan_select(deltas, f)
         return bulyan(deltas, f), {}, {"selected": updates.client_ids[chosen.cpu()]}
 

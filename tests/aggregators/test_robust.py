@@ -343,3 +343,18 @@ def test_inputs_are_not_modified_and_dtype_kept():
         assert torch.equal(d[k], before[k])
     for out in outs:
         assert all(out[k].dtype == torch.float32 for k in d)
+
+
+def test_an_f_too_large_for_m_names_the_clients_it_needs():
+    d = _updates(6)
+    # was: "... or select more clients." without saying how many
+    with pytest.raises(ValueError, match=r"got f=2 with m=6: use f <= 1 or select at least 7 clients\.$"):
+        krum(d, 2)
+    with pytest.raises(ValueError, match=r"got f=1 with m=6: use f <= 0 or select at least 7 clients\.$"):
+        bulyan(d, 1)
+    with pytest.raises(ValueError, match=r"with m=2 clients: select at least 3 clients \(at least 5 with f=1\)\.$"):
+        krum(torch.zeros(2, 3), 1)
+    with pytest.raises(ValueError, match=r"with m=2: select at least 3 clients \(at least 11 with f=2\)\.$"):
+        bulyan(torch.zeros(2, 3), 2)
+    with pytest.raises(ValueError, match=r"with m=2 clients: select at least 3 clients\.$"):
+        krum(torch.zeros(2, 3), 0)

@@ -145,3 +145,17 @@ def test_bad_arguments_are_refused():
     u = _updates()
     with pytest.raises(ValueError, match=r"Bulyan needs 4f \+ 3 <= m.*f=2 with m=7"):
         Bulyan(f=2).aggregate(Bulyan().init_state(_state(u), None, 20, 0)[0], u)
+
+
+@pytest.mark.parametrize("make", [Krum, MultiKrum, Bulyan, lambda: Krum(layerwise=True)])
+def test_too_few_clients_per_round_names_them_and_the_minimum(fed, make):
+    strategy = make()
+    # was: "f must be >= 0, got -1." though f was never given
+    with pytest.raises(ValueError, match=rf"^{type(strategy).__name__} needs at least 3 clients per round .*, got 2: "):
+        simulate(fed, _model(fed), strategy, **{**KW, "clients_per_round": 2, "rounds": 1})
+    u = _updates(m=2)
+    with pytest.raises(ValueError, match=r"needs at least 3 clients per round \(f = 0 faulty\), got 2"):
+        strategy.aggregate(strategy.init_state(_state(u), None, 20, 0)[0], u)
+    # with f given, too large for m, the aggregator names f and m (unchanged)
+    with pytest.raises(ValueError, match=r"got f=1 with m=2.*select at least 3 clients"):
+        type(strategy)(f=1).aggregate(strategy.init_state(_state(u), None, 20, 0)[0], u)
