@@ -558,6 +558,8 @@ class FederationSpec:
             _check_clusters(self.partition_params, self.num_clients)
         else:
             _check_partition_params(self.partition, self.partition_params)
+        if not isinstance(self.attack, str):
+            raise TypeError(f"attack must be a kind such as 'sign_flip' or '' (none), got {self.attack!r}.")
         if self.attack:
             from .attacks import ATTACKS, Attack
 
@@ -574,14 +576,12 @@ class FederationSpec:
                 )
             try:
                 Attack(self.attack, self.attack_fraction, **self.attack_params)  # the parameters are valid
-            except TypeError as err:  # an unknown field
+            except (TypeError, ValueError) as err:  # an unknown field, or a value Attack refuses
                 known = [
                     f.name for f in dataclasses.fields(Attack) if f.name not in ("kind", "fraction", "seed", "target")
                 ]
-                raise ValueError(f"attack_params takes {known}; got {self.attack_params!r} ({err}).") from None
-        elif self.attack != "" or self.attack_fraction or self.attack_params:
-            if self.attack not in ("", None):
-                raise ValueError(f"attack must be a kind such as 'sign_flip' or '', got {self.attack!r}.")
+                raise ValueError(f"attack_params takes {known}; got {self.attack_params!r} ({err})") from None
+        elif not _is_zero(self.attack_fraction) or self.attack_params:
             raise ValueError("attack_fraction and attack_params need an attack kind (attack='sign_flip', ...).")
 
     def config(self) -> dict:
@@ -646,6 +646,11 @@ def _check_partition_params(partition: str, params: Mapping) -> None:
             check_int(value, name, 1 if allowed[key] == "integer" else 0)
 
 
+def _is_zero(value) -> bool:
+    """``value`` is the number 0 (not ``False``, ``None`` or an empty container)."""
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool) and value == 0
+
+
 def _check_attackers(kind: str, fraction: float, num_clients: int) -> None:
     """Raise ValueError when ``fraction`` of ``num_clients`` rounds to no attacker or to every client.
 
@@ -670,7 +675,7 @@ def _check_clusters(params: Mapping, num_clients: int) -> None:
     from .data.shifts import parse_shift
 
     if set(params) != {"num_clusters", "shift"}:
-        raise ValueError(f"A '{CLUSTERS}' federation takes partition_params num_clusters and shift, got {params!r}.")
+        raise ValueError(f"partition='{CLUSTERS}' takes partition_params num_clusters and shift, got {params!r}.")
     k = params["num_clusters"]
     if not isinstance(k, int) or isinstance(k, bool) or k < 2:
         raise ValueError(f"num_clusters must be an integer >= 2, got {k!r}.")
