@@ -1972,18 +1972,20 @@ def summarize(records, protocol: Protocol | None = None, baseline: str = "fedavg
     return pd.DataFrame(out)
 
 
-def format_table(summary, metrics=("lastk", "worst10"), percent: bool = True) -> str:
+def format_table(summary, metrics=("lastk", "worst10"), percent: bool = True, failed=()) -> str:
     """The summary as text: ``mean +- half-width`` per method (rows) x federation (columns).
 
     The paired difference to FedAvg follows each cell with its verdict and Holm-adjusted
     p-value: ``(+d +- h, better p=0.003)``. Rows keep the grid's order: the table is not a
-    ranking. A ``-`` marks a method with no evaluation on a federation: not in the grid there
-    (``methods_for``), or every run failed (the failure report names those).
+    ranking. ``failed`` marks a method every run of which failed on a federation (the failure
+    report names those); ``-`` one not in the grid there (``methods_for``).
 
     Args:
         summary: a :func:`summarize` DataFrame.
         metrics: the metrics to show, one block each (names of :data:`METRICS`).
         percent: show fractions as percentages.
+        failed: the ``(federation, method)`` pairs every run of which failed (shown as
+            ``failed``, with their row and column even when nothing else is in them).
 
     Returns:
         The table as lines of text, one block per metric; :data:`NOTHING_FINISHED` when the
@@ -2003,8 +2005,9 @@ def format_table(summary, metrics=("lastk", "worst10"), percent: bool = True) ->
     if missing:
         raise ValueError(f"summary lacks the columns {missing}; pass a summarize() DataFrame.")
     scale = 100.0 if percent else 1.0
-    feds = list(dict.fromkeys(summary["federation"]))
-    meths = list(dict.fromkeys(summary["method"]))
+    failed = {tuple(c) for c in failed}
+    feds = list(dict.fromkeys([*summary["federation"], *(f for f, _ in failed)]))
+    meths = list(dict.fromkeys([*summary["method"], *(m for _, m in failed)]))
     lines = []
     for metric in metrics:
         lines.append(
@@ -2021,6 +2024,7 @@ def format_table(summary, metrics=("lastk", "worst10"), percent: bool = True) ->
                     f"{r['vs_' + metric]} p={r['p_holm_' + metric]:.2g})"
                 )
             cells[(r["federation"], r["method"])] = text
+        cells.update({c: "failed" for c in failed if c not in cells})
         colw = max([len(c) for c in cells.values()] + [len(f) for f in feds]) + 2
         lines.append("".ljust(width) + "".join(f.ljust(colw) for f in feds))
         for m in meths:
@@ -2142,19 +2146,26 @@ class BenchmarkResult:
             metrics: the metrics to show (names of :data:`METRICS`).
 
         Returns:
-            The table as text; when no evaluation run finished, a line that says so, how many
-            runs failed and the :meth:`failure_report`.
+            The table as text, ``failed`` where every run of a method on a federation failed;
+            when no evaluation run finished, a line that says so, how many runs failed and the
+            :meth:`failure_report`.
 
         Raises:
             ValueError: a metric not in :data:`METRICS`.
         """
         s = self.summary()
-        table = format_table(s, metrics)
+        table = format_table(s, metrics, failed=self._failed_cells(s))
         if len(s) == 0:
             failed = f"{len(self.failed)} of {len(self.runs)} runs failed." if len(self.runs) else "No run ran."
             report = self.failure_report()
             table = "\n".join([f"{table.rstrip()} {failed}", *([report] if report else [])]) + "\n"
         return table
+
+    def _failed_cells(self, summary) -> list:
+        """The ``(federation, method)`` pairs that ran but have no row in ``summary``: every run failed."""
+        done = set(zip(summary["federation"], summary["method"]))
+        ran = dict.fromkeys(zip(self.runs["federation"], self.runs["method"])) if len(self.runs) else {}
+        return [c for c in ran if c not in done]
 
     def failure_report(self) -> str:
         """What failed and how to rerun it ('' when nothing did)."""
@@ -2579,8 +2590,9 @@ def markdown_report(result: BenchmarkResult, command: str = "") -> str:
 
     p = result.protocol
     s = result.summary()
-    feds = list(dict.fromkeys(s["federation"]))
-    meths = list(dict.fromkeys(s["method"]))
+    failed = result._failed_cells(s)  # every run failed: a row and column of their own, marked so
+    feds = list(dict.fromkeys([*s["federation"], *(f for f, _ in failed)]))
+    meths = list(dict.fromkeys([*s["method"], *(m for _, m in failed)]))
     ran = set(zip(result.runs["federation"], result.runs["method"])) if len(result.runs) else set()
     commits = ", ".join(sorted({str(c)[:12] for c in result.runs.get("git_commit", []) if str(c)})) or "unknown"
     lines = ["# Benchmark report", ""]

@@ -421,3 +421,24 @@ def test_load_refuses_a_path_that_is_not_one():
     for out in (None, 123, b"x"):
         with pytest.raises(TypeError, match="out must be a results folder's path"):
             benchmark.load(out)
+
+
+def test_a_table_shows_the_cells_every_run_of_which_failed(monkeypatch, tmp_path):
+    ok = _synthetic(2.0)
+
+    def execute(config, factory=None, root=None):
+        return _failing(config) if config["method"] == "broken" else ok(config)
+
+    methods = [
+        benchmark.Method("fedavg", tune={"server_lr": [1.0, 2.0, 4.0]}),
+        benchmark.Method("broken", strategy="fedavg", tune={"server_lr": [1.0, 2.0]}),
+    ]
+    r = _run(monkeypatch, tmp_path, 2.0, methods=methods)
+    monkeypatch.setattr(benchmark, "execute", execute)
+    r = benchmark.run(
+        methods, ["dirichlet:0.1"], out=tmp_path / "b", engine="sequential", progress=False, rounds=ROUNDS, last_k=2
+    )
+    assert list(r.summary().method) == ["fedavg"]
+    rows = {line.split()[0]: line.split()[1:] for line in r.table().splitlines() if line.strip()}
+    assert rows["broken"] == ["failed"]  # was: the method left out of the table without a word
+    assert "| broken | failed |" in benchmark.markdown_report(r)
