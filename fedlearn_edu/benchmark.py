@@ -2512,9 +2512,19 @@ def plot_intervals(summary, metric: str = "lastk"):
 
     Returns:
         The matplotlib figure, one panel per federation.
+
+    Raises:
+        TypeError: ``metric`` is not a string.
+        ValueError: ``metric`` is not one of those, or the summary has no row (no evaluation
+            run finished).
     """
     import matplotlib.pyplot as plt
 
+    if not isinstance(metric, str):
+        raise TypeError(f"metric must be a metric's name such as 'lastk', got {metric!r}.")
+    _check_metrics(metric, ("lastk", "final", "worst10"), "metric")
+    if len(summary) == 0:
+        raise ValueError(f"{NOTHING_FINISHED[:-1]}; nothing to plot.")
     feds = list(dict.fromkeys(summary["federation"]))
     meths = list(dict.fromkeys(summary["method"]))
     fig, axes = plt.subplots(

@@ -442,3 +442,14 @@ def test_a_table_shows_the_cells_every_run_of_which_failed(monkeypatch, tmp_path
     rows = {line.split()[0]: line.split()[1:] for line in r.table().splitlines() if line.strip()}
     assert rows["broken"] == ["failed"]  # was: the method left out of the table without a word
     assert "| broken | failed |" in benchmark.markdown_report(r)
+
+
+def test_plot_intervals_refuses_an_unknown_metric_and_an_empty_summary(monkeypatch, tmp_path):
+    import pandas as pd
+
+    s = _run(monkeypatch, tmp_path, 2.0).summary()
+    with pytest.raises(ValueError, match=r"^metric: unknown metric 'accuracy'; choose from \['lastk'"):
+        benchmark.plot_intervals(s, "accuracy")  # was: KeyError: 'd_accuracy'
+    with pytest.raises(ValueError, match="No evaluation run finished"):
+        benchmark.plot_intervals(benchmark.summarize(pd.DataFrame()))  # was: matplotlib's "Number of columns"
+    benchmark.plot_intervals(s, "worst10")
