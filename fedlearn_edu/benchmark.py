@@ -1480,11 +1480,12 @@ def _connect(scheduler: str):
         ) from None
 
 
-def _preflight(cells, protocol: Protocol, root) -> None:
+def _preflight(cells, protocol: Protocol, root, keep: bool = False) -> None:
     """Build what every run needs once, before the first run: a bad grid fails here, not in every run.
 
     Each federation is built on the first tuning seed with its model, and every candidate of a
-    package method gets its strategy built; the results are not kept (runs build their own).
+    package method gets its strategy built. The federations stay in this process's cache only
+    with ``keep`` (the sequential engine's runs then reuse them); worker processes build their own.
     """
     from .models import make_model
 
@@ -1505,7 +1506,8 @@ def _preflight(cells, protocol: Protocol, root) -> None:
                     f"{' '.join(str(err).split())}"
                 ) from None
             finally:
-                _FED_CACHE.clear()
+                if not keep:
+                    _FED_CACHE.clear()
         if m.factory is not None or m.server_validation > 0:  # its own factory, or FedVG's data-bound set
             continue
         for settings in m.candidates():
@@ -1622,7 +1624,7 @@ def run(
         redone=redone,
     )
     out = _check_out(out)
-    _preflight(cells, protocol, data_root)
+    _preflight(cells, protocol, data_root, keep=engine == "sequential")
     if scheduler is not None:
         opts["client"] = _connect(scheduler)
     started = time.perf_counter()

@@ -453,3 +453,23 @@ def test_plot_intervals_refuses_an_unknown_metric_and_an_empty_summary(monkeypat
     with pytest.raises(ValueError, match="No evaluation run finished"):
         benchmark.plot_intervals(benchmark.summarize(pd.DataFrame()))  # was: matplotlib's "Number of columns"
     benchmark.plot_intervals(s, "worst10")
+
+
+QUICK_PROTOCOL = dict(rounds=ROUNDS, last_k=2, tuning_seeds=(0,), eval_seeds=(1, 2), num_clients=4)
+
+
+def test_the_check_before_the_first_run_leaves_the_sequential_runs_their_federations(monkeypatch, tmp_path):
+    monkeypatch.setattr(benchmark, "_FED_CACHE", {})
+    built = []
+    real = benchmark._federation
+
+    def counting(spec, seed, root):
+        built.append((spec["name"], seed))
+        return real(spec, seed, root)
+
+    monkeypatch.setattr(benchmark, "_federation", counting)
+    monkeypatch.setattr(benchmark, "execute", _synthetic(2.0))
+    benchmark.run(["fedavg"], ["iid"], out=tmp_path, engine="sequential", progress=False, **QUICK_PROTOCOL)
+    assert built == [("iid", 0)] and len(benchmark._FED_CACHE) == 1  # kept for the runs of this process
+    benchmark.run(["fedavg"], ["iid"], out=tmp_path / "j", engine="joblib", n_jobs=1, progress=False, **QUICK_PROTOCOL)
+    assert benchmark._FED_CACHE == {}  # worker processes build their own: none is held here
