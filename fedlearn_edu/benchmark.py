@@ -563,7 +563,7 @@ class FederationSpec:
         if self.attack:
             from .attacks import ATTACKS, Attack
 
-            if not isinstance(self.attack, str) or self.attack not in ATTACKS or self.attack == "model_replacement":
+            if self.attack not in ATTACKS or self.attack == "model_replacement":
                 kinds = [k for k in ATTACKS if k != "model_replacement"]
                 raise ValueError(f"attack must be one of {kinds} (or ''), got {self.attack!r}.")
             check_range(self.attack_fraction, "attack_fraction", 0.0, 1.0, low_open=True, high_open=True)
@@ -831,15 +831,12 @@ class Protocol:
         both = set(self.tuning_seeds) & set(self.eval_seeds)
         if both:
             raise ValueError(f"tuning_seeds and eval_seeds must be disjoint; both hold {sorted(both)}.")
-        for name in ("rounds", "clients_per_round", "local_epochs", "batch_size"):
+        for name in ("rounds", "clients_per_round", "local_epochs", "batch_size", "last_k"):
+            if name == "last_k" and self.last_k is None:  # the default: the last 5 evaluations, or all of fewer
+                object.__setattr__(self, "last_k", min(LAST_K, int(self.rounds)))
             v = getattr(self, name)
             if not isinstance(v, (int, np.integer)) or isinstance(v, (bool, np.bool_)) or v < 1:
                 raise ValueError(f"{name} must be a positive integer, got {v!r}.")
-        if self.last_k is None:  # the default: the last 5 evaluations, or every one of a shorter run
-            object.__setattr__(self, "last_k", min(LAST_K, int(self.rounds)))
-        v = self.last_k
-        if not isinstance(v, (int, np.integer)) or isinstance(v, (bool, np.bool_)) or v < 1:
-            raise ValueError(f"last_k must be a positive integer, got {v!r}.")
         if self.last_k > self.rounds:
             raise ValueError(f"last_k={self.last_k} exceeds rounds={self.rounds}.")
         for name, v, high, high_open in (
