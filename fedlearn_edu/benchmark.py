@@ -67,16 +67,18 @@ import math
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import product
 from pathlib import Path
 
 import numpy as np
 
+from .checks import check_int, check_positive, check_range, check_seed
 from .stats import VERDICTS, t_interval
 
 __all__ = [
@@ -140,6 +142,8 @@ GUIDE_METRICS = ("lastk", "worst10", "rounds_to_target")
 LOWER_IS_BETTER = ("rounds_to_target",)
 # Per tested metric M, the summary's columns X_M besides d_M, d_M_ci and vs_M.
 _TEST_COLUMNS = ("n", "sd", "p", "dz", "p_perm", "p_holm", "q", "tost", "tost_holm", "mdd")
+# The criterion's default window: the last 5 evaluations (every one of a shorter run).
+LAST_K = 5
 # Columns of a run's rows that are computed by the run (the rest are its settings).
 VALUE_COLUMNS = ("round", "mean", "std", "worst10", "best10", "loss", "train_loss")
 
@@ -166,6 +170,14 @@ class Method:
             (``None``: those of ``tune`` that are scales: the steps ``server_lr`` and
             ``effective_lr`` and the knobs ``mu``, ``alpha``, ``q``, ``lambda_lr``, ``lam``;
             never a bounded one such as ``momentum`` or a count such as ``num_clusters``).
+
+    Raises:
+        TypeError: a field of the wrong type (``fixed``/``tune`` not mappings, ``strategy`` not a
+            name, ``factory`` not callable).
+        ValueError: an empty name or candidate list, ``server_validation`` outside ``[0, 1)``, or
+            ``extend`` naming a setting that is not tuned or has non-positive candidates. A
+            strategy name or setting the strategy refuses is found by :func:`run` before its
+            first run.
     """
 
     name: str
@@ -184,13 +196,23 @@ class Method:
             object.__setattr__(self, "strategy", self.name)
         if self.factory is not None and not callable(self.factory):
             raise TypeError(f"Method factory must be callable, got {self.factory!r}.")
+        if self.strategy is not None and not isinstance(self.strategy, str):
+            raise TypeError(f"Method {self.name!r}: strategy must be a strategy's name, got {self.strategy!r}.")
+        for what in ("fixed", "tune"):
+            if not isinstance(getattr(self, what), Mapping):
+                raise TypeError(
+                    f"Method {self.name!r}: {what} must be a mapping {{setting: ...}}, got {getattr(self, what)!r}."
+                )
+        check_range(self.server_validation, "server_validation", 0.0, 1.0, high_open=True)
+        if not isinstance(self.note, str):
+            raise TypeError(f"Method {self.name!r}: note must be a string, got {self.note!r}.")
         for key, values in dict(self.tune).items():
             if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or len(values) == 0:
                 raise ValueError(f"Method {self.name!r}: tune[{key!r}] must be a non-empty list, got {values!r}.")
         object.__setattr__(self, "fixed", dict(self.fixed))
         object.__setattr__(self, "tune", {k: list(v) for k, v in dict(self.tune).items()})
         extend = tuple(k for k in self.tune if k in SCALE_SETTINGS) if self.extend is None else self.extend
-        if isinstance(extend, str) or not all(isinstance(k, str) for k in extend):
+        if isinstance(extend, str) or not isinstance(extend, Sequence) or not all(isinstance(k, str) for k in extend):
             raise TypeError(f"Method {self.name!r}: extend must be a tuple of setting names, got {self.extend!r}.")
         for key in extend:
             values = self.tune.get(key)
@@ -435,14 +457,14 @@ def fixed_step(m, server_lr: float) -> Method:
         The new :class:`Method` (its other tuned settings, if any, stay tuned).
 
     Raises:
-        ValueError: ``server_lr`` is not a positive number.
+        TypeError: ``server_lr`` is not a real number.
+        ValueError: ``server_lr`` is not a finite number > 0.
     """
     m = method(m)
-    if isinstance(server_lr, bool) or not isinstance(server_lr, (int, float)) or not server_lr > 0:
-        raise ValueError(f"server_lr must be a positive number, got {server_lr!r}.")
+    server_lr = check_positive(server_lr, "server_lr")
     tune = {k: v for k, v in m.tune.items() if k != "server_lr"}
     extend = tuple(k for k in m.extend if k != "server_lr")
-    return dataclasses.replace(m, fixed={**m.fixed, "server_lr": float(server_lr)}, tune=tune, extend=extend)
+    return dataclasses.replace(m, fixed={**m.fixed, "server_lr": server_lr}, tune=tune, extend=extend)
 
 
 def method(spec) -> Method:
@@ -494,6 +516,14 @@ class FederationSpec:
         attack_params: the :class:`~fedlearn_edu.attacks.Attack`'s other fields (``scale``,
             ``sigma``).
         root: the dataset folder (not part of the run's key).
+
+    Raises:
+        TypeError: a field of the wrong type (a name that is not a string, a count that is not
+            an integer, parameters that are not a mapping).
+        ValueError: an unknown dataset, model, partition or attack; ``partition_params`` the
+            partition does not take or out of range (as :func:`parse_federation` checks them);
+            ``num_samples`` below ``num_clients``; an ``attack_fraction`` that rounds to no
+            attacker or to every client; ``attack_params`` that set the seed, kind or fraction.
     """
 
     name: str
@@ -513,29 +543,51 @@ class FederationSpec:
     def __post_init__(self):
         from .data import PARTITIONS
 
-        if self.partition not in PARTITIONS and self.partition != CLUSTERS:
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise ValueError(f"FederationSpec name must be a non-empty string, got {self.name!r}.")
+        _check_names(self.dataset, self.model)
+        if not isinstance(self.partition, str) or (self.partition not in PARTITIONS and self.partition != CLUSTERS):
             raise ValueError(f"Unknown partition {self.partition!r}; choose one of {[*PARTITIONS, CLUSTERS]}.")
-        if not isinstance(self.num_clients, int) or isinstance(self.num_clients, bool) or self.num_clients < 2:
-            raise ValueError(f"num_clients must be an integer >= 2, got {self.num_clients!r}.")
-        if not 0 <= self.noisy_clients <= 1 or not 0 <= self.noise_fraction <= 1:
-            raise ValueError(
-                f"noisy_clients and noise_fraction must be in [0, 1], got {self.noisy_clients!r}, "
-                f"{self.noise_fraction!r}."
-            )
+        check_int(self.num_clients, "num_clients", 2)
+        if self.num_samples is not None:
+            check_int(self.num_samples, "num_samples", self.num_clients)
+        check_range(self.noisy_clients, "noisy_clients", 0.0, 1.0)
+        check_range(self.noise_fraction, "noise_fraction", 0.0, 1.0)
+        for what in ("partition_params", "attack_params"):
+            if not isinstance(getattr(self, what), Mapping):
+                raise TypeError(f"{what} must be a mapping {{name: value}}, got {getattr(self, what)!r}.")
+        if self.root is not None and not isinstance(self.root, (str, os.PathLike)):
+            raise TypeError(f"root must be a folder's path or None, got {self.root!r}.")
         object.__setattr__(self, "partition_params", dict(self.partition_params))
         object.__setattr__(self, "attack_params", dict(self.attack_params))
         if self.partition == CLUSTERS:
             _check_clusters(self.partition_params, self.num_clients)
+        else:
+            _check_partition_params(self.partition, self.partition_params)
+        if not isinstance(self.attack, str):
+            raise TypeError(f"attack must be a kind such as 'sign_flip' or '' (none), got {self.attack!r}.")
         if self.attack:
             from .attacks import ATTACKS, Attack
 
             if self.attack not in ATTACKS or self.attack == "model_replacement":
                 kinds = [k for k in ATTACKS if k != "model_replacement"]
                 raise ValueError(f"attack must be one of {kinds} (or ''), got {self.attack!r}.")
-            if not 0 < self.attack_fraction < 1:
-                raise ValueError(f"attack_fraction must be in (0, 1), got {self.attack_fraction!r}.")
-            Attack(self.attack, self.attack_fraction, **self.attack_params)  # the parameters are valid
-        elif self.attack_fraction or self.attack_params:
+            check_range(self.attack_fraction, "attack_fraction", 0.0, 1.0, low_open=True, high_open=True)
+            _check_attackers(self.attack, self.attack_fraction, self.num_clients)
+            fixed = sorted(set(self.attack_params) & {"kind", "fraction", "seed", "target"})
+            if fixed:
+                raise ValueError(
+                    f"attack_params may not set {fixed}: the kind and fraction are the spec's, the attackers are "
+                    f"drawn with the run's seed; got {self.attack_params!r}."
+                )
+            try:
+                Attack(self.attack, self.attack_fraction, **self.attack_params)  # the parameters are valid
+            except (TypeError, ValueError) as err:  # an unknown field, or a value Attack refuses
+                known = [
+                    f.name for f in dataclasses.fields(Attack) if f.name not in ("kind", "fraction", "seed", "target")
+                ]
+                raise ValueError(f"attack_params takes {known}; got {self.attack_params!r} ({err})") from None
+        elif not _is_zero(self.attack_fraction) or self.attack_params:
             raise ValueError("attack_fraction and attack_params need an attack kind (attack='sign_flip', ...).")
 
     def config(self) -> dict:
@@ -559,12 +611,77 @@ CLUSTERS = "clusters"
 CLUSTER_SHIFT = "label"
 
 
+def _check_names(dataset, model) -> None:
+    """Raise unless ``dataset`` and ``model`` are names the package knows (no file is read)."""
+    from .data.datasets import dataset_info
+    from .models import MODELS
+
+    for what, value in (("dataset", dataset), ("model", model)):
+        if not isinstance(value, str):
+            raise TypeError(
+                f"{what} must be a name such as {'digits' if what == 'dataset' else 'mlp'!r}, got {value!r}."
+            )
+    dataset_info(dataset)  # "Unknown dataset ..."
+    if model.lower().replace("-", "").replace("_", "") not in MODELS:
+        raise ValueError(f"Unknown model {model!r}; choose one of {sorted(MODELS)}.")
+
+
+# The partition_params each partition takes: a positive number, or a positive / non-negative integer.
+_PARTITION_PARAMS = {
+    "iid": {},
+    "dirichlet": {"alpha": "positive", "min_size": "count"},
+    "shards": {"shards_per_client": "integer"},
+    "quantity": {"sigma": "positive", "min_size": "count"},
+}
+
+
+def _check_partition_params(partition: str, params: Mapping) -> None:
+    """Raise unless ``params`` are keys ``partition`` takes, with valid values (as :func:`parse_federation`'s)."""
+    allowed = _PARTITION_PARAMS.get(partition, {})
+    unknown = sorted(set(params) - set(allowed), key=str)
+    if unknown:
+        raise ValueError(
+            f"partition_params of a {partition!r} partition take {sorted(allowed)}; got unknown {unknown} "
+            f"in {params!r}."
+        )
+    for key, value in params.items():
+        name = f"partition_params[{key!r}]"
+        if allowed[key] == "positive":
+            check_positive(value, name)
+        else:
+            check_int(value, name, 1 if allowed[key] == "integer" else 0)
+
+
+def _is_zero(value) -> bool:
+    """``value`` is the number 0 (not ``False``, ``None`` or an empty container)."""
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool) and value == 0
+
+
+def _check_attackers(kind: str, fraction: float, num_clients: int) -> None:
+    """Raise ValueError when ``fraction`` of ``num_clients`` rounds to no attacker or to every client.
+
+    :meth:`~fedlearn_edu.attacks.Attack.attackers` draws ``round(fraction N)`` clients: 0 would
+    record a clean federation as attacked, N would leave no honest client.
+    """
+    k = int(round(fraction * num_clients))
+    if k == 0:
+        raise ValueError(
+            f"attack_fraction={fraction!r} of {num_clients} clients rounds to no attacker (round({fraction!r} x "
+            f"{num_clients}) = 0); use a fraction of at least 1/{num_clients} or more clients."
+        )
+    if k >= num_clients:
+        raise ValueError(
+            f"attack_fraction={fraction!r} of {num_clients} clients makes every client an attacker ({kind}; round("
+            f"{fraction!r} x {num_clients}) = {k}); use a smaller fraction that leaves at least one honest client."
+        )
+
+
 def _check_clusters(params: Mapping, num_clients: int) -> None:
     """Raise ValueError unless ``params`` define K >= 2 equal clusters of ``num_clients`` and a known shift."""
     from .data.shifts import parse_shift
 
     if set(params) != {"num_clusters", "shift"}:
-        raise ValueError(f"A '{CLUSTERS}' federation takes partition_params num_clusters and shift, got {params!r}.")
+        raise ValueError(f"partition='{CLUSTERS}' takes partition_params num_clusters and shift, got {params!r}.")
     k = params["num_clusters"]
     if not isinstance(k, int) or isinstance(k, bool) or k < 2:
         raise ValueError(f"num_clusters must be an integer >= 2, got {k!r}.")
@@ -664,9 +781,11 @@ class Protocol:
             10 by default). The intervals are *conditional on the picks*: the tuning's own
             variance is not in them.
         rounds, clients_per_round, local_epochs, batch_size, lr: shared by every method.
-        last_k: the criterion and the ``lastk`` metrics average the last ``last_k`` evaluations.
-        target: the accuracy of ``rounds_to_target``.
-        engine: :func:`~fedlearn_edu.simulate`'s engine (``"auto"``: vmap where it applies).
+        last_k: the criterion and the ``lastk`` metrics average the last ``last_k`` evaluations
+            (``None``: 5, or ``rounds`` when the run is shorter).
+        target: the accuracy of ``rounds_to_target``, in ``(0, 1]``.
+        engine: :func:`~fedlearn_edu.simulate`'s engine: ``"auto"`` (vmap where it applies),
+            ``"vmap"`` or ``"loop"``.
         alpha: the level of every test (after correction).
         margin: the equivalence margin of the accuracy metrics (a fraction: 0.02 = 2 points);
             a difference is *equivalent* only when a TOST against ``+-margin`` passes.
@@ -674,6 +793,12 @@ class Protocol:
             method lets it extend (:attr:`Method.extend`), one more candidate is added beyond
             that end (the grid's ratio at that end: x2 for a grid 1, 2, 4), at most ``edge_cap``
             times per end; a pick still at an end is flagged. ``0`` turns the rule off.
+
+    Raises:
+        TypeError: ``tuning_seeds`` or ``eval_seeds`` is not a sequence.
+        ValueError: any other field of the wrong type or out of range (bools are not numbers;
+            seeds are below 2**64), seeds shared by both phases, ``last_k > rounds``, an
+            unknown ``engine``.
     """
 
     tuning_seeds: tuple = (0, 1, 2)
@@ -683,7 +808,7 @@ class Protocol:
     local_epochs: int = 1
     batch_size: int = 10
     lr: float = 0.1
-    last_k: int = 5
+    last_k: int | None = None
     target: float = 0.8
     engine: str = "auto"
     alpha: float = 0.05
@@ -691,10 +816,17 @@ class Protocol:
     edge_cap: int = 3
 
     def __post_init__(self):
+        from .engine import ENGINES
+
         for name in ("tuning_seeds", "eval_seeds"):
-            seeds = tuple(getattr(self, name))
-            if any(not isinstance(s, (int, np.integer)) or isinstance(s, bool) or s < 0 for s in seeds):
+            given = getattr(self, name)
+            if isinstance(given, (str, bytes, Mapping)) or not isinstance(given, (Sequence, range, np.ndarray)):
+                raise TypeError(f"{name} must be a sequence of seeds such as (0, 1, 2), got {given!r}.")
+            seeds = tuple(given)
+            if any(not isinstance(s, (int, np.integer)) or isinstance(s, (bool, np.bool_)) for s in seeds):
                 raise ValueError(f"{name} must be non-negative integers, got {seeds!r}.")
+            for s in seeds:
+                check_seed(s, name)
             if len(set(seeds)) != len(seeds):
                 raise ValueError(f"{name} holds a seed twice: {seeds!r}.")
             object.__setattr__(self, name, tuple(int(s) for s in seeds))
@@ -706,18 +838,24 @@ class Protocol:
         if both:
             raise ValueError(f"tuning_seeds and eval_seeds must be disjoint; both hold {sorted(both)}.")
         for name in ("rounds", "clients_per_round", "local_epochs", "batch_size", "last_k"):
+            if name == "last_k" and self.last_k is None:  # the default: the last 5 evaluations, or all of fewer
+                object.__setattr__(self, "last_k", min(LAST_K, int(self.rounds)))
             v = getattr(self, name)
-            if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
+            if not isinstance(v, (int, np.integer)) or isinstance(v, (bool, np.bool_)) or v < 1:
                 raise ValueError(f"{name} must be a positive integer, got {v!r}.")
         if self.last_k > self.rounds:
             raise ValueError(f"last_k={self.last_k} exceeds rounds={self.rounds}.")
-        if not (isinstance(self.lr, (int, float)) and self.lr > 0 and math.isfinite(self.lr)):
-            raise ValueError(f"lr must be a positive number, got {self.lr!r}.")
-        if not 0 < self.target <= 1:
-            raise ValueError(f"target must be in (0, 1], got {self.target!r}.")
-        for name, v in (("alpha", self.alpha), ("margin", self.margin)):
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < 1:
-                raise ValueError(f"{name} must be a number in (0, 1), got {v!r}.")
+        for name, v, high, high_open in (
+            ("lr", self.lr, None, False),
+            ("target", self.target, 1.0, False),
+            ("alpha", self.alpha, 1.0, True),
+            ("margin", self.margin, 1.0, True),
+        ):
+            if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
+                raise ValueError(f"{name} must be a number, got {v!r} ({type(v).__name__}).")
+            check_range(v, name, 0.0, high, low_open=True, high_open=high_open)
+        if not isinstance(self.engine, str) or self.engine not in ("auto", *ENGINES):
+            raise ValueError(f"engine must be one of {['auto', *sorted(ENGINES)]}, got {self.engine!r}.")
         if isinstance(self.edge_cap, bool) or not isinstance(self.edge_cap, (int, np.integer)) or self.edge_cap < 0:
             raise ValueError(f"edge_cap must be a non-negative integer, got {self.edge_cap!r}.")
 
@@ -1302,30 +1440,172 @@ def run_configs(
     return statuses
 
 
-def _methods(methods) -> list[Method]:
+def _listed(value, what: str, kinds: tuple, example: str) -> list:
+    """``value`` as a non-empty list: one item of ``kinds`` or an iterable of them; TypeError/ValueError otherwise."""
+    if isinstance(value, kinds):
+        return [value]
+    if isinstance(value, (bytes, Mapping)) or not isinstance(value, Iterable):
+        raise TypeError(f"{what} must be {example} or a list of them, got {value!r} ({type(value).__name__}).")
+    items = list(value)
+    if not items:
+        raise ValueError(f"{what} is empty; give at least one ({example}).")
+    return items
+
+
+def _methods(methods, what: str = "methods") -> list[Method]:
     if methods is None:
         methods = CLASSROOM_METHODS
-    if isinstance(methods, (str, Method)):
-        methods = [methods]
-    ms = [method(m) for m in methods]
+    ms = []
+    for m in _listed(methods, what, (str, Method), "a method name such as 'fedavg' or a benchmark.Method"):
+        try:
+            ms.append(method(m))
+        except (TypeError, ValueError) as err:
+            raise type(err)(f"{what}: {err}") from None
     if "fedavg" not in [m.name for m in ms]:
         ms.insert(0, METHODS["fedavg"])  # the baseline of every paired difference
     names = [m.name for m in ms]
     if len(set(names)) != len(names):
-        raise ValueError(f"methods holds a name twice: {names!r}.")
+        raise ValueError(f"{what} holds a name twice: {names!r}.")
     return ms
 
 
 def _federations(federations, common) -> list[FederationSpec]:
     if federations is None:
         federations = ["dirichlet:0.1"]
-    if isinstance(federations, (str, FederationSpec)):
-        federations = [federations]
-    feds = [parse_federation(f, **common) for f in federations]
+    feds = []
+    for f in _listed(
+        federations, "federations", (str, FederationSpec), "a string like 'dirichlet:0.1' or a FederationSpec"
+    ):
+        try:
+            feds.append(parse_federation(f, **common))
+        except (TypeError, ValueError) as err:
+            raise type(err)(f"federations: {err}") from None
     names = [f.name for f in feds]
     if len(set(names)) != len(names):
         raise ValueError(f"federations holds a name twice: {names!r}.")
     return feds
+
+
+def _check_out(out) -> Path:
+    """The results folder ``out`` as a Path, checked before any run: writable, ``runs`` a folder.
+
+    Args:
+        out: a folder's path (``str`` or ``os.PathLike``; ``~`` is expanded); it may not exist
+            yet, but its parent folder must.
+
+    Returns:
+        The folder's :class:`~pathlib.Path`.
+
+    Raises:
+        TypeError: ``out`` is not a path (``None``, a number, bytes).
+        ValueError: ``out`` is empty, is a file, has a ``runs`` that is not a folder, or cannot be
+            written (read-only, or its parent folder does not exist).
+    """
+    if not isinstance(out, (str, os.PathLike)) or isinstance(out, bytes):
+        raise TypeError(f"out must be a folder's path (a str or pathlib.Path), got {out!r} ({type(out).__name__}).")
+    if not str(out).strip():
+        raise ValueError("out is empty; name a results folder such as 'benchmark_runs' ('.' for this folder).")
+    path = Path(out).expanduser()
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"out={str(out)!r} exists and is not a folder; name a folder.")
+    if (path / "runs").exists() and not (path / "runs").is_dir():
+        raise ValueError(
+            f"out={str(out)!r} holds a file 'runs' where the runs' folder goes; move it or pick another out."
+        )
+    parent = path if path.exists() else path.absolute().parent
+    if not parent.is_dir():
+        raise ValueError(f"out={str(out)!r}: folder {parent} does not exist; create it first.")
+    folder = next(f for f in (path / "runs", path, parent) if f.is_dir())
+    try:  # a probe file, removed at once: read-only folders and file systems are found before any run
+        tempfile.TemporaryFile(dir=folder).close()
+    except OSError as err:
+        raise ValueError(
+            f"out={str(out)!r}: folder {folder} is not writable ({err.strerror or err}); pick a folder you may "
+            "write to."
+        ) from None
+    return path
+
+
+# How long run() waits for a Dask scheduler given by its address before it gives up.
+DASK_TIMEOUT = 10.0
+
+
+def _engine(engine, n_jobs, client, scheduler) -> str:
+    """The engine after checking ``engine``, ``n_jobs``, ``client`` and ``scheduler`` together."""
+    if client is not None and scheduler is not None:
+        raise ValueError("Pass client= or scheduler=, not both.")
+    if client is not None and (isinstance(client, (str, bytes)) or not callable(getattr(client, "submit", None))):
+        raise TypeError(f"client must be a distributed.Client (pass an address as scheduler=), got {client!r}.")
+    if scheduler is not None and (not isinstance(scheduler, str) or not scheduler.strip()):
+        raise TypeError(f"scheduler must be a Dask scheduler's address such as 'tcp://host:8786', got {scheduler!r}.")
+    if engine is None:
+        engine = "dask" if (client is not None or scheduler is not None) else "joblib"
+    if engine not in ("sequential", "joblib", "dask"):
+        raise ValueError(f"Unknown engine {engine!r}; choose 'sequential', 'joblib' or 'dask'.")
+    if n_jobs is not None:
+        check_int(n_jobs, "n_jobs", 1)
+        if engine != "joblib":
+            raise ValueError(f"n_jobs={n_jobs!r} applies to engine='joblib' only, not engine={engine!r}; drop it.")
+    if engine != "dask" and (client is not None or scheduler is not None):
+        given = "client" if client is not None else "scheduler"
+        raise ValueError(
+            f"{given}= applies to engine='dask' only, not engine={engine!r}; drop it or use engine='dask'."
+        )
+    if engine == "dask" and client is None and scheduler is None:
+        raise ValueError("engine='dask' needs client= (a distributed.Client) or scheduler= (an address).")
+    return engine
+
+
+def _connect(scheduler: str):
+    """A ``distributed.Client`` of the scheduler at ``scheduler``; ValueError when it does not answer."""
+    from distributed import Client
+
+    try:
+        return Client(scheduler, timeout=DASK_TIMEOUT)
+    except Exception as err:  # OSError, TimeoutError, or an AssertionError for a malformed address
+        raise ValueError(
+            f"scheduler={scheduler!r}: no Dask scheduler answered within {DASK_TIMEOUT:g} s "
+            f"({type(err).__name__}: {' '.join(str(err).split())[:200]}); start it or check the address."
+        ) from None
+
+
+def _preflight(cells, protocol: Protocol, root, keep: bool = False) -> None:
+    """Build what every run needs once, before the first run: a bad grid fails here, not in every run.
+
+    Each federation is built on the first tuning seed with its model, and every candidate of a
+    package method gets its strategy built. The federations stay in this process's cache only
+    with ``keep`` (the sequential engine's runs then reuse them); worker processes build their own.
+    """
+    from .models import make_model
+
+    seed, done = protocol.tuning_seeds[0], set()
+    for f, m in cells:
+        spec = f.config()
+        if f.name not in done:
+            done.add(f.name)
+            build = _clustered_federation if f.partition == CLUSTERS else _federation
+            try:
+                fed = build(spec, seed, root)
+                make_model(f.model, fed.input_shape, fed.num_classes, seed=seed)
+            except FileNotFoundError:
+                raise
+            except (ValueError, TypeError, KeyError, IndexError, RuntimeError, OSError) as err:
+                raise ValueError(
+                    f"federations: {f.name!r} cannot be built (seed {seed}): {type(err).__name__}: "
+                    f"{' '.join(str(err).split())}"
+                ) from None
+            finally:
+                if not keep:
+                    _FED_CACHE.clear()
+        if m.factory is not None or m.server_validation > 0:  # its own factory, or FedVG's data-bound set
+            continue
+        for settings in m.candidates():
+            try:
+                _strategy(_config(m, f, protocol, settings, seed, "tune"), None)
+            except (ValueError, TypeError) as err:
+                raise type(err)(
+                    f"methods: {m.name!r} with settings {_plain(settings)!r}: {' '.join(str(err).split())}"
+                ) from None
 
 
 def run(
@@ -1376,11 +1656,20 @@ def run(
     Returns:
         A :class:`BenchmarkResult` (records, picks, summary); it is also written to ``out``.
 
+    Everything is checked before the first run: the arguments, every federation (built once on
+    the first tuning seed, with its model) and every candidate's strategy of the package's
+    methods, so that a grid no run of which could succeed is refused, not run.
+
     Raises:
-        TypeError: ``protocol`` is not a :class:`Protocol`.
-        ValueError: an unknown engine or method, a bad ``n_jobs``, both ``client`` and
-            ``scheduler``, federations with the same name, or a ``methods_for`` key that names
-            no federation of the grid.
+        TypeError: ``protocol`` is not a :class:`Protocol`; ``methods``, ``federations``,
+            ``methods_for``, ``out``, ``client`` or ``scheduler`` of the wrong type.
+        ValueError: no method or federation, an unknown engine or method, a federation or a
+            candidate setting that cannot be built, a bad ``n_jobs``, ``n_jobs`` without the
+            joblib engine, ``client``/``scheduler`` without the Dask one (or both), a scheduler
+            that does not answer within :data:`DASK_TIMEOUT` seconds, federations with the same
+            name, a ``methods_for`` key that names no federation of the grid, or an ``out`` that
+            is empty, a file, holds a file ``runs`` or cannot be written.
+        FileNotFoundError: a federation's dataset is not on disk.
 
     Example:
         >>> result = benchmark.run(["fedavg", "craft"], ["dirichlet:0.1"], rounds=20)  # doctest: +SKIP
@@ -1396,23 +1685,20 @@ def run(
     common = {"dataset": dataset, "num_clients": num_clients, "model": model, "num_samples": num_samples}
     common = {k: v for k, v in common.items() if v is not None}
     if root is not None:
+        if not isinstance(root, (str, os.PathLike)):
+            raise TypeError(f"root must be a folder's path or None, got {root!r}.")
         common["root"] = str(root)
     feds = _federations(federations, common)
     own = {}
+    if methods_for is not None and not isinstance(methods_for, Mapping):
+        raise TypeError(f"methods_for must be a mapping {{federation name: methods}}, got {methods_for!r}.")
     for name, names in (methods_for or {}).items():
         if name not in [f.name for f in feds]:
             raise ValueError(f"methods_for names {name!r}, not a federation of the grid {[f.name for f in feds]!r}.")
-        own[name] = _methods(names)
+        own[name] = _methods(names, f"methods_for[{name!r}]")
     cells = [(f, m) for f in feds for m in own.get(f.name, ms)]
     ms = list({m.name: m for _, m in cells}.values())
-    if client is not None and scheduler is not None:
-        raise ValueError("Pass client= or scheduler=, not both.")
-    if engine is None:
-        engine = "dask" if (client is not None or scheduler is not None) else "joblib"
-    if engine not in ("sequential", "joblib", "dask"):
-        raise ValueError(f"Unknown engine {engine!r}; choose 'sequential', 'joblib' or 'dask'.")
-    if n_jobs is not None and (not isinstance(n_jobs, int) or isinstance(n_jobs, bool) or n_jobs < 1):
-        raise ValueError(f"n_jobs must be a positive integer, got {n_jobs!r}.")
+    engine = _engine(engine, n_jobs, client, scheduler)
     factories = {m.name: m.factory for m in ms if m.factory is not None}
     roots = {f.root for f in feds}
     data_root = roots.pop() if len(roots) == 1 else None
@@ -1426,16 +1712,24 @@ def run(
         progress=progress,
         redone=redone,
     )
+    out = _check_out(out)
+    _preflight(cells, protocol, data_root, keep=engine == "sequential")
+    if scheduler is not None:
+        opts["client"] = _connect(scheduler)
     started = time.perf_counter()
-    picks, grids, edges, tune_cfgs, statuses = _tune(ms, feds, protocol, out, opts, cells)
-    eval_cfgs = []
-    for (fname, mname), settings in picks.items():
-        if settings is None:
-            continue
-        m = next(x for x in ms if x.name == mname)
-        f = next(x for x in feds if x.name == fname)
-        eval_cfgs += [_config(m, f, protocol, settings, seed, "eval") for seed in protocol.eval_seeds]
-    statuses.update(run_configs(eval_cfgs, out, desc="evaluation", **opts))
+    try:
+        picks, grids, edges, tune_cfgs, statuses = _tune(ms, feds, protocol, out, opts, cells)
+        eval_cfgs = []
+        for (fname, mname), settings in picks.items():
+            if settings is None:
+                continue
+            m = next(x for x in ms if x.name == mname)
+            f = next(x for x in feds if x.name == fname)
+            eval_cfgs += [_config(m, f, protocol, settings, seed, "eval") for seed in protocol.eval_seeds]
+        statuses.update(run_configs(eval_cfgs, out, desc="evaluation", **opts))
+    finally:
+        if scheduler is not None:
+            opts["client"].close()
     result = BenchmarkResult.collect(out, tune_cfgs + eval_cfgs, statuses, ms, feds, protocol, picks)
     result.grids, result.edges = grids, edges
     result.wall_seconds = time.perf_counter() - started
@@ -1627,6 +1921,38 @@ def _family_stats(out: list, baseline: str, protocol: Protocol) -> None:
             )
 
 
+# The record columns summarize() reads.
+_SUMMARY_INPUTS = ("phase", "federation", "method", "settings", "seed", "round", "mean", "worst10", "std", "evaluated")
+
+
+def _summary_columns() -> list:
+    """The columns of a :func:`summarize` frame (those of a summary without rows)."""
+    cols = ["federation", "method", "settings", "n_seeds", "seeds", "evaluated"]
+    for metric in METRICS:
+        cols += [metric, f"{metric}_ci"] + (["reached"] if metric == "rounds_to_target" else [])
+    for metric in TESTED_METRICS:
+        cols += [f"{c}_{metric}" for c in _TEST_COLUMNS] + [f"d_{metric}", f"d_{metric}_ci", f"vs_{metric}"]
+    return cols
+
+
+def _check_metrics(metrics, allowed, what: str = "metrics") -> list:
+    """``metrics`` (a name or a list of names) as a list, each one of ``allowed``."""
+    names = [metrics] if isinstance(metrics, str) else metrics
+    if not isinstance(names, Iterable) or isinstance(names, (bytes, Mapping)):
+        raise TypeError(f"{what} must be a metric's name or a list of them, got {metrics!r}.")
+    names = list(names)
+    if not names:
+        raise ValueError(f"{what} is empty; choose from {list(allowed)}.")
+    for name in names:
+        if name not in allowed:
+            raise ValueError(f"{what}: unknown metric {name!r}; choose from {list(allowed)}.")
+    return names
+
+
+# What a table or report says when no evaluation run finished.
+NOTHING_FINISHED = "No evaluation run finished: nothing to tabulate (every run failed or none ran)."
+
+
 def summarize(records, protocol: Protocol | None = None, baseline: str = "fedavg", confidence: float = 0.95):
     """The evaluation runs' summary: one row per federation x method, with corrected verdicts.
 
@@ -1659,14 +1985,30 @@ def summarize(records, protocol: Protocol | None = None, baseline: str = "fedavg
         confidence: the level of the t-intervals.
 
     Returns:
-        A DataFrame, one row per federation x method present, in the records' order.
+        A DataFrame, one row per federation x method present, in the records' order; without
+        rows (but with every column) when no evaluation run finished.
+
+    Raises:
+        TypeError: ``records`` is not a DataFrame, or ``protocol`` not a :class:`Protocol`.
+        ValueError: ``records`` has rows but lacks a column the summary needs.
     """
     import pandas as pd
 
     from . import stats
 
+    if not isinstance(records, pd.DataFrame):
+        raise TypeError(f"records must be a pandas DataFrame of tidy records, got {type(records).__name__}.")
+    if protocol is not None and not isinstance(protocol, Protocol):
+        raise TypeError(f"protocol must be a benchmark.Protocol or None, got {protocol!r}.")
     protocol = protocol or Protocol()
+    if len(records) == 0:
+        return pd.DataFrame(columns=_summary_columns())
+    missing = [c for c in _SUMMARY_INPUTS if c not in records.columns]
+    if missing:
+        raise ValueError(f"records lacks the columns {missing}; pass the tidy records of a sweep (result.records).")
     ev = records[records["phase"] == "eval"]
+    if len(ev) == 0:
+        return pd.DataFrame(columns=_summary_columns())
     per = {}
     for (fed, meth), g in ev.groupby(["federation", "method"], sort=False):
         per[(fed, meth)] = {int(seed): _per_seed(r, protocol) for seed, r in g.groupby("seed")}
@@ -1721,25 +2063,42 @@ def summarize(records, protocol: Protocol | None = None, baseline: str = "fedavg
     return pd.DataFrame(out)
 
 
-def format_table(summary, metrics=("lastk", "worst10"), percent: bool = True) -> str:
+def format_table(summary, metrics=("lastk", "worst10"), percent: bool = True, failed=()) -> str:
     """The summary as text: ``mean +- half-width`` per method (rows) x federation (columns).
 
     The paired difference to FedAvg follows each cell with its verdict and Holm-adjusted
     p-value: ``(+d +- h, better p=0.003)``. Rows keep the grid's order: the table is not a
-    ranking. A ``-`` marks a method with no evaluation on a federation: not in the grid there
-    (``methods_for``), or every run failed (the failure report names those).
+    ranking. ``failed`` marks a method every run of which failed on a federation (the failure
+    report names those); ``-`` one not in the grid there (``methods_for``).
 
     Args:
         summary: a :func:`summarize` DataFrame.
         metrics: the metrics to show, one block each (names of :data:`METRICS`).
         percent: show fractions as percentages.
+        failed: the ``(federation, method)`` pairs every run of which failed (shown as
+            ``failed``, with their row and column even when nothing else is in them).
 
     Returns:
-        The table as lines of text, one block per metric.
+        The table as lines of text, one block per metric; :data:`NOTHING_FINISHED` when the
+        summary has no row.
+
+    Raises:
+        ValueError: a metric not in :data:`METRICS`, or a summary without its columns.
     """
+    import pandas as pd
+
+    metrics = _check_metrics(metrics, METRICS)
+    if not isinstance(summary, pd.DataFrame):
+        raise TypeError(f"summary must be a summarize() DataFrame, got {type(summary).__name__}.")
+    if len(summary) == 0:
+        return NOTHING_FINISHED + "\n"
+    missing = [c for c in ("federation", "method", *metrics, *(f"{m}_ci" for m in metrics)) if c not in summary.columns]
+    if missing:
+        raise ValueError(f"summary lacks the columns {missing}; pass a summarize() DataFrame.")
     scale = 100.0 if percent else 1.0
-    feds = list(dict.fromkeys(summary["federation"]))
-    meths = list(dict.fromkeys(summary["method"]))
+    failed = {tuple(c) for c in failed}
+    feds = list(dict.fromkeys([*summary["federation"], *(f for f, _ in failed)]))
+    meths = list(dict.fromkeys([*summary["method"], *(m for _, m in failed)]))
     lines = []
     for metric in metrics:
         lines.append(
@@ -1756,6 +2115,7 @@ def format_table(summary, metrics=("lastk", "worst10"), percent: bool = True) ->
                     f"{r['vs_' + metric]} p={r['p_holm_' + metric]:.2g})"
                 )
             cells[(r["federation"], r["method"])] = text
+        cells.update({c: "failed" for c in failed if c not in cells})
         colw = max([len(c) for c in cells.values()] + [len(f) for f in feds]) + 2
         lines.append("".ljust(width) + "".join(f.ljust(colw) for f in feds))
         for m in meths:
@@ -1877,9 +2237,26 @@ class BenchmarkResult:
             metrics: the metrics to show (names of :data:`METRICS`).
 
         Returns:
-            The table as text.
+            The table as text, ``failed`` where every run of a method on a federation failed;
+            when no evaluation run finished, a line that says so, how many runs failed and the
+            :meth:`failure_report`.
+
+        Raises:
+            ValueError: a metric not in :data:`METRICS`.
         """
-        return format_table(self.summary(), metrics)
+        s = self.summary()
+        table = format_table(s, metrics, failed=self._failed_cells(s))
+        if len(s) == 0:
+            failed = f"{len(self.failed)} of {len(self.runs)} runs failed." if len(self.runs) else "No run ran."
+            report = self.failure_report()
+            table = "\n".join([f"{table.rstrip()} {failed}", *([report] if report else [])]) + "\n"
+        return table
+
+    def _failed_cells(self, summary) -> list:
+        """The ``(federation, method)`` pairs that ran but have no row in ``summary``: every run failed."""
+        done = set(zip(summary["federation"], summary["method"]))
+        ran = dict.fromkeys(zip(self.runs["federation"], self.runs["method"])) if len(self.runs) else {}
+        return [c for c in ran if c not in done]
 
     def failure_report(self) -> str:
         """What failed and how to rerun it ('' when nothing did)."""
@@ -1895,15 +2272,18 @@ class BenchmarkResult:
 
     def save(self) -> None:
         """Write ``records.csv.gz``, ``runs.csv``, ``summary.csv`` and ``protocol.json`` to ``out``."""
+        import pandas as pd
+
         out = Path(self.out)
-        if len(self.records):
-            buf = io.StringIO()
-            self.records.to_csv(buf, index=False)
-            data = io.BytesIO()
-            with gzip.GzipFile(fileobj=data, mode="wb", mtime=0) as gz:
-                gz.write(buf.getvalue().encode())
-            _atomic_write(out / "records.csv.gz", data.getvalue())
-            _atomic_write(out / "summary.csv", self.summary().to_csv(index=False).encode())
+        # a sweep of which no run finished writes records without rows (never leaves an older sweep's)
+        records = self.records if len(self.records) else pd.DataFrame(columns=_RECORD_COLUMNS["records.csv.gz"])
+        buf = io.StringIO()
+        records.to_csv(buf, index=False)
+        data = io.BytesIO()
+        with gzip.GzipFile(fileobj=data, mode="wb", mtime=0) as gz:
+            gz.write(buf.getvalue().encode())
+        _atomic_write(out / "records.csv.gz", data.getvalue())
+        _atomic_write(out / "summary.csv", self.summary().to_csv(index=False).encode())
         _atomic_write(out / "runs.csv", self.runs.to_csv(index=False).encode())
         proto = {
             "record_version": RECORD_VERSION,
@@ -1939,16 +2319,23 @@ def load(out) -> BenchmarkResult:
     ``record_version`` says which it was.
 
     Raises:
+        TypeError: ``out`` is not a path.
         FileNotFoundError: one of the three files is missing.
-        ValueError: the records are of a version this package does not know.
+        ValueError: the records are of a version this package does not know, or a file is
+            damaged (the message names it).
     """
     import pandas as pd
 
+    if not isinstance(out, (str, os.PathLike)) or isinstance(out, bytes):
+        raise TypeError(f"out must be a results folder's path, got {out!r} ({type(out).__name__}).")
     out = Path(out)
     for name in ("records.csv.gz", "runs.csv", "protocol.json"):
         if not (out / name).exists():
             raise FileNotFoundError(f"{out / name} does not exist: is {str(out)!r} a benchmark results folder?")
-    proto = json.loads((out / "protocol.json").read_text())
+    with _damaged(out / "protocol.json"):
+        proto = json.loads((out / "protocol.json").read_text())
+        if not isinstance(proto, dict) or not isinstance(proto.get("picks"), list):
+            raise ValueError("not a JSON object with a list 'picks'")
     version = proto.pop("record_version", 1)
     if version not in (1, RECORD_VERSION):
         raise ValueError(
@@ -1956,18 +2343,44 @@ def load(out) -> BenchmarkResult:
             f"and {RECORD_VERSION}. Rerun the sweep with this package (the command is in the folder's README or "
             "report.md) into a new folder."
         )
-    entries = proto.pop("picks")
-    picks = {(p["federation"], p["method"]): p["settings"] for p in entries}
-    grids = {(p["federation"], p["method"]): p["grid"] for p in entries if p.get("grid")}
-    edges = {(p["federation"], p["method"]): p["edge"] for p in entries if p.get("edge")}
-    fields = {f.name for f in dataclasses.fields(Protocol)}
-    protocol = Protocol(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in proto.items() if k in fields})
-    records = pd.read_csv(out / "records.csv.gz", keep_default_na=True, low_memory=False)
-    runs = pd.read_csv(out / "runs.csv", keep_default_na=False)
+    with _damaged(out / "protocol.json"):
+        entries = proto.pop("picks")
+        picks = {(p["federation"], p["method"]): p["settings"] for p in entries}
+        grids = {(p["federation"], p["method"]): p["grid"] for p in entries if p.get("grid")}
+        edges = {(p["federation"], p["method"]): p["edge"] for p in entries if p.get("edge")}
+        fields = {f.name for f in dataclasses.fields(Protocol)}
+        protocol = Protocol(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in proto.items() if k in fields})
+    frames = {}
+    options = {"records.csv.gz": dict(keep_default_na=True, low_memory=False), "runs.csv": dict(keep_default_na=False)}
+    for name, kw in options.items():
+        with _damaged(out / name):
+            try:
+                frames[name] = pd.read_csv(out / name, **kw)
+            except pd.errors.EmptyDataError:
+                raise ValueError("the file is empty") from None
+            missing = [c for c in _RECORD_COLUMNS[name] if c not in frames[name].columns]
+            if missing:
+                raise ValueError(f"lacks the columns {missing}")
+    records, runs = frames["records.csv.gz"], frames["runs.csv"]
     failed = runs[runs["status"] != "ok"].to_dict("records")
     result = BenchmarkResult(out, records, runs, picks, protocol, failed, grids=grids, edges=edges)
     result.record_version = version
     return result
+
+
+@contextlib.contextmanager
+def _damaged(path: Path):
+    """Any error reading ``path`` inside the block becomes one ValueError that names the file."""
+    try:
+        yield
+    except FileNotFoundError:
+        raise
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError, OSError, EOFError) as err:
+        raise ValueError(
+            f"{path} is damaged or not a benchmark results file ({type(err).__name__}: "
+            f"{' '.join(str(err).split())[:300]}); restore it, or rerun the sweep (the command is in the "
+            "folder's README or report.md) into a new folder."
+        ) from None
 
 
 def _check_record_file(name: str, data: bytes) -> None:
@@ -2130,10 +2543,20 @@ def plot_curves(result: BenchmarkResult, metrics=("mean", "worst10"), methods=No
 
     Returns:
         The matplotlib figure, ``len(metrics)`` x number of federations panels.
+
+    Raises:
+        ValueError: no evaluation run finished (nothing to draw: see
+            :meth:`BenchmarkResult.failure_report`), or a metric that is not a record column of
+            :data:`VALUE_COLUMNS`.
     """
     import matplotlib.pyplot as plt
     from scipy import stats
 
+    metrics = _check_metrics(metrics, VALUE_COLUMNS[1:])
+    if not isinstance(result, BenchmarkResult):
+        raise TypeError(f"result must be a benchmark.BenchmarkResult, got {type(result).__name__}.")
+    if len(result.records) == 0 or len(result.records[result.records["phase"] == "eval"]) == 0:
+        raise ValueError(f"{NOTHING_FINISHED[:-1]}; nothing to plot. {result.failure_report()}".strip())
     ev = result.records[result.records["phase"] == "eval"]
     feds = list(dict.fromkeys(result.runs["federation"]))
     meths = [m for m in dict.fromkeys(result.runs["method"]) if methods is None or m in methods]
@@ -2180,9 +2603,19 @@ def plot_intervals(summary, metric: str = "lastk"):
 
     Returns:
         The matplotlib figure, one panel per federation.
+
+    Raises:
+        TypeError: ``metric`` is not a string.
+        ValueError: ``metric`` is not one of those, or the summary has no row (no evaluation
+            run finished).
     """
     import matplotlib.pyplot as plt
 
+    if not isinstance(metric, str):
+        raise TypeError(f"metric must be a metric's name such as 'lastk', got {metric!r}.")
+    _check_metrics(metric, ("lastk", "final", "worst10"), "metric")
+    if len(summary) == 0:
+        raise ValueError(f"{NOTHING_FINISHED[:-1]}; nothing to plot.")
     feds = list(dict.fromkeys(summary["federation"]))
     meths = list(dict.fromkeys(summary["method"]))
     fig, axes = plt.subplots(
@@ -2258,11 +2691,18 @@ def markdown_report(result: BenchmarkResult, command: str = "") -> str:
 
     p = result.protocol
     s = result.summary()
-    feds = list(dict.fromkeys(s["federation"]))
-    meths = list(dict.fromkeys(s["method"]))
+    failed = result._failed_cells(s)  # every run failed: a row and column of their own, marked so
+    feds = list(dict.fromkeys([*s["federation"], *(f for f, _ in failed)]))
+    meths = list(dict.fromkeys([*s["method"], *(m for _, m in failed)]))
     ran = set(zip(result.runs["federation"], result.runs["method"])) if len(result.runs) else set()
     commits = ", ".join(sorted({str(c)[:12] for c in result.runs.get("git_commit", []) if str(c)})) or "unknown"
     lines = ["# Benchmark report", ""]
+    if len(s) == 0:
+        lines += [
+            f"**{NOTHING_FINISHED}** {len(result.failed)} of {len(result.runs)} runs failed; the failures are "
+            "listed at the end.",
+            "",
+        ]
     if command:
         lines += ["Command:", "", f"    {command}", ""]
     lines += [

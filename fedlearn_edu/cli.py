@@ -69,6 +69,7 @@ _SEED = _number(int, 0, 2**64 - 1)
 _POSITIVE = _number(float, 0, low_open=True)
 _NONNEGATIVE = _number(float, 0)
 _FRACTION = _number(float, 0, 1, low_open=True, high_open=True)
+_ACCURACY = _number(float, 0, 1, low_open=True, high_open=False)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -227,8 +228,10 @@ def _benchmark_parser(sub) -> None:
     bench.add_argument(
         "--edge-cap", type=_NONNEGATIVE_INT, default=3, help="extensions of a grid per end while a pick sits there"
     )
-    bench.add_argument("--last-k", type=_POSITIVE_INT, default=5)
-    bench.add_argument("--target", type=_FRACTION, default=0.8, help="accuracy of 'rounds to target'")
+    bench.add_argument(
+        "--last-k", type=_POSITIVE_INT, default=None, help="evaluations the pick averages (default: 5, or --rounds)"
+    )
+    bench.add_argument("--target", type=_ACCURACY, default=0.8, help="accuracy of 'rounds to target', in (0, 1]")
     bench.add_argument("--jobs", type=_POSITIVE_INT, default=None, help="worker processes (default: all cores)")
     bench.add_argument("--dask-scheduler", default=None, metavar="ADDRESS", help="run on a Dask cluster")
     bench.add_argument("--out", default="benchmark_runs", help="results folder (reruns resume)")
@@ -292,15 +295,14 @@ def _benchmark(args) -> int:
         methods_for[fed.strip()] = _comma_list(args.error, "--methods-for", listed, benchmark.method, "method")
     if args.seeds < 2:
         args.error("argument --seeds: at least 2 evaluation seeds are needed for an interval")
-    if args.last_k > args.rounds:
+    if args.last_k is not None and args.last_k > args.rounds:
         args.error(f"argument --last-k: {args.last_k} exceeds --rounds {args.rounds}")
     if args.jobs is not None and args.dask_scheduler:
         args.error("argument --jobs: not allowed with --dask-scheduler (the cluster has its own workers)")
-    out = Path(args.out).expanduser()
-    if out.exists() and not out.is_dir():
-        args.error(f"argument --out: {out} exists and is not a folder")
-    if not out.absolute().parent.is_dir():
-        args.error(f"argument --out: folder {out.absolute().parent} does not exist")
+    try:
+        out = benchmark._check_out(args.out)
+    except ValueError as err:
+        args.error(f"argument --out: {err}".replace("out is empty", "the folder is empty"))
     if args.fixed_step is not None:
         names = [benchmark.fixed_step(name, args.fixed_step) for name in names]
         methods_for = {f: [benchmark.fixed_step(n, args.fixed_step) for n in ns] for f, ns in methods_for.items()}
@@ -350,7 +352,17 @@ def _benchmark(args) -> int:
     report = result.failure_report()
     if report:
         print(report)
+    if n and len(result.failed) == n:
+        print(
+            f"python -m fedlearn_edu benchmark: every one of the {n} runs failed; no result. The first error: "
+            f"{result.failed[0]['error']}",
+            file=sys.stderr,
+        )
+        return EXIT_ALL_FAILED
     return 0
+
+
+EXIT_ALL_FAILED = 1  # a benchmark of which every run failed: no result (the failures are listed)
 
 
 EXIT_DIVERGED = 3  # the run diverged (NaN/Inf): one line with the cause and the fix on stderr
@@ -363,16 +375,17 @@ NO_SERVER_STEP = ("gossip", "dac")
 def main(argv=None) -> int:
     """Run the command line; input errors exit with status 2 and a one-line message, as argparse's own.
 
-    Exit status: 0 after a run; 2 for bad input (argparse's convention); ``EXIT_DIVERGED`` (3)
-    when the run diverges (a NaN/Inf update or server step): one line on stderr with the cause
-    and the fix (e.g. "lower the client lr", "lower server_lr", ``--on-nonfinite skip``).
+    Exit status: 0 after a run; 2 for bad input (argparse's convention); ``EXIT_ALL_FAILED`` (1)
+    after a benchmark of which every run failed; ``EXIT_DIVERGED`` (3) when the run diverges (a
+    NaN/Inf update or server step): one line on stderr with the cause and the fix (e.g. "lower
+    the client lr", "lower server_lr", ``--on-nonfinite skip``).
 
     Args:
         argv: the arguments after the program name (default: ``sys.argv[1:]``).
 
     Returns:
-        ``0`` after a run; bad input exits through ``SystemExit(2)``, a diverged run through
-        ``SystemExit(3)``.
+        ``0`` after a run; ``1`` after a benchmark of which every run failed; bad input exits
+        through ``SystemExit(2)``, a diverged run through ``SystemExit(3)``.
     """
     args = build_parser().parse_args(argv)
     if args.command == "benchmark":

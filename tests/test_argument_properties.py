@@ -16,6 +16,7 @@ round of one local step), with a fixed hypothesis seed so CI draws the same exam
 from __future__ import annotations
 
 import inspect
+import json
 import math
 import os
 import re
@@ -577,3 +578,82 @@ def test_secure_sum_returns_or_refuses_an_argument_by_name(data):
             return
     leaves = total.values() if isinstance(total, dict) else [total]
     assert all(bool(torch.isfinite(t).all()) for t in leaves), f"secure_sum({param}={value!r}) gave {total}"
+
+
+# --------------------------------------------------------------------------- the benchmark's grid objects
+def _benchmark_values() -> dict:
+    from fedlearn_edu import benchmark
+
+    return {
+        benchmark.Protocol: {
+            "tuning_seeds": [(0, 1, 2), (0,), [0, 1], range(3), np.arange(2), (), (0, 0), (2**64,), (3,), 5],
+            "eval_seeds": [(3, 4), tuple(range(3, 13)), (3,), [5, 6], (2**64 - 1, 7), (-1, 4), 7],
+            "rounds": [1, 4, 30],
+            "clients_per_round": [1, 10],
+            "local_epochs": [1, 2],
+            "batch_size": [1, 10],
+            "lr": [0.1, 1.0],
+            "last_k": [None, 1, 5, 30, 31],
+            "target": [0.5, 0.8, 1.0, 1.01],
+            "engine": ["auto", "loop", "vmap", "bogus", LoopEngine()],
+            "alpha": [0.05, 0.01],
+            "margin": [0.02, 0.5],
+            "edge_cap": [0, 3],
+        },
+        benchmark.Method: {
+            "name": ["fedavg", "x", ""],
+            "strategy": [None, "fedavg", "nope"],
+            "fixed": [{}, {"mu": 0.1}, [("mu", 1)]],
+            "tune": [{}, {"server_lr": [1.0, 2.0]}, {"server_lr": []}, {"server_lr": 1.0}, {"server_lr": [0.0, 1.0]}],
+            "factory": [None, FedAvg, "fedavg"],
+            "server_validation": [0.0, 0.1, 0.99, 1.0],
+            "note": ["", "a note"],
+            "extend": [None, (), ("server_lr",), "server_lr", ("mu",)],
+        },
+        benchmark.FederationSpec: {
+            "name": ["d", "", "dirichlet:0.1"],
+            "dataset": ["digits", "mnist", "Fashion-MNIST", "nope"],
+            "partition": ["iid", "dirichlet", "shards", "quantity", "clusters", "nope"],
+            "partition_params": [{}, {"alpha": 0.5}, {"alpha": -1}, {"beta": 1}, {"min_size": 2}, {"alpha": True}],
+            "num_clients": [2, 4, 20],
+            "model": ["mlp", "cnn", "MLP", "nope"],
+            "noisy_clients": [0.0, 0.3, 1.0],
+            "noise_fraction": [0.0, 0.8],
+            "num_samples": [None, 4, 300, 3],
+            "attack": ["", "sign_flip", "alie", "model_replacement", "nope"],
+            "attack_fraction": [0.0, 0.25, 0.5, 0.01, 0.9, 1.0],
+            "attack_params": [{}, {"scale": 2.0}, {"sigma": -1}, {"seed": 5}, {"nope": 1}, {1: 2}],
+            "root": [None, "/tmp", Path("/tmp")],
+        },
+    }
+
+
+@settings(SETTINGS, max_examples=600)
+@given(data=st.data())
+def test_benchmark_grid_objects_are_built_or_refused_by_name(data):
+    """benchmark.Protocol, Method and FederationSpec: one field spoiled, the others valid."""
+    import dataclasses
+
+    from fedlearn_edu import benchmark
+
+    table = _benchmark_values()
+    cls = data.draw(st.sampled_from(list(table)), label="class")
+    param = data.draw(st.sampled_from(sorted(table[cls])), label="field")
+    value = data.draw(
+        st.one_of(st.sampled_from(table[cls][param] + ODD), st.integers(-3, 6), st.floats(-2.0, 2.0)), label="value"
+    )
+    base = {benchmark.Method: {"name": "x"}, benchmark.FederationSpec: {"name": "d", "num_clients": 4}}.get(cls, {})
+    if cls is benchmark.FederationSpec and param in ("attack", "attack_fraction", "attack_params"):
+        base = {**base, "attack": "sign_flip", "attack_fraction": 0.25}  # an attack's fields need one another
+    try:
+        built = cls(**{**base, param: value})
+    except (ValueError, TypeError) as err:
+        _refused_by_name(err, param, f"benchmark.{cls.__name__}({param}={value!r})")
+        return
+    if cls is benchmark.Protocol:
+        assert built.last_k <= built.rounds and set(built.tuning_seeds).isdisjoint(built.eval_seeds)
+        built.local()
+    elif cls is benchmark.FederationSpec:
+        json.dumps(benchmark._plain(built.config()))  # what the run's key hashes
+    else:
+        assert dataclasses.replace(built) == built and built.candidates()

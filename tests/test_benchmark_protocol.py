@@ -204,3 +204,272 @@ def test_cli_methods_for_refuses_a_federation_not_in_partitions(capsys, tmp_path
         )
     assert exc.value.code == 2
     assert "--methods-for: 'clusters:4=ditto' is not FEDERATION=METHODS" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- refused before the first run
+def _no_run(config, factory=None, root=None):
+    raise AssertionError("a run started although the grid is invalid")
+
+
+QUICK = dict(engine="sequential", progress=False, rounds=2, tuning_seeds=(0,), eval_seeds=(1, 2), num_clients=4)
+
+
+@pytest.mark.parametrize(
+    "change, error, match",
+    [
+        (dict(dataset="nope"), ValueError, "Unknown dataset 'nope'"),
+        (dict(model="nope"), ValueError, "Unknown model 'nope'"),
+        (dict(num_samples=5), ValueError, r"federations: 'dirichlet:0.5' cannot be built \(seed 0\).*5"),
+        (dict(num_clients=500, num_samples=200), ValueError, "num_samples must be >= 500, got 200"),
+        (dict(federations=["shards:1000"]), ValueError, "'shards:1000' cannot be built.*shards_per_client=1000"),
+        (dict(protocol=lambda: benchmark.Protocol(engine="bogus")), ValueError, "engine must be one of"),
+        (dict(eval_seeds=(1, 2**64)), ValueError, "eval_seeds must be <= 18446744073709551615"),
+        (
+            dict(federations=lambda: [benchmark.FederationSpec("d", partition_params={"alpha": -1})]),
+            ValueError,
+            r"partition_params\['alpha'\] must be > 0, got -1",
+        ),
+        (
+            dict(federations=lambda: [benchmark.FederationSpec("d", partition_params={"beta": 1})]),
+            ValueError,
+            r"partition_params of a 'dirichlet' partition take \['alpha', 'min_size'\]; got unknown \['beta'\]",
+        ),
+        (
+            dict(methods=[benchmark.Method("fedprox", fixed={"mu": -1.0}, tune={"server_lr": [1.0, 2.0]})]),
+            ValueError,
+            r"methods: 'fedprox' with settings \{'mu': -1.0, 'server_lr': 1.0\}: mu must be >= 0",
+        ),
+        (dict(methods=[benchmark.Method("x", strategy="nope")]), ValueError, "methods: 'x'.*Unknown strategy 'nope'"),
+        (dict(methods=[]), ValueError, "methods is empty"),
+        (dict(federations=()), ValueError, "federations is empty"),
+        (dict(methods=5), TypeError, r"methods must be .* got 5 \(int\)"),
+        (dict(federations=5), TypeError, r"federations must be .* got 5 \(int\)"),
+        (dict(methods=["fedavg", 5]), TypeError, "methods: A method is a name or a benchmark.Method, got 5"),
+        (dict(eval_seeds=5), TypeError, "eval_seeds must be a sequence of seeds"),
+        (dict(out=None), TypeError, r"out must be a folder's path .* got None"),
+        (dict(out=123), TypeError, r"out must be a folder's path .* got 123"),
+        (dict(out=b"runs"), TypeError, r"out must be a folder's path .* got b'runs'"),
+        (dict(out=""), ValueError, "out is empty"),
+        (dict(out="/proc/fedlearn-benchmark"), ValueError, "folder /proc is not writable"),
+        (dict(client=123), TypeError, r"client must be a distributed.Client .* got 123"),
+        (dict(n_jobs=2), ValueError, "n_jobs=2 applies to engine='joblib' only, not engine='sequential'"),
+        (dict(engine="joblib", scheduler="tcp://127.0.0.1:1"), ValueError, "scheduler= applies to engine='dask' only"),
+        (dict(methods_for=["fedavg"]), TypeError, "methods_for must be a mapping"),
+        (dict(methods_for={"dirichlet:0.5": []}), ValueError, r"methods_for\['dirichlet:0.5'\] is empty"),
+    ],
+)
+def test_a_grid_that_cannot_run_is_refused_before_the_first_run(monkeypatch, tmp_path, change, error, match):
+    """Each of these was accepted: every run failed in execute() and the table raised KeyError 'phase'."""
+    monkeypatch.setattr(benchmark, "execute", _no_run)
+    kw = {**QUICK, "num_samples": 200, "out": tmp_path / "out", **change}
+    with pytest.raises(error, match=match) as err:
+        kw = {k: v() if callable(v) else v for k, v in kw.items()}  # a spec that refuses itself
+        if "protocol" in kw:
+            kw = {k: v for k, v in kw.items() if k not in ("rounds", "tuning_seeds", "eval_seeds")}
+        methods = kw.pop("methods", [benchmark.fixed_step("fedavg", 1.0)])
+        benchmark.run(methods, kw.pop("federations", ["dirichlet:0.5"]), **kw)
+    assert "\n" not in str(err.value)
+    assert not (tmp_path / "out").exists()  # nothing was written
+
+
+def test_bad_fields_of_the_grid_objects_are_refused_by_name():
+    with pytest.raises(ValueError, match=r"^server_validation must be in \[0, 1\), got 1.5"):
+        benchmark.Method("x", server_validation=1.5)
+    with pytest.raises(ValueError, match=r"^server_validation must be in \[0, 1\), got 1"):
+        benchmark.Method("x", server_validation=1)
+    with pytest.raises(TypeError, match="fixed must be a mapping"):
+        benchmark.Method("x", fixed=[("mu", 1)])
+    with pytest.raises(ValueError, match=r"^server_lr must be finite, got inf"):
+        benchmark.fixed_step("fedavg", math.inf)  # was: accepted, every run diverged
+    with pytest.raises(TypeError, match=r"^server_lr must be a real number, got '1'"):
+        benchmark.fixed_step("fedavg", "1")
+    assert benchmark.fixed_step("fedavg", 2).fixed["server_lr"] == 2.0
+    with pytest.raises(ValueError, match=r"attack_params may not set \['seed'\]"):
+        benchmark.FederationSpec("d", attack="sign_flip", attack_fraction=0.3, attack_params={"seed": 5})
+    with pytest.raises(ValueError, match=r"attack_params takes \['scale', 'sigma'\]"):
+        benchmark.FederationSpec("d", attack="sign_flip", attack_fraction=0.3, attack_params={"sigmaa": 5})
+    with pytest.raises(ValueError, match=r"^noisy_clients must be in \[0, 1\], got 2"):
+        benchmark.FederationSpec("d", noisy_clients=2)
+    with pytest.raises(TypeError, match="^num_clients must be an integer, got a bool"):
+        benchmark.FederationSpec("d", num_clients=True)
+    # parse_federation's strings and the spec agree: the same checks
+    assert benchmark.parse_federation("dirichlet:0.5") == benchmark.FederationSpec(
+        "dirichlet:0.5", partition_params={"alpha": 0.5}
+    )
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(lr=True), "lr must be a number, got True"),
+        (dict(target=True), "target must be a number, got True"),
+        (dict(target=math.nan), "target must be finite"),
+        (dict(target=1.5), r"target must be in \(0, 1\]"),
+        (dict(lr=math.inf), "lr must be finite"),
+        (dict(engine="bogus"), r"engine must be one of \['auto', 'loop', 'vmap'\], got 'bogus'"),
+        (dict(tuning_seeds=(2**64,)), "tuning_seeds must be <= 18446744073709551615"),
+        (dict(tuning_seeds=(True,)), "tuning_seeds must be non-negative integers"),
+        (dict(rounds=True), "rounds must be a positive integer"),
+        (dict(last_k=0), "last_k must be a positive integer"),
+    ],
+)
+def test_protocol_fields_are_checked_and_bools_are_not_numbers(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        benchmark.Protocol(**kwargs)
+
+
+def test_protocol_target_one_and_a_short_run_s_default_window():
+    assert benchmark.Protocol(target=1).target == 1  # 100 %: allowed here and by the CLI
+    assert benchmark.Protocol().last_k == 5
+    assert benchmark.Protocol(rounds=4).last_k == 4  # was: "last_k=5 exceeds rounds=4", a value never given
+    with pytest.raises(ValueError, match="last_k=5 exceeds rounds=4"):
+        benchmark.Protocol(rounds=4, last_k=5)
+
+
+def test_an_unreachable_scheduler_is_a_clear_error_quickly(monkeypatch, tmp_path):
+    import time
+
+    monkeypatch.setattr(benchmark, "execute", _no_run)
+    monkeypatch.setattr(benchmark, "DASK_TIMEOUT", 1.0)
+    started = time.monotonic()
+    with pytest.raises(ValueError, match=r"^scheduler='tcp://127.0.0.1:1': no Dask scheduler answered within 1 s"):
+        benchmark.run(["fedavg"], ["dirichlet:0.5"], out=tmp_path, scheduler="tcp://127.0.0.1:1", progress=False)
+    assert time.monotonic() - started < 20
+    with pytest.raises(ValueError, match="no Dask scheduler answered"):  # was: a bare AssertionError
+        benchmark.run(["fedavg"], ["dirichlet:0.5"], out=tmp_path, scheduler="nonsense", progress=False)
+
+
+# --------------------------------------------------------------------------- a sweep of which every run failed
+def _failing(config, factory=None, root=None):
+    return {"status": "failed", "error": "RuntimeError: always", "traceback": ""}
+
+
+def test_a_sweep_where_every_run_failed_says_so(monkeypatch, tmp_path):
+    out = tmp_path / "out"
+    _run(monkeypatch, out, 2.0)  # an earlier sweep in the same folder, whose records must not be served
+    monkeypatch.setattr(benchmark, "execute", _failing)
+    methods = [benchmark.Method("other", strategy="fedavg", tune={"server_lr": [1.0, 2.0]})]
+    r = benchmark.run(
+        methods,
+        ["shards:2"],
+        out=out,
+        engine="sequential",
+        progress=False,
+        rounds=ROUNDS,
+        last_k=2,
+        tuning_seeds=(0,),
+        eval_seeds=(1, 2),
+    )
+    n = len(r.runs)
+    assert len(r.failed) == n > 0 and len(r.records) == 0
+    table = r.table()  # was: KeyError: 'phase'
+    assert table.startswith(benchmark.NOTHING_FINISHED) and f"{n} of {n} runs failed" in table
+    assert "RuntimeError: always" in table
+    s = r.summary()
+    assert len(s) == 0 and {"lastk", "vs_lastk", "p_holm_lastk"} <= set(s.columns)
+    report = benchmark.markdown_report(r)
+    assert benchmark.NOTHING_FINISHED in report and "RuntimeError: always" in report
+    with pytest.raises(ValueError, match="No evaluation run finished.*nothing to plot"):
+        benchmark.plot_curves(r)
+    again = benchmark.load(out)  # the earlier sweep's records were replaced, not left behind
+    assert len(again.records) == 0 and again.table().startswith(benchmark.NOTHING_FINISHED)
+
+
+def test_summaries_tables_and_metrics_of_nothing(monkeypatch, tmp_path):
+    import pandas as pd
+
+    empty = benchmark.summarize(pd.DataFrame())  # was: KeyError: 'phase'
+    assert len(empty) == 0 and "lastk_ci" in empty.columns
+    assert benchmark.format_table(empty) == benchmark.NOTHING_FINISHED + "\n"  # was: ValueError of max()
+    assert benchmark.verdict_counts(empty)["tests"] == 0
+    with pytest.raises(TypeError, match="records must be a pandas DataFrame"):
+        benchmark.summarize([])
+    with pytest.raises(ValueError, match=r"records lacks the columns \['phase'"):
+        benchmark.summarize(pd.DataFrame({"x": [1]}))
+    r = _run(monkeypatch, tmp_path, 2.0)
+    with pytest.raises(ValueError, match=r"^metrics: unknown metric 'accuracy'; choose from \['final', 'lastk'"):
+        r.table(["lastk", "accuracy"])  # was: KeyError: 'accuracy'
+    with pytest.raises(ValueError, match="^metrics: unknown metric 'lastk'"):
+        benchmark.plot_curves(r, metrics=("lastk",))
+    assert "final" in benchmark.format_table(r.summary(), "final")  # one name is a list of one
+
+
+@pytest.mark.parametrize(
+    "name, damage",
+    [
+        ("records.csv.gz", lambda p: p.write_bytes(p.read_bytes()[:30])),  # EOFError
+        ("records.csv.gz", lambda p: p.write_bytes(b"not gzip")),  # BadGzipFile
+        ("records.csv.gz", lambda p: p.write_bytes(__import__("gzip").compress(b""))),  # EmptyDataError
+        ("runs.csv", lambda p: p.write_text("")),  # EmptyDataError
+        ("runs.csv", lambda p: p.write_text("a,b\n1,2\n")),  # KeyError: 'status'
+        ("protocol.json", lambda p: p.write_text("{")),  # JSONDecodeError
+        ("protocol.json", lambda p: p.write_text("[1, 2]")),  # AttributeError
+        ("protocol.json", lambda p: p.write_text('{"tuning_seeds": [0]}')),  # KeyError: 'picks'
+        ("protocol.json", lambda p: p.write_text('{"picks": [{"method": "x"}]}')),  # KeyError: 'federation'
+        ("protocol.json", lambda p: p.write_text('{"picks": [], "rounds": "x"}')),  # Protocol's own error
+    ],
+)
+def test_load_names_the_damaged_file(monkeypatch, tmp_path, name, damage):
+    _run(monkeypatch, tmp_path, 2.0)
+    damage(tmp_path / name)
+    with pytest.raises(ValueError, match=rf"^{tmp_path / name} is damaged or not a benchmark results file") as err:
+        benchmark.load(tmp_path)
+    assert "\n" not in str(err.value)
+
+
+def test_load_refuses_a_path_that_is_not_one():
+    for out in (None, 123, b"x"):
+        with pytest.raises(TypeError, match="out must be a results folder's path"):
+            benchmark.load(out)
+
+
+def test_a_table_shows_the_cells_every_run_of_which_failed(monkeypatch, tmp_path):
+    ok = _synthetic(2.0)
+
+    def execute(config, factory=None, root=None):
+        return _failing(config) if config["method"] == "broken" else ok(config)
+
+    methods = [
+        benchmark.Method("fedavg", tune={"server_lr": [1.0, 2.0, 4.0]}),
+        benchmark.Method("broken", strategy="fedavg", tune={"server_lr": [1.0, 2.0]}),
+    ]
+    r = _run(monkeypatch, tmp_path, 2.0, methods=methods)
+    monkeypatch.setattr(benchmark, "execute", execute)
+    r = benchmark.run(
+        methods, ["dirichlet:0.1"], out=tmp_path / "b", engine="sequential", progress=False, rounds=ROUNDS, last_k=2
+    )
+    assert list(r.summary().method) == ["fedavg"]
+    rows = {line.split()[0]: line.split()[1:] for line in r.table().splitlines() if line.strip()}
+    assert rows["broken"] == ["failed"]  # was: the method left out of the table without a word
+    assert "| broken | failed |" in benchmark.markdown_report(r)
+
+
+def test_plot_intervals_refuses_an_unknown_metric_and_an_empty_summary(monkeypatch, tmp_path):
+    import pandas as pd
+
+    s = _run(monkeypatch, tmp_path, 2.0).summary()
+    with pytest.raises(ValueError, match=r"^metric: unknown metric 'accuracy'; choose from \['lastk'"):
+        benchmark.plot_intervals(s, "accuracy")  # was: KeyError: 'd_accuracy'
+    with pytest.raises(ValueError, match="No evaluation run finished"):
+        benchmark.plot_intervals(benchmark.summarize(pd.DataFrame()))  # was: matplotlib's "Number of columns"
+    benchmark.plot_intervals(s, "worst10")
+
+
+QUICK_PROTOCOL = dict(rounds=ROUNDS, last_k=2, tuning_seeds=(0,), eval_seeds=(1, 2), num_clients=4)
+
+
+def test_the_check_before_the_first_run_leaves_the_sequential_runs_their_federations(monkeypatch, tmp_path):
+    monkeypatch.setattr(benchmark, "_FED_CACHE", {})
+    built = []
+    real = benchmark._federation
+
+    def counting(spec, seed, root):
+        built.append((spec["name"], seed))
+        return real(spec, seed, root)
+
+    monkeypatch.setattr(benchmark, "_federation", counting)
+    monkeypatch.setattr(benchmark, "execute", _synthetic(2.0))
+    benchmark.run(["fedavg"], ["iid"], out=tmp_path, engine="sequential", progress=False, **QUICK_PROTOCOL)
+    assert built == [("iid", 0)] and len(benchmark._FED_CACHE) == 1  # kept for the runs of this process
+    benchmark.run(["fedavg"], ["iid"], out=tmp_path / "j", engine="joblib", n_jobs=1, progress=False, **QUICK_PROTOCOL)
+    assert benchmark._FED_CACHE == {}  # worker processes build their own: none is held here

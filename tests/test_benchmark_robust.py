@@ -116,3 +116,30 @@ def test_the_records_are_the_robust_grid(result):
     assert [benchmark.run_key(c) for c in configs] == list(runs.run_key)
     assert all(c["settings"]["server_lr"] == 1.0 for c in configs)
     assert benchmark.records_folder("robust", download=False).resolve() == RECORDS.resolve()
+
+
+@pytest.mark.parametrize(
+    "text, clients, match",
+    [
+        ("dirichlet:0.5+sign_flip:0.01", 4, r"attack_fraction=0.01 of 4 clients rounds to no attacker"),
+        ("dirichlet:0.5+label_flip:0.1", 4, r"rounds to no attacker \(round\(0.1 x 4\) = 0\)"),
+        ("dirichlet:0.5+alie:0.9", 4, r"attack_fraction=0.9 of 4 clients makes every client an attacker"),
+        ("iid+gaussian:0.99", 20, r"makes every client an attacker \(gaussian; round\(0.99 x 20\) = 20\)"),
+    ],
+)
+def test_an_attack_fraction_that_rounds_to_none_or_all_is_refused(text, clients, match):
+    """Was: 0 attackers and records identical to the clean federation's labelled as attacked, or no honest client."""
+    with pytest.raises(ValueError, match=match):
+        benchmark.parse_federation(text, num_clients=clients)
+    kind, fraction = text.split("+")[1].split(":")
+    with pytest.raises(ValueError, match=match):
+        benchmark.FederationSpec(text, num_clients=clients, attack=kind, attack_fraction=float(fraction))
+    with pytest.raises(ValueError, match=r"^federations: .*" + match):
+        benchmark.run(["fedavg"], [text], num_clients=clients, out="/nonexistent-never-created", progress=False)
+
+
+def test_the_robust_grid_s_fractions_keep_attackers_and_honest_clients():
+    for text in benchmark.ROBUST_FEDERATIONS:
+        spec = benchmark.parse_federation(text)  # 20 clients: 10 % is 2 attackers, 30 % is 6
+        assert spec.attack == "" or 0 < round(spec.attack_fraction * spec.num_clients) < spec.num_clients
+    assert benchmark.parse_federation("dirichlet:0.5+sign_flip:0.25", num_clients=4).attack_fraction == 0.25

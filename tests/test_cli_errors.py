@@ -175,3 +175,98 @@ def test_plot_writes_the_file_it_names(tmp_path, capsys, kind):
     assert real.is_file() and real.stat().st_size > 0
     assert f"saved {real}" in capsys.readouterr().out
     assert not (tmp_path.parent / f"{tmp_path.name}.png").exists()
+
+
+# ------------------------------------------------------------------ the benchmark command
+TINY_BENCH = ["benchmark", "--methods", "fedavg", "--partitions", "iid", "--clients", "4", "--num-samples", "200"]
+TINY_BENCH += ["--rounds", "2", "--seeds", "2", "--tune-seeds", "1", "--fixed-step", "1", "--no-progress"]
+
+
+def _bench_error(argv, capsys) -> str:
+    """The one line a refused benchmark command prints (exit status 2, no traceback)."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("python -m fedlearn_edu benchmark: error: ") and "Traceback" not in "\n".join(err)
+    return err[-1]
+
+
+@pytest.fixture
+def no_benchmark_run(monkeypatch):
+    from fedlearn_edu import benchmark
+
+    def fail(config, factory=None, root=None):
+        raise AssertionError("a benchmark run started although the arguments are invalid")
+
+    monkeypatch.setattr(benchmark, "execute", fail)
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--dataset", "nope"], "Unknown dataset 'nope'"),  # was: every run failed, then a 27-line traceback
+        (["--model", "nope"], "Unknown model 'nope'"),
+        (["--partitions", "dirichlet:0.5", "--num-samples", "5"], "federations: 'dirichlet:0.5' cannot be built"),
+        (["--partitions", "shards:1000"], "'shards:1000' cannot be built"),
+        (["--partitions", "iid+sign_flip:0.01"], "rounds to no attacker"),
+    ],
+)
+def test_benchmark_grids_that_cannot_run_exit_2_before_any_run(flags, message, capsys, tmp_path, no_benchmark_run):
+    line = _bench_error([*TINY_BENCH, "--jobs", "1", "--out", str(tmp_path / "o"), *flags], capsys)
+    assert message in line
+    assert not (tmp_path / "o").exists()
+
+
+def test_benchmark_out_folders_that_cannot_hold_the_records(capsys, tmp_path, no_benchmark_run):
+    assert "argument --out: the folder is empty" in _bench_error([*TINY_BENCH, "--out", ""], capsys)  # was: cwd
+    (tmp_path / "runs").write_text("a file")
+    line = _bench_error([*TINY_BENCH, "--out", str(tmp_path)], capsys)  # was: an OSError traceback
+    assert "argument --out:" in line and "holds a file 'runs'" in line
+    line = _bench_error([*TINY_BENCH, "--out", "/proc/fedlearn-benchmark"], capsys)  # read-only: was OSError
+    assert "argument --out:" in line and "is not writable" in line
+    (tmp_path / "file").write_text("x")
+    assert "exists and is not a folder" in _bench_error([*TINY_BENCH, "--out", str(tmp_path / "file")], capsys)
+
+
+def test_benchmark_unreachable_scheduler_is_one_line_quickly(capsys, tmp_path, monkeypatch, no_benchmark_run):
+    from fedlearn_edu import benchmark
+
+    monkeypatch.setattr(benchmark, "DASK_TIMEOUT", 1.0)
+    argv = [*TINY_BENCH, "--out", str(tmp_path / "o"), "--dask-scheduler", "tcp://127.0.0.1:1"]
+    assert "no Dask scheduler answered within 1 s" in _bench_error(argv, capsys)  # was: 55 lines after 30 s
+
+
+def test_benchmark_target_and_last_k_agree_with_the_protocol(monkeypatch, capsys, tmp_path):
+    from fedlearn_edu import benchmark
+
+    seen = {}
+
+    def fake_run(methods, federations, **kwargs):
+        fields = {f.name for f in __import__("dataclasses").fields(benchmark.Protocol)}
+        seen["protocol"] = benchmark.Protocol(**{k: v for k, v in kwargs.items() if k in fields})
+        raise ValueError("stop here")
+
+    monkeypatch.setattr(benchmark, "run", fake_run)
+    _bench_error([*TINY_BENCH, "--out", str(tmp_path / "o"), "--target", "1", "--rounds", "4"], capsys)
+    # --target 1 was refused by the CLI and accepted by Protocol; --rounds 4 failed on the default --last-k 5
+    assert seen["protocol"].target == 1.0 and seen["protocol"].last_k == 4
+    _bench_error([*TINY_BENCH, "--out", str(tmp_path / "o")], capsys)
+    assert seen["protocol"].last_k == 2  # --rounds 2
+    assert "--last-k: 5 exceeds --rounds 4" in _bench_error([*TINY_BENCH, "--rounds", "4", "--last-k", "5"], capsys)
+    assert "--target" in _bench_error([*TINY_BENCH, "--target", "1.01"], capsys)
+
+
+def test_benchmark_where_every_run_failed_exits_1_and_says_so(monkeypatch, capsys, tmp_path):
+    from fedlearn_edu import benchmark
+
+    def failing(config, factory=None, root=None):
+        return {"status": "failed", "error": "RuntimeError: always", "traceback": ""}
+
+    monkeypatch.setattr(benchmark, "execute", failing)
+    out = tmp_path / "o"
+    assert main([*TINY_BENCH, "--jobs", "1", "--out", str(out)]) == 1  # was: 0 and a KeyError 'phase' traceback
+    captured = capsys.readouterr()
+    assert captured.out.startswith(benchmark.NOTHING_FINISHED)
+    assert "every one of the 2 runs failed; no result. The first error: RuntimeError: always" in captured.err
+    assert benchmark.NOTHING_FINISHED in (out / "report.md").read_text()
