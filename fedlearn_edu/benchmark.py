@@ -567,13 +567,16 @@ class FederationSpec:
         if not isinstance(self.attack, str):
             raise TypeError(f"attack must be a kind such as 'sign_flip' or '' (none), got {self.attack!r}.")
         if self.attack:
-            from .attacks import ATTACKS, Attack
+            from .attacks import ATTACKS, Attack, num_attackers
 
             if self.attack not in ATTACKS or self.attack == "model_replacement":
                 kinds = [k for k in ATTACKS if k != "model_replacement"]
                 raise ValueError(f"attack must be one of {kinds} (or ''), got {self.attack!r}.")
             check_range(self.attack_fraction, "attack_fraction", 0.0, 1.0, low_open=True, high_open=True)
-            _check_attackers(self.attack, self.attack_fraction, self.num_clients)
+            try:  # round(fraction N) attackers: refused when that is none or every client
+                num_attackers(self.attack_fraction, self.num_clients)
+            except ValueError as err:
+                raise ValueError(f"attack_fraction ({self.attack}): {err}") from None
             fixed = sorted(set(self.attack_params) & {"kind", "fraction", "seed", "target"})
             if fixed:
                 raise ValueError(
@@ -655,25 +658,6 @@ def _check_partition_params(partition: str, params: Mapping) -> None:
 def _is_zero(value) -> bool:
     """``value`` is the number 0 (not ``False``, ``None`` or an empty container)."""
     return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool) and value == 0
-
-
-def _check_attackers(kind: str, fraction: float, num_clients: int) -> None:
-    """Raise ValueError when ``fraction`` of ``num_clients`` rounds to no attacker or to every client.
-
-    :meth:`~fedlearn_edu.attacks.Attack.attackers` draws ``round(fraction N)`` clients: 0 would
-    record a clean federation as attacked, N would leave no honest client.
-    """
-    k = int(round(fraction * num_clients))
-    if k == 0:
-        raise ValueError(
-            f"attack_fraction={fraction!r} of {num_clients} clients rounds to no attacker (round({fraction!r} x "
-            f"{num_clients}) = 0); use a fraction of at least 1/{num_clients} or more clients."
-        )
-    if k >= num_clients:
-        raise ValueError(
-            f"attack_fraction={fraction!r} of {num_clients} clients makes every client an attacker ({kind}; round("
-            f"{fraction!r} x {num_clients}) = {k}); use a smaller fraction that leaves at least one honest client."
-        )
 
 
 def _check_clusters(params: Mapping, num_clients: int) -> None:

@@ -209,7 +209,7 @@ def no_benchmark_run(monkeypatch):
         (["--model", "nope"], "Unknown model 'nope'"),
         (["--partitions", "dirichlet:0.5", "--num-samples", "5"], "federations: 'dirichlet:0.5' cannot be built"),
         (["--partitions", "shards:1000"], "'shards:1000' cannot be built"),
-        (["--partitions", "iid+sign_flip:0.01"], "rounds to no attacker"),
+        (["--partitions", "iid+sign_flip:0.01"], "no client would attack"),
     ],
 )
 def test_benchmark_grids_that_cannot_run_exit_2_before_any_run(flags, message, capsys, tmp_path, no_benchmark_run):
