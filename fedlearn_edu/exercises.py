@@ -1400,6 +1400,13 @@ def check_krum(your_function: Callable, seed: int = 0) -> bool:
     score = "score = the sum of the m - f - 2 smallest squared distances to the *other* clients"
     inputs = [
         ("7 clients, f = 2", torch.randn(7, 4, generator=g), 2, score),
+        (
+            "five clients on a line, f = 1: m - f - 2 = 2 neighbours pick another client than 3",
+            torch.tensor([[0.0, 0.0], [1.0, 0.0], [2.0, 0.0], [4.0, 0.0], [8.0, 0.0]]),
+            1,
+            "m - f - 2 = 2 neighbours: the client at 1 scores 1 + 1 = 2, the one at 2 scores 1 + 4 = 5 "
+            "(with 3 neighbours the client at 2 would win, 9 against 11)",
+        ),
         ("one far outlier, f = 1", torch.cat([torch.randn(5, 3, generator=g), torch.full((1, 3), 1e3)]), 1, score),
         (
             "three colluding attackers far from six honest clients, f = 3",
@@ -1429,7 +1436,10 @@ def check_krum(your_function: Callable, seed: int = 0) -> bool:
 
     mistakes = [
         Mistake("distances, not squared distances", lambda x, f: scored(x, x.shape[0] - f - 2, squared=False)),
-        Mistake("m - f - 1 neighbours instead of m - f - 2", lambda x, f: scored(x, x.shape[0] - f - 1)),
+        Mistake(
+            "m - f - 1 neighbours instead of m - f - 2 (Krum sums over the m - f - 2 nearest others)",
+            lambda x, f: scored(x, x.shape[0] - f - 1),
+        ),
         Mistake(
             "counting the client itself (distance 0) among its neighbours",
             lambda x, f: scored(x, x.shape[0] - f - 2, self_too=True),
