@@ -40,6 +40,7 @@ __all__ = [
     "check_oui",
     "check_beta_moments",
     "check_pca_fingerprint",
+    "check_personal_model",
     "check_craft_direction",
     "check_scaffold_control_update",
     "check_fednova",
@@ -65,6 +66,10 @@ CHECKERS = {
     "check_oui": "the OUI of a layer: how evenly each unit's activity splits the batch (chapter 5)",
     "check_beta_moments": "the Beta distribution with a given mean and variance, by the method of moments (chapter 5)",
     "check_pca_fingerprint": "a client's PCA fingerprint: its top covariance eigenvalues over their total (chapter 6)",
+    "check_personal_model": (
+        "reading a Flower node's personal model: the node of a partition found by its node_config, "
+        "the client axis dropped (chapter 7)"
+    ),
     "check_fair_comparison": (
         "whether a comparison plan is fair: disjoint tuning and evaluation seeds, >= 3 evaluation seeds, "
         "every method's server step tuned (chapter 8)"
@@ -573,6 +578,122 @@ def check_pca_fingerprint(your_function: Callable, seed: int = 0) -> bool:
         ),
     ]
     return run_cases("check_pca_fingerprint", your_function, cases, rtol=1e-6, atol=1e-9, mistakes=mistakes)
+
+
+def check_personal_model(your_function: Callable, seed: int = 0) -> bool:
+    """Check ``your_function(contexts, partition_id) -> {name: Tensor}``: a node's personal model.
+
+    ``contexts`` maps Flower node ids to the nodes' ``Context`` (as ``LocalGrid.contexts``
+    does) after a Ditto run; the answer is the personal model ``v_i`` of the node whose
+    ``node_config["partition-id"]`` is ``partition_id``, as ``{name: Tensor[...]}`` without the
+    client axis: ``client_state(context)["personal"]`` holds the node's row, ``Tensor[1, ...]``.
+    Node ids are Flower's own numbers (random 64-bit integers on real SuperNodes), not
+    partition ids. Needs Flower (``pip install "fedlearn_edu[flower]"``).
+
+    Args:
+        your_function: the reader's lookup, with the signature above.
+        seed: seeds the random personal models of the cases.
+
+    Returns:
+        ``True`` when every case passes; otherwise ``False``, after printing the first
+        failing case with its expected and received values and a hint.
+    """
+    from flwr.app import Context, RecordDict
+
+    from .flower import CLIENT_STATE_KEY, client_state
+    from .flower.records import state_to_arrays
+
+    g = torch.Generator().manual_seed(seed)
+
+    class NodeContexts(dict):
+        """``{node_id: Context}`` shown by node ids and node configs (a Context's repr is pages of bytes)."""
+
+        def __repr__(self) -> str:
+            shown = (f"{k}: Context(node_config={c.node_config}, state=...)" for k, c in self.items())
+            return "{" + ", ".join(shown) + "}"
+
+    def nodes(node_ids, partitions, extra=False):
+        """Contexts of nodes that trained: node_ids[k] holds partition partitions[k] and its row."""
+        out = NodeContexts()
+        for node_id, pid in zip(node_ids, partitions):
+            state = {
+                "personal": {"fc.weight": torch.randn(1, 3, 4, generator=g), "fc.bias": torch.randn(1, 3, generator=g)}
+            }
+            if extra:
+                state["control"] = {
+                    "fc.weight": torch.randn(1, 3, 4, generator=g),
+                    "fc.bias": torch.randn(1, 3, generator=g),
+                }
+            out[node_id] = Context(
+                run_id=1,
+                node_id=node_id,
+                node_config={"partition-id": pid, "num-partitions": len(partitions)},
+                state=RecordDict({CLIENT_STATE_KEY: state_to_arrays(state)}),
+                run_config={},
+            )
+        return out
+
+    def reference(contexts, pid):
+        (context,) = [c for c in contexts.values() if c.node_config["partition-id"] == pid]
+        return {k: v[0] for k, v in client_state(context)["personal"].items()}
+
+    by_config = "find the node whose node_config['partition-id'] is the partition: contexts are keyed by node id"
+    recipe = (
+        "client_state(context)['personal'] of the node whose node_config['partition-id'] is the partition "
+        "(contexts are keyed by node id), each tensor without its client axis"
+    )
+    inputs = [
+        (
+            "three nodes numbered as LocalGrid numbers them (2, 3, 4), partition 1",
+            nodes([2, 3, 4], [0, 1, 2]),
+            1,
+            recipe,
+        ),
+        (
+            "real SuperNodes: random 64-bit node ids, partition 0",
+            nodes([8_127_463_009_112_331, 511_022_874_330_918_772, 97_433_126_004_515], [2, 0, 1]),
+            0,
+            by_config,
+        ),
+        (
+            "node ids 0, 1, 2 in another order than the partitions, partition 2",
+            nodes([0, 1, 2], [1, 2, 0]),
+            2,
+            by_config,
+        ),
+        (
+            "node ids in the dict's order unlike the partitions', partition 1",
+            nodes([5, 3, 4, 2], [3, 1, 2, 0]),
+            1,
+            by_config,
+        ),
+        (
+            "a state that holds a control variate beside the personal model, partition 0",
+            nodes([2, 3], [0, 1], extra=True),
+            0,
+            "the personal model is client_state(context)['personal'], not the whole state",
+        ),
+    ]
+    cases = [Case(name, (contexts, pid), reference(contexts, pid), hint) for name, contexts, pid, hint in inputs]
+
+    def rows(context):
+        return client_state(context)["personal"]
+
+    mistakes = [
+        Mistake(
+            "the rows with their client axis, Tensor[1, ...] (drop it: t[0] for each tensor)",
+            lambda c, pid: dict(rows(next(x for x in c.values() if x.node_config["partition-id"] == pid))),
+        ),
+        Mistake(
+            "contexts[partition_id] (contexts are keyed by Flower node id, not by partition)",
+            lambda c, pid: {k: v[0] for k, v in rows(c[pid]).items()},
+        ),
+        Mistake(
+            "the partition_id-th context in the dict's order (node ids need not follow the partitions)",
+            lambda c, pid: {k: v[0] for k, v in rows(list(c.values())[pid]).items()},
+        ),
+    ]
+    return run_cases("check_personal_model", your_function, cases, mistakes=mistakes)
 
 
 def check_craft_direction(your_function: Callable, seed: int = 0) -> bool:

@@ -18,6 +18,7 @@ from fedlearn_edu.exercises import (
     check_interval_reading,
     check_oui,
     check_pca_fingerprint,
+    check_personal_model,
     check_scaffold_control_update,
 )
 
@@ -413,6 +414,54 @@ def test_a_mistake_that_fails_a_passed_case_is_not_named(capsys):
     out = capsys.readouterr().out
     assert "case 'interval touching zero' failed" in out
     assert "sign" not in out and "half the half-width" not in out, out
+
+
+# --------------------------------------------------------------------------
+# chapter 7: a Flower node's personal model, found by its node_config
+
+
+def _personal(contexts, pid, by="config", axis=False):
+    from fedlearn_edu.flower import client_state
+
+    if by == "config":
+        (context,) = [c for c in contexts.values() if c.node_config["partition-id"] == pid]
+    else:
+        context = contexts[pid] if by == "key" else list(contexts.values())[pid]
+    rows = client_state(context)["personal"]
+    return dict(rows) if axis else {k: v[0] for k, v in rows.items()}
+
+
+def test_check_personal_model_passes_a_right_answer(capsys):
+    assert check_personal_model(_personal) is True
+    assert check_personal_model(_personal, seed=3) is True
+    assert "check_personal_model: all 5 cases passed." in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "wrong, named",
+    [
+        (lambda c, pid: _personal(c, pid, axis=True), "hint: your output is what the rows with their client axis"),
+        (lambda c, pid: _personal(c, pid, by="key"), "contexts are keyed by node id"),
+        (lambda c, pid: _personal(c, pid, by="position"), "the partition_id-th context in the dict's order"),
+    ],
+)
+def test_check_personal_model_names_the_mistake(capsys, wrong, named):
+    assert check_personal_model(wrong) is False
+    out = capsys.readouterr().out
+    hints = _hints(out)
+    assert len(hints) == 1 and named in hints[0], out
+    assert "state=...)" in out and "Array(" not in out  # the input shows node ids and configs, not the bytes
+
+
+def test_check_personal_model_does_not_read_the_whole_state(capsys):
+    def whole_state(contexts, pid):
+        from fedlearn_edu.flower import client_state
+
+        (context,) = [c for c in contexts.values() if c.node_config["partition-id"] == pid]
+        return {k: v[0] for rows in client_state(context).values() for k, v in rows.items()}
+
+    assert check_personal_model(whole_state) is False
+    assert "not the whole state" in capsys.readouterr().out
 
 
 # --------------------------------------------------------------------------
