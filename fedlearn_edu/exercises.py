@@ -167,16 +167,19 @@ def _compare(got, expected, rtol: float, atol: float):
     return got
 
 
-def _gives(mistake: Mistake, case: Case, got, rtol: float, atol: float) -> bool:
-    """Whether ``mistake`` gives ``got`` on ``case`` (``False`` when it does not apply to the case)."""
+def _gives(mistake: Mistake, case: Case, got, rtol: float, atol: float) -> bool | None:
+    """Whether ``mistake`` gives ``got`` on ``case``; ``None`` when it does not apply to the case (raises)."""
     try:
         wrong = mistake.function(*_clone(case.args))
         if isinstance(case.expected, float):
             wrong = float(wrong)
         elif isinstance(case.expected, tuple):
             wrong = tuple(float(v) for v in wrong)
+    except Exception:  # the mistake does not apply to this case
+        return None
+    try:
         _compare(got, wrong, rtol, atol)
-    except Exception:  # the mistake does not apply to this case, or does not match
+    except Exception:  # it gives something else
         return False
     return True
 
@@ -193,7 +196,7 @@ def _matching_mistakes(
         mistake.description
         for mistake in mistakes
         if _gives(mistake, case, got, rtol, atol)
-        and all(_gives(mistake, earlier, earlier.expected, rtol, atol) for earlier in passed)
+        and all(_gives(mistake, earlier, earlier.expected, rtol, atol) is not False for earlier in passed)
     ]
 
 
