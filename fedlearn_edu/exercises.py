@@ -71,7 +71,7 @@ CHECKERS = {
         "the client axis dropped (chapter 7)"
     ),
     "check_fair_comparison": (
-        "whether a comparison plan is fair: disjoint tuning and evaluation seeds, >= 3 evaluation seeds, "
+        "whether a comparison plan is fair: disjoint tuning and evaluation seeds, >= 3 different evaluation seeds, "
         "every method's server step tuned (chapter 8)"
     ),
     "check_interval_reading": "reading a paired difference and its interval: better, worse or inconclusive (chapter 8)",
