@@ -40,6 +40,7 @@ __all__ = [
     "check_oui",
     "check_beta_moments",
     "check_pca_fingerprint",
+    "check_personal_model",
     "check_craft_direction",
     "check_scaffold_control_update",
     "check_fednova",
@@ -65,8 +66,12 @@ CHECKERS = {
     "check_oui": "the OUI of a layer: how evenly each unit's activity splits the batch (chapter 5)",
     "check_beta_moments": "the Beta distribution with a given mean and variance, by the method of moments (chapter 5)",
     "check_pca_fingerprint": "a client's PCA fingerprint: its top covariance eigenvalues over their total (chapter 6)",
+    "check_personal_model": (
+        "reading a Flower node's personal model: the node of a partition found by its node_config, "
+        "the client axis dropped (chapter 7)"
+    ),
     "check_fair_comparison": (
-        "whether a comparison plan is fair: disjoint tuning and evaluation seeds, >= 3 evaluation seeds, "
+        "whether a comparison plan is fair: disjoint tuning and evaluation seeds, >= 3 different evaluation seeds, "
         "every method's server step tuned (chapter 8)"
     ),
     "check_interval_reading": "reading a paired difference and its interval: better, worse or inconclusive (chapter 8)",
@@ -162,27 +167,56 @@ def _compare(got, expected, rtol: float, atol: float):
     return got
 
 
-def _matching_mistakes(got, case: Case, mistakes: Sequence[Mistake], rtol: float, atol: float) -> list[str]:
-    found = []
-    for mistake in mistakes:
-        try:
-            wrong = mistake.function(*_clone(case.args))
-            if isinstance(case.expected, float):
-                wrong = float(wrong)
-            elif isinstance(case.expected, tuple):
-                wrong = tuple(float(v) for v in wrong)
-            _compare(got, wrong, rtol, atol)
-        except Exception:  # the mistake does not apply to this case, or does not match
-            continue
-        found.append(mistake.description)
-    return found
+def _gives(mistake: Mistake, case: Case, got, rtol: float, atol: float) -> bool | None:
+    """Whether ``mistake`` gives ``got`` on ``case``; ``None`` when it does not apply to the case (raises)."""
+    try:
+        wrong = mistake.function(*_clone(case.args))
+        if isinstance(case.expected, float):
+            wrong = float(wrong)
+        elif isinstance(case.expected, tuple):
+            wrong = tuple(float(v) for v in wrong)
+    except Exception:  # the mistake does not apply to this case
+        return None
+    try:
+        _compare(got, wrong, rtol, atol)
+    except Exception:  # it gives something else
+        return False
+    return True
 
 
-def _print_hints(case: Case, got, mistakes: Sequence[Mistake], rtol: float, atol: float) -> None:
-    matched = [] if got is None else _matching_mistakes(got, case, mistakes, rtol, atol)
+def _matching_mistakes(
+    got, case: Case, mistakes: Sequence[Mistake], rtol: float, atol: float, passed: Sequence[Case] = ()
+) -> list[str]:
+    """The mistakes that give ``got`` on ``case`` and also pass every case the solution passed.
+
+    A mistake that fails a case the solution passed is not the solution's mistake, even when
+    it gives the same wrong output on this case: naming it would misdiagnose.
+    """
+    return [
+        mistake.description
+        for mistake in mistakes
+        if _gives(mistake, case, got, rtol, atol)
+        and all(_gives(mistake, earlier, earlier.expected, rtol, atol) is not False for earlier in passed)
+    ]
+
+
+def _print_hints(
+    case: Case,
+    got,
+    mistakes: Sequence[Mistake],
+    rtol: float,
+    atol: float,
+    passed: Sequence[Case] = (),
+    answers: Sequence | None = None,
+) -> None:
+    outside = got is not None and answers is not None and not any(_same(got, a) for a in answers)
+    if outside:
+        to_bool = " (bool(...) makes one of a set or a number)" if all(isinstance(a, bool) for a in answers) else ""
+        print(f"  hint: the answer must be one of {', '.join(repr(a) for a in answers)}{to_bool}; {got!r} is not")
+    matched = [] if got is None else _matching_mistakes(got, case, mistakes, rtol, atol, passed)
     for description in matched:
         print(f"  hint: your output is what {description} gives")
-    if case.hint and not matched:
+    if case.hint and not matched and not outside:
         print(f"  hint: {case.hint}")
 
 
@@ -194,12 +228,13 @@ def run_cases(
     atol: float = 1e-6,
     mistakes: Sequence[Mistake] = (),
     inputs_unchanged: bool = False,
+    answers: Sequence | None = None,
 ) -> bool:
     """Run ``your_function(*case.args)`` for each case; print a pass or the first failure.
 
     A failure names the case (what it tests), shows its input and the expected and received values,
-    and hints at the mistake: the :class:`Mistake` whose output the received one equals, else the
-    case's own ``hint``.
+    and hints at the mistake: the :class:`Mistake` whose output the received one equals (among
+    those that pass the cases the solution passed), else the case's own ``hint``.
 
     Args:
         title: the checker's name, printed with the result.
@@ -210,10 +245,13 @@ def run_cases(
         mistakes: known wrong implementations, recognised by their output.
         inputs_unchanged: also fail a case whose arguments (lists, arrays, tensors) the function
             changed in place, even when its output is right.
+        answers: the only outputs allowed (e.g. ``(True, False)``), for a checker whose answer
+            is one of a few values; an output outside them is named as such.
 
     Returns:
         ``True`` when every case passes, ``False`` at the first failure.
     """
+    passed: list[Case] = []
     for case in cases:
         args = _clone(case.args)
         try:
@@ -230,7 +268,7 @@ def run_cases(
             print(f"  input:    {_show(case.args)}")
             print(f"  expected: {_show(case.expected)}")
             print(f"  received: {_show(got)}")
-            _print_hints(case, got, mistakes, rtol, atol)
+            _print_hints(case, got, mistakes, rtol, atol, passed, answers)
             return False
         if inputs_unchanged and not _same(args, case.args):
             print(f"{title}: case '{case.name}' failed: your function changed its input in place")
@@ -241,6 +279,7 @@ def run_cases(
                 "(np.array(x, dtype=float), sorted(x), x.clone()), never x.sort() or x[...] = ... on the input"
             )
             return False
+        passed.append(case)
     print(f"{title}: all {len(cases)} cases passed.")
     return True
 
@@ -482,32 +521,182 @@ def check_pca_fingerprint(your_function: Callable, seed: int = 0) -> bool:
             4,
         ),
     ]
+    recipe = (
+        "center the columns of [features, onehot(labels)], take the eigenvalues of their covariance "
+        "(ddof = 1) in descending order and divide them by their total (the trace)"
+    )
     hints = {
-        "40 samples, 6 features, 3 classes, 5 eigenvalues": "covariance of [features, onehot(labels)], ddof = 1",
+        "40 samples, 6 features, 3 classes, 5 eigenvalues": recipe,
         "more eigenvalues asked than exist: zero padding": "pad with zeros to num_eigenvalues",
         "fewer samples than dimensions (n=5, p=20)": "eigenvalues of the (p + C) x (p + C) covariance, clipped at 0",
         "one class only": "the one-hot block is constant: it adds zero eigenvalues",
     }
     cases = [Case(name, (x, y, c, l), pca_fingerprint(x, y, c, l), hints[name]) for name, x, y, c, l in inputs]
 
-    def _eigenvalues(x, y, c, l, ddof, by_trace):
-        a = torch.cat([x, torch.nn.functional.one_hot(y, c).to(x.dtype)], 1)
-        a = a - a.mean(0)
+    def _eigenvalues(x, y, c, l, ddof=1, scale="trace", center=True, labels=True, ascending=False, root=False):
+        a = torch.cat([x, torch.nn.functional.one_hot(y, c).to(x.dtype)], 1) if labels else x
+        a = a - a.mean(0) if center else a
         ev = torch.linalg.eigvalsh(a.T @ a / (a.shape[0] - ddof)).flip(0).clamp(min=0)
-        ev = ev / ev.sum() if by_trace else ev
+        ev = ev.sqrt() if root else ev
+        total = {"trace": ev.sum(), "kept": ev[:l].sum(), "largest": ev[0], None: 1.0}[scale]
+        ev = ev.flip(0) / total if ascending else ev / total
         return torch.cat([ev, ev.new_zeros(max(0, l - ev.numel()))])[:l]
 
     mistakes = [
         Mistake(
-            "eigenvalues not divided by their total (the trace)", lambda x, y, c, l: _eigenvalues(x, y, c, l, 1, False)
+            "eigenvalues not divided by their total (the trace)",
+            lambda x, y, c, l: _eigenvalues(x, y, c, l, scale=None),
         ),
         Mistake(
             "the population covariance (ddof = 0) and no division by the trace",
-            lambda x, y, c, l: _eigenvalues(x, y, c, l, 0, False),
+            lambda x, y, c, l: _eigenvalues(x, y, c, l, ddof=0, scale=None),
         ),
-        Mistake("eigenvalues in ascending order", lambda x, y, c, l: pca_fingerprint(x, y, c, l).flip(0)),
+        Mistake(
+            "eigenvalues divided by the sum of the num_eigenvalues kept (divide by the trace, the sum of all of them)",
+            lambda x, y, c, l: _eigenvalues(x, y, c, l, scale="kept"),
+        ),
+        Mistake(
+            "eigenvalues divided by the largest one (divide by the trace, their sum)",
+            lambda x, y, c, l: _eigenvalues(x, y, c, l, scale="largest"),
+        ),
+        Mistake(
+            "A^T A / (n - 1) of uncentred columns (the covariance subtracts each column's mean first)",
+            lambda x, y, c, l: _eigenvalues(x, y, c, l, center=False),
+        ),
+        Mistake(
+            "the features alone (the covariance is of [features, onehot(labels)], the labels included)",
+            lambda x, y, c, l: _eigenvalues(x, y, c, l, labels=False),
+        ),
+        Mistake(
+            "the largest eigenvalues in ascending order (eigvalsh's order: flip them to descending)",
+            lambda x, y, c, l: pca_fingerprint(x, y, c, l).flip(0),
+        ),
+        Mistake(
+            "the smallest eigenvalues (eigvalsh sorts ascending: flip before keeping num_eigenvalues)",
+            lambda x, y, c, l: _eigenvalues(x, y, c, l, ascending=True),
+        ),
+        Mistake(
+            "singular values s of the centred data (the covariance's eigenvalues are s^2 / (n - 1))",
+            lambda x, y, c, l: _eigenvalues(x, y, c, l, root=True),
+        ),
     ]
     return run_cases("check_pca_fingerprint", your_function, cases, rtol=1e-6, atol=1e-9, mistakes=mistakes)
+
+
+def check_personal_model(your_function: Callable, seed: int = 0) -> bool:
+    """Check ``your_function(contexts, partition_id) -> {name: Tensor}``: a node's personal model.
+
+    ``contexts`` maps Flower node ids to the nodes' ``Context`` (as ``LocalGrid.contexts``
+    does) after a Ditto run; the answer is the personal model ``v_i`` of the node whose
+    ``node_config["partition-id"]`` is ``partition_id``, as ``{name: Tensor[...]}`` without the
+    client axis: ``client_state(context)["personal"]`` holds the node's row, ``Tensor[1, ...]``.
+    Node ids are Flower's own numbers (random 64-bit integers on real SuperNodes), not
+    partition ids. Needs Flower (``pip install "fedlearn_edu[flower]"``).
+
+    Args:
+        your_function: the reader's lookup, with the signature above.
+        seed: seeds the random personal models of the cases.
+
+    Returns:
+        ``True`` when every case passes; otherwise ``False``, after printing the first
+        failing case with its expected and received values and a hint.
+    """
+    from flwr.app import Context, RecordDict
+
+    from .flower import CLIENT_STATE_KEY, client_state
+    from .flower.records import state_to_arrays
+
+    g = torch.Generator().manual_seed(seed)
+
+    class NodeContexts(dict):
+        """``{node_id: Context}`` shown by node ids and node configs (a Context's repr is pages of bytes)."""
+
+        def __repr__(self) -> str:
+            shown = (f"{k}: Context(node_config={c.node_config}, state=...)" for k, c in self.items())
+            return "{" + ", ".join(shown) + "}"
+
+    def nodes(node_ids, partitions, extra=False):
+        """Contexts of nodes that trained: node_ids[k] holds partition partitions[k] and its row."""
+        out = NodeContexts()
+        for node_id, pid in zip(node_ids, partitions):
+            state = {
+                "personal": {"fc.weight": torch.randn(1, 3, 4, generator=g), "fc.bias": torch.randn(1, 3, generator=g)}
+            }
+            if extra:
+                state["control"] = {
+                    "fc.weight": torch.randn(1, 3, 4, generator=g),
+                    "fc.bias": torch.randn(1, 3, generator=g),
+                }
+            out[node_id] = Context(
+                run_id=1,
+                node_id=node_id,
+                node_config={"partition-id": pid, "num-partitions": len(partitions)},
+                state=RecordDict({CLIENT_STATE_KEY: state_to_arrays(state)}),
+                run_config={},
+            )
+        return out
+
+    def reference(contexts, pid):
+        (context,) = [c for c in contexts.values() if c.node_config["partition-id"] == pid]
+        return {k: v[0] for k, v in client_state(context)["personal"].items()}
+
+    by_config = "find the node whose node_config['partition-id'] is the partition: contexts are keyed by node id"
+    recipe = (
+        "client_state(context)['personal'] of the node whose node_config['partition-id'] is the partition "
+        "(contexts are keyed by node id), each tensor without its client axis"
+    )
+    inputs = [
+        (
+            "three nodes numbered as LocalGrid numbers them (2, 3, 4), partition 1",
+            nodes([2, 3, 4], [0, 1, 2]),
+            1,
+            recipe,
+        ),
+        (
+            "real SuperNodes: random 64-bit node ids, partition 0",
+            nodes([8_127_463_009_112_331, 511_022_874_330_918_772, 97_433_126_004_515], [2, 0, 1]),
+            0,
+            by_config,
+        ),
+        (
+            "node ids 0, 1, 2 in another order than the partitions, partition 2",
+            nodes([0, 1, 2], [1, 2, 0]),
+            2,
+            by_config,
+        ),
+        (
+            "node ids in the dict's order unlike the partitions', partition 1",
+            nodes([5, 3, 4, 2], [3, 1, 2, 0]),
+            1,
+            by_config,
+        ),
+        (
+            "a state that holds a control variate beside the personal model, partition 0",
+            nodes([2, 3], [0, 1], extra=True),
+            0,
+            "the personal model is client_state(context)['personal'], not the whole state",
+        ),
+    ]
+    cases = [Case(name, (contexts, pid), reference(contexts, pid), hint) for name, contexts, pid, hint in inputs]
+
+    def rows(context):
+        return client_state(context)["personal"]
+
+    mistakes = [
+        Mistake(
+            "the rows with their client axis, Tensor[1, ...] (drop it: t[0] for each tensor)",
+            lambda c, pid: dict(rows(next(x for x in c.values() if x.node_config["partition-id"] == pid))),
+        ),
+        Mistake(
+            "contexts[partition_id] (contexts are keyed by Flower node id, not by partition)",
+            lambda c, pid: {k: v[0] for k, v in rows(c[pid]).items()},
+        ),
+        Mistake(
+            "the partition_id-th context in the dict's order (node ids need not follow the partitions)",
+            lambda c, pid: {k: v[0] for k, v in rows(list(c.values())[pid]).items()},
+        ),
+    ]
+    return run_cases("check_personal_model", your_function, cases, mistakes=mistakes)
 
 
 def check_craft_direction(your_function: Callable, seed: int = 0) -> bool:
@@ -827,12 +1016,29 @@ def check_fednova(your_function: Callable, seed: int = 0) -> bool:
     return run_cases("check_fednova", your_function, cases, rtol=1e-6, atol=1e-9, mistakes=mistakes)
 
 
-def _fair_plan(plan) -> bool:
-    """The benchmark protocol's test of a plan (see :mod:`fedlearn_edu.benchmark`)."""
+def _fair_plan(
+    plan,
+    disjoint: bool = True,
+    min_eval: int = 3,
+    distinct_eval: bool = True,
+    every_method: bool = True,
+    distinct_steps: bool = True,
+    need_tuning: bool = True,
+) -> bool:
+    """The benchmark protocol's test of a plan (see :mod:`fedlearn_edu.benchmark`).
+
+    The keyword arguments leave out, or get wrong, one rule at a time: the usual mistakes.
+    """
     tune, ev = set(plan["tuning_seeds"]), set(plan["eval_seeds"])
+    n_eval = len(ev) if distinct_eval else len(plan["eval_seeds"])
     steps = plan["server_lr"]
+    tuned = [len(set(v)) if distinct_steps else len(v) for v in steps.values()]
     return bool(
-        tune and len(ev) >= 3 and not tune & ev and len(steps) > 0 and all(len(set(v)) >= 2 for v in steps.values())
+        (tune or not need_tuning)
+        and n_eval >= min_eval
+        and not (disjoint and tune & ev)
+        and len(steps) > 0
+        and (all if every_method else any)(n >= 2 for n in tuned)
     )
 
 
@@ -841,8 +1047,8 @@ def check_fair_comparison(your_function: Callable, seed: int = 0) -> bool:
 
     ``plan`` is ``{"tuning_seeds": [...], "eval_seeds": [...], "server_lr": {method: [candidates]}}``.
     Fair (the protocol of :mod:`fedlearn_edu.benchmark`): at least one tuning seed, at least 3
-    evaluation seeds, no seed in both, and every method (the baseline included) tries at least
-    2 different server steps.
+    different evaluation seeds (a seed listed twice is one seed), no seed in both, and every
+    method (the baseline included) tries at least 2 different server steps.
 
     Args:
         your_function: ``(plan: dict) -> bool``, the reader's check.
@@ -856,7 +1062,8 @@ def check_fair_comparison(your_function: Callable, seed: int = 0) -> bool:
         (
             "a fair plan: disjoint seeds, 3 evaluation seeds, every step tuned",
             {"tuning_seeds": [0], "eval_seeds": [1, 2, 3], "server_lr": good},
-            "",
+            "this plan meets every rule: a tuning seed, 3 different evaluation seeds (>= 3, not > 3), "
+            "none in both, >= 2 different steps for every method",
         ),
         (
             "evaluation seeds reuse a tuning seed",
@@ -866,7 +1073,12 @@ def check_fair_comparison(your_function: Callable, seed: int = 0) -> bool:
         (
             "only two evaluation seeds",
             {"tuning_seeds": [0], "eval_seeds": [1, 2], "server_lr": good},
-            "the protocol asks for >= 3 evaluation seeds",
+            "a fair comparison asks for >= 3 evaluation seeds",
+        ),
+        (
+            "an evaluation seed listed twice is one seed",
+            {"tuning_seeds": [0], "eval_seeds": [1, 1, 2], "server_lr": good},
+            "[1, 1, 2] is two evaluation seeds, not three: count *different* seeds",
         ),
         (
             "the new method's step is tuned, the baseline's is not",
@@ -890,20 +1102,32 @@ def check_fair_comparison(your_function: Callable, seed: int = 0) -> bool:
         ),
     ]
     cases = [Case(name, (plan,), _fair_plan(plan), hint) for name, plan, hint in inputs]
-    mistakes = [
+    mistakes = [  # each leaves out, or gets wrong, one rule of the plan
         Mistake(
-            "checking the seeds but not the steps",
-            lambda p: (
-                bool(p["tuning_seeds"])
-                and len(p["eval_seeds"]) >= 3
-                and not set(p["tuning_seeds"]) & set(p["eval_seeds"])
-            ),
+            "skipping the test that tuning and evaluation seeds are disjoint", lambda p: _fair_plan(p, disjoint=False)
         ),
         Mistake(
-            "checking the steps but not the seeds", lambda p: all(len(set(v)) >= 2 for v in p["server_lr"].values())
+            "accepting 2 evaluation seeds (a fair comparison asks for >= 3)",
+            lambda p: _fair_plan(p, min_eval=2),
+        ),
+        Mistake(
+            "counting the evaluation seeds with len() (a seed listed twice is one seed: len(set(...)))",
+            lambda p: _fair_plan(p, distinct_eval=False),
+        ),
+        Mistake(
+            "not testing every method's steps (every method, the baseline too, tries >= 2 different steps)",
+            lambda p: _fair_plan(p, every_method=False),
+        ),
+        Mistake(
+            "counting the candidate steps with len() (a step listed twice is one candidate: len(set(...)))",
+            lambda p: _fair_plan(p, distinct_steps=False),
+        ),
+        Mistake(
+            "accepting a plan without a tuning seed (the steps must be picked on some seed)",
+            lambda p: _fair_plan(p, need_tuning=False),
         ),
     ]
-    return run_cases("check_fair_comparison", your_function, cases, mistakes=mistakes)
+    return run_cases("check_fair_comparison", your_function, cases, mistakes=mistakes, answers=(True, False))
 
 
 def _verdict(diff: float, half_width: float) -> str:
@@ -927,39 +1151,71 @@ def check_interval_reading(your_function: Callable, seed: int = 0) -> bool:
         ``True`` when every case passes (a report of the cases is printed).
     """
     inputs = [
-        ("interval above zero", (0.03, 0.01), ""),
-        ("interval below zero", (-0.05, 0.02), "a negative difference with an interval below 0 is 'worse'"),
+        (
+            "interval above zero",
+            (0.03, 0.01),
+            "diff is the method minus FedAvg and higher is better: [0.02, 0.04] lies above 0, 'better'",
+        ),
+        ("interval below zero", (-0.05, 0.02), "[-0.07, -0.03] lies below 0 (diff + half_width < 0): 'worse'"),
         (
             "positive mean, interval containing zero",
-            (0.04, 0.06),
-            "a positive mean is not enough: does the interval contain 0?",
+            (0.04, 0.1),
+            "a positive mean is not enough: [-0.06, 0.14] contains 0",
         ),
         (
             "negative mean, interval containing zero",
             (-0.01, 0.03),
-            "a negative mean is not enough: does the interval contain 0?",
+            "a negative mean is not enough: [-0.04, 0.02] contains 0",
         ),
-        ("interval touching zero", (0.02, 0.02), "[0, 2h] contains 0: inconclusive"),
+        (
+            "mean beyond half the half-width, interval containing zero",
+            (0.04, 0.06),
+            "the interval is diff +- half_width, [-0.02, 0.1]: it contains 0",
+        ),
+        ("interval touching zero", (0.02, 0.02), "[0, 0.04] contains 0: inconclusive"),
         ("zero difference, zero width", (0.0, 0.0), "a zero-width interval at 0 contains 0: inconclusive"),
+        (
+            "interval just above zero",
+            (0.15, 0.1),
+            "[0.05, 0.25] lies above 0: half_width is already the interval's half-width",
+        ),
         ("large difference, wide interval", (0.2, 0.1), "[0.1, 0.3] lies above 0: 'better'"),
     ]
     cases = [Case(name, args, _verdict(*args), hint) for name, args, hint in inputs]
     mistakes = [
         Mistake(
-            "the sign of the mean difference alone",
+            "the sign of the mean difference alone (an interval containing 0 is 'inconclusive')",
             lambda d, h: "better" if d > 0 else ("worse" if d < 0 else "inconclusive"),
         ),
+        Mistake(
+            "'better' and 'worse' swapped (diff is the method minus FedAvg, and higher is better)",
+            lambda d, h: {"better": "worse", "worse": "better"}.get(_verdict(d, h), "inconclusive"),
+        ),
+        Mistake(
+            "'worse' for every interval not above 0 ('worse' needs it wholly below 0: diff + half_width < 0)",
+            lambda d, h: "better" if d - h > 0 else "worse",
+        ),
+        Mistake(
+            "'inconclusive' for an interval below 0 (diff + half_width < 0 is 'worse')",
+            lambda d, h: "better" if d - h > 0 else "inconclusive",
+        ),
         Mistake("half the half-width (a 2 x too narrow interval)", lambda d, h: _verdict(d, h / 2)),
+        Mistake(
+            "the half-width widened again, by 1.96 or 2 (half_width is already the interval's half-width)",
+            lambda d, h: _verdict(d, 1.96 * h),
+        ),
         Mistake(
             "the old word 'tie' for an interval containing 0",
             lambda d, h: _verdict(d, h).replace("inconclusive", "tie"),
         ),
         Mistake(
-            "an interval that touches 0 read as not containing it",
+            "an interval that touches 0 read as not containing it (abs(diff) <= half_width is inconclusive)",
             lambda d, h: "inconclusive" if abs(d) < h else ("better" if d > 0 else "worse"),
         ),
     ]
-    return run_cases("check_interval_reading", your_function, cases, mistakes=mistakes)
+    return run_cases(
+        "check_interval_reading", your_function, cases, mistakes=mistakes, answers=("better", "worse", "inconclusive")
+    )
 
 
 # --------------------------------------------------------------------------
@@ -1400,6 +1656,13 @@ def check_krum(your_function: Callable, seed: int = 0) -> bool:
     score = "score = the sum of the m - f - 2 smallest squared distances to the *other* clients"
     inputs = [
         ("7 clients, f = 2", torch.randn(7, 4, generator=g), 2, score),
+        (
+            "five clients on a line, f = 1: m - f - 2 = 2 neighbours pick another client than 3",
+            torch.tensor([[0.0, 0.0], [1.0, 0.0], [2.0, 0.0], [4.0, 0.0], [8.0, 0.0]]),
+            1,
+            "m - f - 2 = 2 neighbours: the client at 1 scores 1 + 1 = 2, the one at 2 scores 1 + 4 = 5 "
+            "(with 3 neighbours the client at 2 would win, 9 against 11)",
+        ),
         ("one far outlier, f = 1", torch.cat([torch.randn(5, 3, generator=g), torch.full((1, 3), 1e3)]), 1, score),
         (
             "three colluding attackers far from six honest clients, f = 3",
@@ -1429,7 +1692,10 @@ def check_krum(your_function: Callable, seed: int = 0) -> bool:
 
     mistakes = [
         Mistake("distances, not squared distances", lambda x, f: scored(x, x.shape[0] - f - 2, squared=False)),
-        Mistake("m - f - 1 neighbours instead of m - f - 2", lambda x, f: scored(x, x.shape[0] - f - 1)),
+        Mistake(
+            "m - f - 1 neighbours instead of m - f - 2 (Krum sums over the m - f - 2 nearest others)",
+            lambda x, f: scored(x, x.shape[0] - f - 1),
+        ),
         Mistake(
             "counting the client itself (distance 0) among its neighbours",
             lambda x, f: scored(x, x.shape[0] - f - 2, self_too=True),

@@ -11,11 +11,14 @@ from fedlearn_edu.exercises import (
     CHECKERS,
     check_beta_moments,
     check_craft_direction,
+    check_fair_comparison,
     check_fedavg,
     check_fednova,
     check_fedvg_weights,
+    check_interval_reading,
     check_oui,
     check_pca_fingerprint,
+    check_personal_model,
     check_scaffold_control_update,
 )
 
@@ -296,6 +299,169 @@ def test_a_hint_is_printed_when_the_mistake_is_not_recognised(capsys):
     out = capsys.readouterr().out
     assert "case 'unequal weights, 5 clients' failed" in out
     assert "hint: divide the weights by their sum" in out and "your output is what" not in out
+
+
+# --------------------------------------------------------------------------
+# chapters 6 and 8: each usual wrong answer is named, and no other mistake
+
+
+def _fingerprint(x, y, c, l, ddof=1, scale="trace", center=True, labels=True, order="desc", root=False):
+    import numpy as np
+
+    a = np.hstack([x.numpy(), np.eye(c)[y.numpy()]]) if labels else x.numpy()
+    a = a - a.mean(0) if center else a
+    ev = np.linalg.eigvalsh(a.T @ a / (len(a) - ddof)).clip(min=0)  # ascending
+    ev = np.sqrt(ev) if root else ev
+    ev = ev / {"trace": ev.sum(), "kept": ev[::-1][:l].sum(), "largest": ev.max(), None: 1.0}[scale]
+    ev = {"desc": ev[::-1][:l], "asc_top": ev[::-1][:l][::-1], "asc": ev[:l]}[order]
+    out = np.zeros(l)
+    out[: ev.size] = ev
+    return torch.tensor(out)
+
+
+def _verdict(d, h):
+    return "inconclusive" if abs(d) <= h else ("better" if d > 0 else "worse")
+
+
+def _is_fair(plan, count=lambda seeds: len(set(seeds)), steps=lambda v: len(set(v)), every=all, disjoint=True):
+    tune, ev = set(plan["tuning_seeds"]), set(plan["eval_seeds"])
+    tuned = len(plan["server_lr"]) > 0 and every(steps(v) >= 2 for v in plan["server_lr"].values())
+    return bool(tune) and count(plan["eval_seeds"]) >= 3 and not (disjoint and tune & ev) and tuned
+
+
+def _hints(out):
+    return [line.strip() for line in out.splitlines() if line.strip().startswith("hint:")]
+
+
+def test_right_answers_of_chapters_6_and_8_pass(capsys):
+    assert check_pca_fingerprint(_fingerprint) is True
+    assert check_pca_fingerprint(lambda *a: _fingerprint(*a, ddof=0)) is True  # the trace cancels 1 / (n - ddof)
+    assert check_interval_reading(_verdict) is True
+    assert check_fair_comparison(_is_fair) is True
+    assert capsys.readouterr().out.count("cases passed") == 4
+
+
+@pytest.mark.parametrize(
+    "checker, wrong, named",
+    [
+        (check_pca_fingerprint, lambda *a: _fingerprint(*a, scale="kept"), "sum of the num_eigenvalues kept"),
+        (check_pca_fingerprint, lambda *a: _fingerprint(*a, scale="largest"), "divided by the largest one"),
+        (check_pca_fingerprint, lambda *a: _fingerprint(*a, scale=None), "not divided by their total"),
+        (check_pca_fingerprint, lambda *a: _fingerprint(*a, center=False), "uncentred columns"),
+        (check_pca_fingerprint, lambda *a: _fingerprint(*a, labels=False), "the features alone"),
+        (check_pca_fingerprint, lambda *a: _fingerprint(*a, order="asc"), "the smallest eigenvalues"),
+        (check_pca_fingerprint, lambda *a: _fingerprint(*a, order="asc_top"), "largest eigenvalues in ascending"),
+        (check_pca_fingerprint, lambda *a: _fingerprint(*a, root=True), "singular values"),
+        (check_interval_reading, lambda d, h: "better" if d > 0 else "worse" if d < 0 else "inconclusive", "sign"),
+        (check_interval_reading, lambda d, h: _verdict(d, h / 2), "half the half-width"),
+        (check_interval_reading, lambda d, h: _verdict(d, 2 * h), "widened again"),
+        (check_interval_reading, lambda d, h: _verdict(d, 1.96 * h), "widened again"),
+        (check_interval_reading, lambda d, h: _verdict(-d, h), "'better' and 'worse' swapped"),
+        (check_interval_reading, lambda d, h: "better" if d > h else "worse" if d < h else "inconclusive", "wholly"),
+        (check_interval_reading, lambda d, h: "better" if d > h else "inconclusive", "for an interval below 0"),
+        (
+            check_interval_reading,
+            lambda d, h: "inconclusive" if abs(d) < h else "better" if d > 0 else "worse",
+            "touches 0",
+        ),
+        (check_fair_comparison, lambda p: _is_fair(p, count=len), "a seed listed twice is one seed"),
+        (check_fair_comparison, lambda p: _is_fair(p, count=lambda s: len(set(s)) + 1), "accepting 2 evaluation"),
+        (check_fair_comparison, lambda p: _is_fair(p, disjoint=False), "disjoint"),
+        (check_fair_comparison, lambda p: _is_fair(p, steps=len), "a step listed twice is one candidate"),
+        (check_fair_comparison, lambda p: _is_fair(p, every=any), "every method's steps"),
+        (check_fair_comparison, lambda p: _is_fair({**p, "server_lr": {"x": [1, 2]}}), "every method's steps"),
+        (
+            check_fair_comparison,
+            lambda p: _is_fair({**p, "tuning_seeds": p["tuning_seeds"] or [99]}),
+            "without a tuning seed",
+        ),
+    ],
+)
+def test_a_usual_mistake_is_named_and_no_other(capsys, checker, wrong, named):
+    assert checker(wrong) is False
+    out = capsys.readouterr().out
+    hints = _hints(out)
+    assert len(hints) == 1 and named in hints[0], out
+
+
+def test_repeated_evaluation_seeds_are_not_three(capsys):
+    # [1, 1, 2] is two seeds; a plan counting it as three used to pass
+    assert check_fair_comparison(lambda p: _is_fair(p, count=len)) is False
+    out = capsys.readouterr().out
+    assert "case 'an evaluation seed listed twice is one seed' failed" in out, out
+
+
+@pytest.mark.parametrize(
+    "checker, wrong, allowed",
+    [
+        (check_interval_reading, lambda d, h: _verdict(d, h).capitalize(), "'better', 'worse', 'inconclusive'"),
+        (check_interval_reading, lambda d, h: abs(d) > h, "'better', 'worse', 'inconclusive'"),
+        (check_fair_comparison, lambda p: set(p["tuning_seeds"]) and _is_fair(p), "True, False"),
+    ],
+)
+def test_an_answer_outside_the_allowed_ones_is_named_as_such(capsys, checker, wrong, allowed):
+    assert checker(wrong) is False
+    hints = _hints(capsys.readouterr().out)
+    assert len(hints) == 1 and f"must be one of {allowed}" in hints[0], hints
+
+
+def test_a_mistake_that_fails_a_passed_case_is_not_named(capsys):
+    # the strict reading of a touching interval gives 'better' at (0.02, 0.02), as the sign alone
+    # and half the half-width do; those two fail earlier cases this answer passed
+    assert (
+        check_interval_reading(lambda d, h: "inconclusive" if abs(d) < h else "better" if d > 0 else "worse") is False
+    )
+    out = capsys.readouterr().out
+    assert "case 'interval touching zero' failed" in out
+    assert "sign" not in out and "half the half-width" not in out, out
+
+
+# --------------------------------------------------------------------------
+# chapter 7: a Flower node's personal model, found by its node_config
+
+
+def _personal(contexts, pid, by="config", axis=False):
+    from fedlearn_edu.flower import client_state
+
+    if by == "config":
+        (context,) = [c for c in contexts.values() if c.node_config["partition-id"] == pid]
+    else:
+        context = contexts[pid] if by == "key" else list(contexts.values())[pid]
+    rows = client_state(context)["personal"]
+    return dict(rows) if axis else {k: v[0] for k, v in rows.items()}
+
+
+def test_check_personal_model_passes_a_right_answer(capsys):
+    assert check_personal_model(_personal) is True
+    assert check_personal_model(_personal, seed=3) is True
+    assert "check_personal_model: all 5 cases passed." in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "wrong, named",
+    [
+        (lambda c, pid: _personal(c, pid, axis=True), "hint: your output is what the rows with their client axis"),
+        (lambda c, pid: _personal(c, pid, by="key"), "contexts are keyed by node id"),
+        (lambda c, pid: _personal(c, pid, by="position"), "the partition_id-th context in the dict's order"),
+    ],
+)
+def test_check_personal_model_names_the_mistake(capsys, wrong, named):
+    assert check_personal_model(wrong) is False
+    out = capsys.readouterr().out
+    hints = _hints(out)
+    assert len(hints) == 1 and named in hints[0], out
+    assert "state=...)" in out and "Array(" not in out  # the input shows node ids and configs, not the bytes
+
+
+def test_check_personal_model_does_not_read_the_whole_state(capsys):
+    def whole_state(contexts, pid):
+        from fedlearn_edu.flower import client_state
+
+        (context,) = [c for c in contexts.values() if c.node_config["partition-id"] == pid]
+        return {k: v[0] for rows in client_state(context).values() for k, v in rows.items()}
+
+    assert check_personal_model(whole_state) is False
+    assert "not the whole state" in capsys.readouterr().out
 
 
 # --------------------------------------------------------------------------

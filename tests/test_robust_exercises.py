@@ -15,11 +15,12 @@ def trimmed_mean_numpy(deltas, beta):
     return torch.as_tensor(x[b : x.shape[0] - b].mean(axis=0))
 
 
-def krum_numpy(deltas, f):
+def krum_numpy(deltas, f, extra=0):
+    """Krum; ``extra=1`` is the usual slip of m - f - 1 neighbours."""
     x = np.asarray(deltas, dtype=np.float64)
     m = x.shape[0]
     d = ((x[:, None, :] - x[None, :, :]) ** 2).sum(-1)
-    scores = [np.sort(np.delete(d[i], i))[: m - f - 2].sum() for i in range(m)]
+    scores = [np.sort(np.delete(d[i], i))[: m - f - 2 + extra].sum() for i in range(m)]
     return torch.as_tensor(x[int(np.argmin(scores))])  # argmin: the first of tied minima
 
 
@@ -95,6 +96,16 @@ def test_wrong_solutions_fail_with_a_hint(capsys, checker, wrong, hint):
     assert checker(wrong) is False
     out = capsys.readouterr().out
     assert "case '" in out and "hint:" in out and hint in out, out
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3, 4])
+def test_krum_with_m_f_1_neighbours_fails_with_that_hint_alone(capsys, seed):
+    # Blanchard et al. sum over the m - f - 2 nearest others; one more neighbour picks another
+    # client in about a third of random inputs, so a fixed case must catch it whatever the seed
+    assert check_krum(lambda x, f: krum_numpy(x, f, extra=1), seed=seed) is False
+    out = capsys.readouterr().out
+    hints = [line for line in out.splitlines() if line.strip().startswith("hint:")]
+    assert len(hints) == 1 and "m - f - 1 neighbours instead of m - f - 2" in hints[0], out
 
 
 def test_a_solution_that_raises_fails_cleanly(capsys):
