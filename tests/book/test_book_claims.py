@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 
 import pytest
 
@@ -166,3 +168,80 @@ def _matches(key: str, pattern: str) -> bool:
     regex = re.escape(pattern)
     regex = re.sub(r"\\\{[^}]*\\\}", ".+", regex)
     return re.fullmatch(regex, key) is not None
+
+
+# Comparative words. Next to a glued number, "better", "ahead" and the like must come with a verdict the
+# chapter computed (fedlearn_edu.stats: a paired test, corrected where a table makes many comparisons),
+# pasted in the same paragraph: a glued key naming a verdict, a count of verdicts or an adjusted p-value.
+# "Tie" is never a verdict: a difference that is not significant is inconclusive (book/notation.md).
+_COMPARATIVE = re.compile(r"\b(ties?|tied|ahead|behind|better|worse|beats?|outperforms?)\b", re.I)
+_TIE = re.compile(r"\b(ties?|tied)\b", re.I)
+_VERDICT_KEY = re.compile(r"verdict|better|worse|inconclusive|equiv|holm|(^|-)p($|-)")
+
+# Paragraphs whose comparative words are not a claim about this chapter's runs, with the reason.
+# A key is a phrase of the paragraph's prose that identifies it.
+WORDING_OK: dict[str, dict[str, str]] = {
+    "ch08_compare": {
+        "might have done better still": "a hypothetical about the tuning grid, not a result",
+        "the paired difference to FedAvg in points": "the table's legend: defines better/worse",
+        "better or worse after Holm": "shares of verdicts counted by benchmark.verdict_counts",
+        "The guide reads the corrected verdicts": "defines how the guide reads its verdicts",
+        "The authors found FedOUI ahead": "the paper's claim; ours is the glued verdict sentence",
+    },
+    "ch09_robust": {
+        "the paired difference to FedAvg on the same": "the table's legend: defines better/worse",
+        "significantly better than FedAvg": "introduces the verdict table that follows",
+        "robust rules better than FedAvg": "the verdict table's header",
+    },
+}
+
+
+def paragraphs(markdown: str) -> list[str]:
+    """A Markdown cell cut into paragraphs: blank lines, list items and table rows start a new one."""
+    out, current = [], []
+    for line in markdown.splitlines():
+        if not line.strip() or re.match(r"^\s*([-*]|\d+\.) |^\|", line):
+            if current:
+                out.append("\n".join(current))
+            current = [line] if line.strip() else []
+        else:
+            current.append(line)
+    if current:
+        out.append("\n".join(current))
+    return out
+
+
+def unbacked_comparisons(markdown: str, allowed: Mapping[str, str] = MappingProxyType({})) -> list[str]:
+    """Paragraphs that say "tie", or put a comparative word next to a glued number without a glued verdict."""
+    bad = []
+    for para in paragraphs(markdown):
+        text = re.sub(r"\s+", " ", prose(para))
+        if any(phrase in text for phrase in allowed):
+            continue
+        keys = re.findall(r"\{glue(?::\w+)?\}`([^`:]+)", para)
+        backed = any(_VERDICT_KEY.search(k) for k in keys)
+        if _TIE.search(text) or (keys and _COMPARATIVE.search(text) and not backed):
+            bad.append(text.strip()[:160])
+    return bad
+
+
+def test_the_wording_check_wants_a_verdict_next_to_a_comparison():
+    assert unbacked_comparisons("FedVG is better than FedAvg ({glue:text}`gain:+.3f`).")
+    assert unbacked_comparisons("The two methods tie.")
+    assert not unbacked_comparisons("FedVG is better ({glue:text}`gain:+.3f`, {glue:text}`gain-verdict`).")
+    assert not unbacked_comparisons("FedVG minus FedAvg is {glue:text}`gain:+.3f`: {glue:text}`n-inconclusive` of 3.")
+    assert not unbacked_comparisons("A better optimiser needs no numbers here.")
+    assert not unbacked_comparisons("Ours is better ({glue:text}`x`).", {"Ours is better": "a reason"})
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_comparisons_in_the_prose_are_backed_by_a_verdict(path: Path):
+    allowed = WORDING_OK.get(path.stem, {})
+    texts = [re.sub(r"\s+", " ", prose(md)) for md in _cells(path, "markdown")]
+    bad = [p for md in _cells(path, "markdown") for p in unbacked_comparisons(md, allowed)]
+    assert not bad, (
+        f"{path.name}: 'tie', or a comparison next to a glued number without a glued verdict (paste the "
+        f"verdict from fedlearn_edu.stats, or list the paragraph in WORDING_OK with the reason): {bad}"
+    )
+    stale = sorted(phrase for phrase in allowed if not any(phrase in t for t in texts))
+    assert not stale, f"{path.name}: WORDING_OK lists phrases the prose no longer contains: {stale}"
