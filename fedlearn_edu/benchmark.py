@@ -1303,13 +1303,13 @@ def _iterate(jobs: list, engine: str, n_jobs: int | None, client, factories: dic
         calls = (delayed(_indexed)(i, cfg, factories.get(cfg["method"]), root) for i, cfg in jobs)
         yield from parallel(calls)
     elif engine == "dask":
-        from distributed import Client, as_completed
+        from distributed import as_completed
 
         own = None
         if client is None:
             raise ValueError("engine='dask' needs client= (a distributed.Client) or scheduler= (an address).")
         if isinstance(client, str):
-            own = client = Client(client)
+            own = client = _connect(client)
         try:
             futures = [
                 client.submit(_indexed, i, cfg, factories.get(cfg["method"]), root, pure=False) for i, cfg in jobs
