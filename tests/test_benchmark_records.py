@@ -10,6 +10,7 @@ the command in their README.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -97,3 +98,76 @@ def test_a_sample_of_runs_is_reproduced_bit_for_bit(grid):
         for column in COLUMNS:
             again = np.array([row[column] for row in live["rows"]])
             assert np.array_equal(again, rec[column].to_numpy(), equal_nan=True), (run.method, run.run_key, column)
+
+
+# --------------------------------------------------------------------------- what README.md says of the grids
+
+README = RESULTS.parents[1] / "README.md"
+_NUM = r"([+-]?\d+\.\d)"
+_P = r"([0-9.e+-]+)"
+
+
+def _readme_says(pattern: str) -> re.Match:
+    text = " ".join(README.read_text(encoding="utf-8").split())
+    found = re.search(pattern, text)
+    assert found, f"README.md no longer says {pattern!r}: change the README and this test together"
+    return found
+
+
+def test_the_readme_states_craft_on_dirichlet_skew_as_its_example_computes_it(result):
+    """The README's example (FedAvg and CRAFT on dirichlet:0.1, the default ten evaluation seeds) is a
+    part of the classroom grid: the same keys, so its numbers follow from the grid's records."""
+    said = _readme_says(
+        rf"CRAFT's last-5 mean accuracy minus FedAvg's is {_NUM} \+- {_NUM} points over the ten seeds "
+        rf"\(p = {_P}\), \*\*(\w+)\*\*"
+    )
+    seeds = benchmark.Protocol().eval_seeds  # benchmark.run's default, which the example uses
+    assert len(seeds) == 10
+    rec = result.records
+    part = rec[
+        (rec.phase == "eval")
+        & (rec.federation == "dirichlet:0.1")
+        & rec.method.isin(["fedavg", "craft"])
+        & rec.seed.isin(seeds)
+    ]
+    row = benchmark.summarize(part, result.protocol).set_index("method").loc["craft"]
+    assert said.groups() == (
+        f"{100 * row.d_lastk:+.1f}",
+        f"{100 * row.d_lastk_ci:.1f}",
+        f"{row.p_holm_lastk:.2g}",
+        row.vs_lastk,
+    )
+
+
+def test_the_readme_states_craft_on_the_shards_as_the_grids_give_it():
+    said = _readme_says(
+        rf"the chapter's classroom grid, over its (\d+) evaluation seeds, finds CRAFT \*\*(\w+)\*\* than FedAvg: "
+        rf"{_NUM} \+- {_NUM} points \(Holm-adjusted p = {_P}\), as are (\d+) other methods with one global model "
+        rf"\(FedAvgM among them\); at the lab grid's scale \(Fashion-MNIST, (\d+) clients, (\d+) rounds\) the "
+        rf"difference on the shards is {_NUM} \+- {_NUM} points, \*\*(\w+)\*\* \(Holm-adjusted p = {_P}\)"
+    )
+    (n, word, d, h, p, others, clients, rounds, lab_d, lab_h, lab_word, lab_p) = said.groups()
+    grids = {g: pd.read_csv(RESULTS / g / "summary.csv") for g in ("classroom", "lab")}  # see the summary test above
+    cell = {g: s.set_index(["federation", "method"]) for g, s in grids.items()}
+    craft = cell["classroom"].loc[("shards:2", "craft")]
+    assert (n, word, d, h, p) == (
+        str(craft.n_seeds),
+        craft.vs_lastk,
+        f"{100 * craft.d_lastk:+.1f}",
+        f"{100 * craft.d_lastk_ci:.1f}",
+        f"{craft.p_holm_lastk:.2g}",
+    )
+    shards = grids["classroom"][(grids["classroom"].federation == "shards:2")]
+    same = shards[(shards.evaluated == "global") & (shards.vs_lastk == craft.vs_lastk) & (shards.method != "craft")]
+    assert int(others) == len(same) and "fedavgm" in set(same.method)
+    lab = cell["lab"].loc[("shards:2", "craft")]
+    assert (lab_d, lab_h, lab_word, lab_p) == (
+        f"{100 * lab.d_lastk:+.1f}",
+        f"{100 * lab.d_lastk_ci:.1f}",
+        lab.vs_lastk,
+        f"{lab.p_holm_lastk:.2g}",
+    )
+    lab_protocol = json.loads((RESULTS / "lab" / "protocol.json").read_text())
+    lab_config = json.loads(pd.read_csv(RESULTS / "lab" / "runs.csv", nrows=1).config.iloc[0])
+    assert (int(clients), int(rounds)) == (lab_config["federation"]["num_clients"], lab_protocol["rounds"])
+    assert lab_config["federation"]["dataset"] == "fashion_mnist"

@@ -25,7 +25,7 @@ from types import MappingProxyType
 import pytest
 
 BOOK = Path(__file__).resolve().parents[2] / "book"
-CHAPTERS = sorted(BOOK.glob("ch*.ipynb"))
+CHAPTERS = sorted(BOOK.glob("*.ipynb"))  # every notebook page: the chapters and the closing page
 
 # Numbers quoted from the papers the chapters discuss (not computed by the book).
 # Keep this short: a number the book computes is glued, not listed here.

@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "book" / "_ext"))
 import reader_copies as rc  # noqa: E402
 
-CHAPTERS = sorted((REPO / "book").glob("ch*.ipynb"))
+CHAPTERS = sorted((REPO / "book").glob("*.ipynb"))  # every notebook page: the chapters and the closing page
 SITE = "https://example.org/book/"
 RAW_TOKENS = {
     "myst_role",
