@@ -76,25 +76,36 @@ def over_seeds(values) -> tuple[float, float]:
 
 
 def format_over_seeds(runs: Mapping[str, Sequence], metrics: Sequence[str] = ("mean", "std", "worst10")) -> str:
-    """Text table of final fairness metrics, mean ± std over seeds, one row per method.
+    """Text table of final fairness metrics, mean ± 95 % half-width over seeds, one row per method.
+
+    The ± is the book's: the half-width ``t_{0.975, S-1} sd / sqrt(S)`` of the Student-t
+    interval of the mean over the ``S`` seeds (:func:`fedlearn_edu.stats.t_interval`), not the
+    standard deviation.
 
     Args:
-        runs: ``{method name: [History, ...]}``, one history per seed (objects with a
+        runs: ``{method name: [History, ...]}``, one history per seed (``S >= 2``; objects with a
             ``metrics()`` method returning :func:`fairness_metrics`' keys).
         metrics: which of ``"mean"``, ``"std"``, ``"worst10"``, ``"best10"`` to show.
 
     Returns:
-        The table as a string: ``mean ± std`` of each metric of the final model over the seeds.
+        The table as a string: ``mean ± half-width`` of each metric of the final model over the
+        seeds.
     """
+    from .stats import t_interval
+
     bad = [m for m in metrics if m not in METRIC_NAMES]
     if bad:
         raise ValueError(f"Unknown metric(s) {bad}; use {sorted(METRIC_NAMES)}.")
+    short = sorted(name for name, hs in runs.items() if len(hs) < 2)
+    if short:
+        raise ValueError(f"format_over_seeds needs the runs of at least two seeds per method; {short} have fewer.")
     w = max([12, *(len(name) + 2 for name in runs)])
     seeds = {len(hs) for hs in runs.values()}
     head = f"{'strategy':<{w}}" + "".join(f"{m:>16}" for m in metrics)
-    lines = [f"final round, mean ± std over {'/'.join(map(str, sorted(seeds)))} seeds", head, "-" * len(head)]
+    title = f"final round, mean ± 95 % half-width (t-interval) over {'/'.join(map(str, sorted(seeds)))} seeds"
+    lines = [title, head, "-" * len(head)]
     for name, hs in runs.items():
         finals = [h.metrics() for h in hs]
-        cells = [over_seeds([f[m] for f in finals]) for m in metrics]
-        lines.append(f"{name:<{w}}" + "".join(f"{mu:>9.3f} ± {sd:.3f}" for mu, sd in cells))
+        cells = [t_interval([f[m] for f in finals]) for m in metrics]
+        lines.append(f"{name:<{w}}" + "".join(f"{mu:>9.3f} ± {h:.3f}" for mu, h in cells))
     return "\n".join(lines)

@@ -1,4 +1,4 @@
-"""Summaries over seeds: mean and sample standard deviation, checked against NumPy."""
+"""Summaries over seeds: mean and sample standard deviation, and the book's mean ± 95 % half-width."""
 
 import numpy as np
 import pytest
@@ -31,7 +31,10 @@ def test_format_over_seeds_reports_each_method():
     runs = {"A": [_Run([0.2, 0.4]), _Run([0.4, 0.6])], "B": [_Run([1.0, 1.0]), _Run([1.0, 1.0])]}
     text = format_over_seeds(runs, metrics=("mean",))
     row_a = next(line for line in text.splitlines() if line.startswith("A "))
-    assert "0.400 ± 0.141" in row_a  # means 0.3 and 0.5
-    assert "1.000 ± 0.000" in text and "2 seeds" in text
+    half = 12.706204736174707 * 0.1414213562373095 / np.sqrt(2)  # t_{0.975, 1} sd / sqrt(2)
+    assert f"0.400 ± {half:.3f}" in row_a  # means 0.3 and 0.5: the 95 % half-width, not the std (0.141)
+    assert "1.000 ± 0.000" in text and "2 seeds" in text and "95 % half-width" in text
     with pytest.raises(ValueError, match="Unknown metric"):
         format_over_seeds(runs, metrics=("median",))
+    with pytest.raises(ValueError, match=r"at least two seeds.*\['B'\]"):
+        format_over_seeds({"A": runs["A"], "B": runs["B"][:1]})

@@ -245,3 +245,30 @@ def test_comparisons_in_the_prose_are_backed_by_a_verdict(path: Path):
     )
     stale = sorted(phrase for phrase in allowed if not any(phrase in t for t in texts))
     assert not stale, f"{path.name}: WORDING_OK lists phrases the prose no longer contains: {stale}"
+
+
+# --------------------------------------------------------------------------- one meaning of ±
+
+_GLUE_ROLE = re.compile(r"\{glue(:\w+)?\}`[^`]*`")  # a pasted value: its key may name the "std" metric
+_PM_SPREAD = re.compile(r"±[^\n]{0,40}\b(std|sd|standard deviation)\b|\b(std|standard deviation)\b[^\n]{0,12}±", re.I)
+
+
+def pm_as_spread(text: str) -> list[str]:
+    """Lines that write a spread (a standard deviation) with "±", which the book keeps for its 95 % half-width."""
+    return [line.strip() for line in text.splitlines() if _PM_SPREAD.search(_GLUE_ROLE.sub("x", line))]
+
+
+def test_the_pm_check_finds_a_standard_deviation_written_with_pm():
+    assert pm_as_spread('print(f"final round, mean ± std over {n} seeds")')
+    assert pm_as_spread("Accuracy is in percent, mean ± standard deviation over the three seeds;")
+    assert pm_as_spread('f"{mu:.3f} ± {sd:.3f}"  # std over seeds')
+    assert not pm_as_spread("mean ± the half-width of its 95 % t-interval; the std column is the spread")
+    assert not pm_as_spread('cols = [f"{mu:.3f} ± {h:.3f}" for mu, h in cells]')
+    assert not pm_as_spread("spread {glue:text}`craft-final-std:.3f` ± {glue:text}`craft-final-std-half:.3f`")
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_pm_means_the_95_percent_half_width_everywhere(path: Path):
+    """notation.md: "±" after a mean or a difference is the half-width of a 95 % interval, in prose and printed tables."""
+    bad = [line for kind in ("markdown", "code") for cell in _cells(path, kind) for line in pm_as_spread(cell)]
+    assert not bad, f"{path.name}: a standard deviation written with '±' (print the half-width, or write 'sd'): {bad}"
