@@ -37,7 +37,9 @@ def _parts() -> list[dict]:
 
 
 def _is_chapter(entry: dict) -> bool:
-    return (REPO / entry["file"]).with_suffix(".ipynb").is_file()
+    """A chapter is a notebook named ``chNN_name``; other notebook pages (the closing page) are not numbered."""
+    path = REPO / entry["file"]
+    return bool(re.fullmatch(r"ch\d\d_\w+", path.name)) and path.with_suffix(".ipynb").is_file()
 
 
 def _chapters() -> list[str]:
@@ -96,6 +98,15 @@ def test_toc_numbers_the_chapters_in_the_order_of_their_file_names():
         assert all(_is_chapter(entry) for entry in part["chapters"]) or not has_chapters, (
             f"part {part['caption']!r} mixes chapters and reference pages"
         )
+    for part in _parts():
+        for entry in part["chapters"] if not part.get("numbered", False) else ():
+            page = (REPO / entry["file"]).with_suffix(".ipynb")
+            if page.is_file():  # an unnumbered notebook page would label its figures "Fig. 1", "(1)", "Exercise 1"
+                cells = json.loads(page.read_text(encoding="utf-8"))["cells"]
+                text = "".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+                labelled = [m for m in ("{figure", "{math}", "$$", "{exercise", "{solution") if m in text]
+                labelled += ["a glued figure"] * any("figure" in c.get("metadata", {}).get("mystnb", {}) for c in cells)
+                assert not labelled, f"{entry['file']} is not numbered but has numbered elements: {labelled}"
     config = _yaml(REPO / "_config.yml")
     assert config["html"].get("use_multitoc_numbering") is True, (
         "without html.use_multitoc_numbering every part restarts at 1"
