@@ -269,6 +269,6 @@ def test_the_pm_check_finds_a_standard_deviation_written_with_pm():
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
 def test_pm_means_the_95_percent_half_width_everywhere(path: Path):
-    """notation.md: "±" after a mean or a difference is the half-width of a 95 % interval, in prose and printed tables."""
+    """notation.md: "±" after a mean or a difference is the 95 % half-width, in prose and printed tables."""
     bad = [line for kind in ("markdown", "code") for cell in _cells(path, kind) for line in pm_as_spread(cell)]
     assert not bad, f"{path.name}: a standard deviation written with '±' (print the half-width, or write 'sd'): {bad}"
