@@ -9,8 +9,8 @@ under nbval). A value already set is kept.
 The book build (``built_book``) is the exception: it runs as a newcomer's does, on a fresh
 copy of the checkout's files (no data folder in it or beside it), with no ``FEDLEARN_*``
 variable of this environment and with ``FEDLEARN_OFFLINE=1`` (the package downloads
-nothing), so every chapter is built on its bundled fallback; nbval keeps the data, so CI
-executes both paths.
+nothing), so every chapter is built on its bundled fallback; the reader's copies under
+nbval (``tests/book/test_reader_copies.py``) keep the data, so CI executes both paths.
 """
 
 from __future__ import annotations
