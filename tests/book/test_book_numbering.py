@@ -36,10 +36,13 @@ def _parts() -> list[dict]:
     return _yaml(REPO / "_toc.yml")["parts"]
 
 
+CHAPTER_FILE = re.compile(r"ch(\d\d)_\w+")  # a chapter's file name, chNN_name, without its suffix
+
+
 def _is_chapter(entry: dict) -> bool:
     """A chapter is a notebook named ``chNN_name``; other notebook pages (the closing page) are not numbered."""
     path = REPO / entry["file"]
-    return bool(re.fullmatch(r"ch\d\d_\w+", path.name)) and path.with_suffix(".ipynb").is_file()
+    return bool(CHAPTER_FILE.fullmatch(path.name)) and path.with_suffix(".ipynb").is_file()
 
 
 def _chapters() -> list[str]:
@@ -48,7 +51,7 @@ def _chapters() -> list[str]:
 
 
 def _number(doc: str) -> int:
-    match = re.fullmatch(r"ch(\d\d)_\w+", Path(doc).name)
+    match = CHAPTER_FILE.fullmatch(Path(doc).name)
     assert match, f"{doc}: a chapter's file is named chNN_name"
     return int(match.group(1))
 
