@@ -157,8 +157,9 @@ class Method:
 
     Args:
         name: the label in the records and tables (e.g. ``"fedprox"``).
-        strategy: a key of :data:`fedlearn_edu.strategies.STRATEGIES`, or ``"ditto"`` /
-            ``"ifca"`` (personalised / clustered), used when ``factory`` is ``None``.
+        strategy: a name of :data:`fedlearn_edu.strategies.STRATEGIES` (the user's registered
+            strategies included; built by :func:`~fedlearn_edu.strategies.make_strategy` with the
+            settings), or ``"conditional"``; used when ``factory`` is ``None``.
         fixed: settings passed to the strategy as they are.
         tune: ``{setting: [candidates]}``; the tuning step tries the full product.
         factory: for a method outside the package: a module-level function
@@ -991,8 +992,12 @@ def _clustered_federation(spec: dict, seed: int, root):
 
 
 def _strategy(config: dict, factory: Callable | None):
-    from .strategies import STRATEGIES, FedAvg
-    from .strategies.personalized import IFCA, Ditto, LocalOnly
+    """The run's strategy: its factory's, or the registry's (:func:`~fedlearn_edu.strategies.make_strategy`).
+
+    A strategy built on a base (Ditto) gets the settings its constructor does not take through
+    its base (FedAvg's ``server_lr``); builder ``"conditional"`` is FedAvg on a conditional model.
+    """
+    from .strategies import FedAvg, make_strategy
 
     settings = dict(config["settings"])
     builder = config["builder"]
@@ -1000,23 +1005,9 @@ def _strategy(config: dict, factory: Callable | None):
         settings["server_lr"] = settings.pop("effective_lr") * (1.0 - settings.get("momentum", 0.9))
     if factory is not None:
         return factory(**settings)
-    if builder == "ditto":
-        lam = settings.pop("lam", 0.1)
-        return Ditto(lam, base=FedAvg(**settings))
-    if builder == "ifca":
-        return IFCA(**settings)
-    if builder == "local":
-        if settings:
-            raise ValueError(f"Local-only training has no setting; got {sorted(settings)}.")
-        return LocalOnly()
     if builder == "conditional":  # FedAvg on the conditional model: the condition's settings go to the model
         return FedAvg(**{k: v for k, v in settings.items() if k not in _CONDITIONAL})
-    if builder not in STRATEGIES:
-        raise ValueError(
-            f"Unknown strategy {builder!r}; choose one of {sorted(STRATEGIES)}, "
-            "'ditto', 'ifca', 'local', 'conditional'."
-        )
-    return STRATEGIES[builder](**settings)
+    return make_strategy(builder, **settings)
 
 
 def execute(config: dict, factory: Callable | None = None, root=None) -> dict:

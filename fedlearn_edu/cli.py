@@ -28,11 +28,18 @@ fair comparisons -- the server step (--server-lr, eta_s) means different things:
                  default 0.01: an adaptive step of about eta_s per coordinate, whatever
                  the update's size; tune it (Reddi et al. use 10^-2 to 1).
   gossip, dac    no server step: each client averages with its neighbours.
+  local          no server step: each client trains its own model on its own data.
+  ditto          its base's step (FedAvg's, default 1) for the global model; the personal
+                 models take no server step.
+  ifca           default 1: each cluster model takes its clients' mean update (give
+                 --num-clusters).
   median, trimmedmean, krum, multikrum, bulyan, geometricmedian, normclipping,
   centeredclipping
                  default 1: a robust rule's aggregate of the updates (one client's update
                  for krum; clipped updates for the clipping rules) in place of the mean.
   dpfedavg       default 1: the clipped updates' noisy sum over a fixed denominator.
+A strategy of your own: decorate its class with fedlearn_edu.strategies.register and
+name its module with --plugin (e.g. --plugin mystrategies --strategy mine).
 Compare strategies at the same long-run step, or tune --server-lr for each on one
 --seed (e.g. 0.3, 1, 3) and compare the picked values on other seeds.
 
@@ -77,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     ``run`` takes the data (``--dataset``, ``--data-root``, ``--download``, ``--partition``,
     ``--clients``, ``--alpha``, ``--min-size``), the method (``--strategy``, ``--model``,
-    ``--server-lr``, ``--mu``, ``--val-fraction``), the schedule (``--rounds``,
+    ``--server-lr``, ``--mu``, ``--val-fraction``, ``--num-clusters``, ``--plugin``), the schedule (``--rounds``,
     ``--clients-per-round``, ``--local-epochs``, ``--batch-size``, ``--lr``, ``--eval-every``)
     and how it runs (``--engine``, ``--device``, ``--seed``, ``--plot``, ``--no-progress``,
     ``--checkpoint``, ``--resume``, ``--on-nonfinite``).
@@ -109,6 +116,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--data-root", default=None, help="folder holding the dataset files")
     run.add_argument("--download", action="store_true", help="download the dataset if missing")
+    run.add_argument(
+        "--plugin",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="import MODULE first (repeatable): its strategies, registered with "
+        "fedlearn_edu.strategies.register, become --strategy choices",
+    )
     run.add_argument("--strategy", default="fedavg", choices=sorted(STRATEGIES))
     run.add_argument("--model", default="mlp", choices=sorted(MODELS))
     run.add_argument("--partition", default="dirichlet", choices=list(PARTITIONS))
@@ -134,6 +149,9 @@ def build_parser() -> argparse.ArgumentParser:
         type=_FRACTION,
         default=None,
         help="fedvg only: share of every client's training data pooled as the server's validation set (default 0.1)",
+    )
+    run.add_argument(
+        "--num-clusters", type=_POSITIVE_INT, default=None, help="ifca only: the number of cluster models K"
     )
     run.add_argument("--eval-every", type=_POSITIVE_INT, default=1)
     run.add_argument("--engine", default="auto", choices=["auto", "loop", "vmap"])
@@ -367,9 +385,13 @@ EXIT_ALL_FAILED = 1  # a benchmark of which every run failed: no result (the fai
 
 EXIT_DIVERGED = 3  # the run diverged (NaN/Inf): one line with the cause and the fix on stderr
 
-# flags that only some strategies read: {flag: (attribute, the strategies that read it)}
-STRATEGY_FLAGS = {"--mu": ("mu", ("fedprox",)), "--val-fraction": ("val_fraction", ("fedvg",))}
-NO_SERVER_STEP = ("gossip", "dac")
+# Flags that only some strategies read: {flag: (attribute, the constructor argument it sets)}. A
+# flag applies to the strategies whose constructor (or default base's) takes that argument.
+STRATEGY_FLAGS = {
+    "--mu": ("mu", "mu"),
+    "--val-fraction": ("val_fraction", "val_data"),
+    "--num-clusters": ("num_clusters", "num_clusters"),
+}
 
 
 def main(argv=None) -> int:
@@ -387,6 +409,7 @@ def main(argv=None) -> int:
         ``0`` after a run; ``1`` after a benchmark of which every run failed; bad input exits
         through ``SystemExit(2)``, a diverged run through ``SystemExit(3)``.
     """
+    _import_plugins(argv)
     args = build_parser().parse_args(argv)
     if args.command == "benchmark":
         args.argv = None if argv is None else list(argv)[1:]
@@ -412,13 +435,40 @@ def main(argv=None) -> int:
     return 0
 
 
+def _import_plugins(argv) -> None:
+    """Import the modules named by ``--plugin`` (before the parser reads the registry's names)."""
+    import importlib
+
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--plugin", action="append", default=[])
+    known, _ = pre.parse_known_args(sys.argv[1:] if argv is None else list(argv))
+    for module in known.plugin:
+        try:
+            importlib.import_module(module)
+        except Exception as err:  # any failure of the user's module is a bad --plugin
+            build_parser().error(f"argument --plugin: cannot import {module!r}: {type(err).__name__}: {err}")
+
+
 def _check_strategy_flags(args) -> None:
-    """A flag that the chosen strategy does not read is an error, never silently ignored."""
-    for flag, (attr, readers) in STRATEGY_FLAGS.items():
-        if getattr(args, attr) is not None and args.strategy not in readers:
+    """A flag that the chosen strategy does not read is an error, never silently ignored.
+
+    Which strategies read a flag comes from the registry: those whose constructor (or default
+    base's) takes its argument (:func:`~fedlearn_edu.strategies.strategy_parameters`); one that
+    takes no ``server_lr`` (it keeps no server model, ``needs.server_model == "none"``) has no
+    server step.
+    """
+    from .strategies import STRATEGIES, strategy_parameters
+
+    takes = strategy_parameters(args.strategy)
+    for flag, (attr, param) in STRATEGY_FLAGS.items():
+        if getattr(args, attr) is not None and param not in takes:
+            readers = [name for name in sorted(STRATEGIES) if param in strategy_parameters(name)]
             args.error(f"argument {flag}: applies only to --strategy {'/'.join(readers)}, not {args.strategy}")
-    if args.server_lr is not None and args.strategy in NO_SERVER_STEP:
-        args.error(f"argument --server-lr: {args.strategy} has no server step (each client averages with neighbours)")
+    if args.server_lr is not None and "server_lr" not in takes:
+        args.error(f"argument --server-lr: {args.strategy} has no server step to set (it takes no server_lr)")
+    for flag, (attr, param) in STRATEGY_FLAGS.items():  # --val-fraction has a default, the others none
+        if takes.get(param) and param != "val_data" and getattr(args, attr) is None:
+            args.error(f"argument {flag}: --strategy {args.strategy} needs it (e.g. {flag} 2)")
     if args.resume and args.checkpoint is None:
         args.error("argument --resume: needs --checkpoint FILE (the file to continue from)")
 
@@ -438,6 +488,7 @@ def _plot_path(args) -> Path:
 def _run(args):
     """Build the federation, model and strategy from the parsed flags and simulate."""
     from . import federated_dataset, make_model, make_strategy, simulate
+    from .strategies import strategy_parameters
     from .utils import resolve_device
 
     resolve_device(args.device)  # an unknown or unavailable device fails before the data are loaded
@@ -453,9 +504,10 @@ def _run(args):
     )
     model = make_model(args.model, fed.input_shape, fed.num_classes, seed=args.seed)
     kwargs = {} if args.server_lr is None else {"server_lr": args.server_lr}
-    if args.strategy == "fedprox":
-        kwargs["mu"] = 0.01 if args.mu is None else args.mu
-    if args.strategy == "fedvg":
+    for attr, param in STRATEGY_FLAGS.values():
+        if getattr(args, attr) is not None and param != "val_data":
+            kwargs[param] = getattr(args, attr)
+    if "val_data" in strategy_parameters(args.strategy):  # the server's validation set: split off the clients'
         from .data import server_validation_split
 
         fraction = 0.1 if args.val_fraction is None else args.val_fraction

@@ -139,7 +139,7 @@ PLAUSIBLE = {
     "prox_tau_eff": ["steps", "norms", "other"],
     "val_data": [VAL, (VAL[0], VAL[1][:3]), (VAL[0],), VAL[0], (VAL[0].numpy(), VAL[1].numpy()), (VAL[0], VAL[1] + 5)],
 }
-REQUIRED = {"fedvg": {"val_data": VAL}}  # extra inputs a strategy needs, valid, built once
+REQUIRED = {"fedvg": {"val_data": VAL}, "ifca": {"num_clusters": 2}}  # extra inputs a strategy needs, valid, built once
 
 
 def _parameters(name: str) -> list[str]:

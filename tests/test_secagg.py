@@ -24,7 +24,7 @@ VAL = (torch.zeros(4, 1, 8, 8), torch.zeros(4, dtype=torch.long))
 
 
 def _make(name):
-    return STRATEGIES[name](VAL) if name == "fedvg" else STRATEGIES[name]()
+    return STRATEGIES[name](VAL) if name == "fedvg" else STRATEGIES[name](2) if name == "ifca" else STRATEGIES[name]()
 
 
 def test_encoding_round_trips_in_fixed_point():
@@ -74,7 +74,7 @@ def test_a_strict_subset_of_masked_inputs_is_uncorrelated_with_the_inputs():
 
 
 SUMS_ONLY = {"fedavg", "fedavgm", "fedprox", "fedadam", "fedyogi", "fedadagrad", "scaffold", "feddyn", "fednova"}
-SUMS_ONLY |= {"normclipping", "dpfedavg"}
+SUMS_ONLY |= {"normclipping", "dpfedavg", "ditto"}  # Ditto: its base's (FedAvg's) sums
 
 
 def test_the_secure_aggregation_table():

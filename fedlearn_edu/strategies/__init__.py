@@ -1,4 +1,34 @@
-"""Strategies: what each method does in a round (client update, server direction), for ``simulate``."""
+"""Strategies: what each method does in a round (client update, server direction), for ``simulate``.
+
+Every method is a class registered under its short name (:data:`STRATEGIES`, read-only), which
+:func:`make_strategy`, the command line (``python -m fedlearn_edu run --strategy NAME``) and the
+benchmark (``benchmark.Method(NAME)``) read; nothing else lists the methods.
+
+Adding a method:
+
+1. One file in ``fedlearn_edu/strategies/`` with the class: a :class:`Strategy` subclass (or of
+   the method it extends, e.g. :class:`FedAvg`) with its short name and the hooks it changes
+   (:meth:`Strategy.direction` at least; ``needs`` when it reads client signals, a validation
+   set or keeps other than one server model), decorated with :func:`register`::
+
+       @register
+       class FedMine(FedAvg):
+           name = "fedmine"  # lowercase letters and digits
+
+           def direction(self, server_state, updates):
+               ...
+
+   Registration is that decorator: :func:`make_strategy`, ``--strategy fedmine`` and the
+   benchmark find it by name, and ``--mu``-style flags apply to it when its constructor takes
+   the argument. Import it here and add it to ``__all__``.
+2. New math (a function of stacked client tensors ``Tensor[m, ...]``) goes in one file of
+   ``fedlearn_edu/aggregators/``; the strategy calls it.
+3. One test file, ``tests/strategies/test_<file>.py``: the math against a hand computation,
+   ``make_strategy("fedmine")`` and a short :func:`~fedlearn_edu.simulate` run.
+
+A strategy defined outside the package (a user's module, a notebook) registers itself the same
+way; the command line imports such a module with ``--plugin MODULE``.
+"""
 
 from .base import ClientOutput, ClientUpdates, ClientWork, Needs, Strategy
 from .conflict import ConFIG, FedFV, QFedAvg
@@ -11,69 +41,9 @@ from .fedavg import FedAdagrad, FedAdam, FedAvg, FedAvgM, FedProx, FedYogi
 from .fedoui import FedAlign, FedOUI
 from .fedvg import FedVG
 from .personalized import IFCA, Ditto, LocalOnly
+from .registry import STRATEGIES, make_strategy, register, strategy_class, strategy_parameters
 from .robust import Bulyan, CenteredClipping, GeometricMedian, Krum, Median, MultiKrum, NormClipping, TrimmedMean
 from .server_optim import ServerAdagrad, ServerAdam, ServerMomentum, ServerOptimizer, ServerSGD, ServerYogi
-
-STRATEGIES = {
-    cls.name: cls
-    for cls in (
-        FedAvg,
-        FedAvgM,
-        FedProx,
-        FedAdam,
-        FedYogi,
-        FedAdagrad,
-        CRAFT,
-        ConFIG,
-        FedFV,
-        QFedAvg,
-        FedVG,
-        FedOUI,
-        FedAlign,
-        SCAFFOLD,
-        FedDyn,
-        FedNova,
-        AFL,
-        FedLF,
-        Gossip,
-        DAC,
-        Median,
-        TrimmedMean,
-        Krum,
-        MultiKrum,
-        Bulyan,
-        GeometricMedian,
-        CenteredClipping,
-        NormClipping,
-        DPFedAvg,
-    )
-}
-
-
-def make_strategy(name: str, **kwargs) -> Strategy:
-    """Build a strategy from its short name.
-
-    Args:
-        name: ``"fedavg"``, ``"craft"``, ``"fedvg"``, ``"fedoui"``, ... (case, ``-`` and ``_`` ignored).
-        **kwargs: the strategy's constructor arguments.
-
-    Returns:
-        The :class:`Strategy`.
-
-    Raises:
-        TypeError: ``name`` is not a string.
-        ValueError: an unknown name.
-    """
-    if not isinstance(name, str):
-        raise TypeError(
-            f"name must be a strategy's short name (a str, e.g. 'fedavg'), got {name!r} ({type(name).__name__}); "
-            f"choose one of {sorted(STRATEGIES)}."
-        )
-    key = name.lower().replace("-", "").replace("_", "")
-    if key not in STRATEGIES:
-        raise ValueError(f"Unknown strategy {name!r}; choose one of {sorted(STRATEGIES)}.")
-    return STRATEGIES[key](**kwargs)
-
 
 __all__ = [
     "ClientUpdates",
@@ -122,4 +92,7 @@ __all__ = [
     "DPFedAvg",
     "STRATEGIES",
     "make_strategy",
+    "register",
+    "strategy_class",
+    "strategy_parameters",
 ]

@@ -364,6 +364,13 @@ class Strategy:
     - ``prox_argument``: the constructor argument that sets the clients' ``prox_mu`` in
       :meth:`configure_local` (FedProx's ``"mu"``, FedDyn's ``"alpha"``), so that a divergence
       it causes is blamed on it; ``""`` when there is none.
+    - ``default_base``: for a strategy built on a base strategy (its constructor takes ``base``),
+      the short name of the base its constructor uses when given none (Ditto's ``"fedavg"``);
+      :func:`~fedlearn_edu.strategies.make_strategy` builds it with the arguments meant for it.
+      ``None`` for the others (and for FedVG, which is its own FedAvg without a base).
+
+    ``name`` is the short name; a class registers itself under it with
+    :func:`~fedlearn_edu.strategies.register`.
     """
 
     name = "strategy"
@@ -372,6 +379,7 @@ class Strategy:
     evaluates = "global"
     diagnostics: tuple[str, ...] = ()
     prox_argument = ""
+    default_base: str | None = None
 
     def __init__(self, server_lr: float = 1.0, optimizer: ServerOptimizer | None = None):
         """Check the arguments (see the class docstring) and keep them."""

@@ -13,10 +13,12 @@ from ..params import Params
 from ..signals import global_model_loss
 from .base import ClientUpdates, Needs, Strategy
 from .craft import craft_layer_groups
+from .registry import register
 
 __all__ = ["ConFIG", "FedFV", "QFedAvg"]
 
 
+@register
 class ConFIG(Strategy):
     """ConFIG (Liu et al., 2025) as a server rule.
 
@@ -84,6 +86,7 @@ class GlobalLossSignal(Strategy):
         return {"global_loss": global_model_loss(model, global_params, datasets)}
 
 
+@register
 class FedFV(GlobalLossSignal):
     """FedFV (Wang et al., 2021): fair averaging by projecting off conflicting updates.
 
@@ -148,6 +151,7 @@ class FedFV(GlobalLossSignal):
         return fedfv_direction(pseudo, losses, self.alpha), server_state, {"losses": losses}
 
 
+@register
 class QFedAvg(GlobalLossSignal):
     """q-FedAvg (Li et al., 2020): q-fair federated learning.
 

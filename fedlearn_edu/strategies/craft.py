@@ -8,6 +8,7 @@ from ..aggregators import craft_direction
 from ..checks import check_bool
 from ..params import Params, layer_groups
 from .base import ClientUpdates, Strategy
+from .registry import register
 
 __all__ = ["CRAFT", "craft_layer_groups"]
 
@@ -64,6 +65,7 @@ def craft_layer_groups(model: nn.Module, merge_norm: bool = True) -> dict[str, l
     return groups
 
 
+@register
 class CRAFT(Strategy):
     """CRAFT: the smallest correction of the previous direction that conflicts with no client.
 

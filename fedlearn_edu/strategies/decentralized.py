@@ -44,6 +44,7 @@ from ..params import Params, repeat_params
 from ..utils import derive_seed
 from .base import ClientOutput, ClientUpdates, ClientWork, Needs, Strategy
 from .personalized import client_losses
+from .registry import register
 
 __all__ = ["Gossip", "DAC"]
 
@@ -179,6 +180,7 @@ class _Decentralised(Strategy):
         return {"personal": (models, torch.arange(len(train_sets), device=device))}
 
 
+@register
 class Gossip(_Decentralised):
     """Decentralised gossip averaging: each selected client mixes with its neighbours, then trains.
 
@@ -248,6 +250,7 @@ class Gossip(_Decentralised):
         return neighbour_average_matrix(nb, _sizes(work, "Gossip")), {"neighbours": nb[work.client_ids]}
 
 
+@register
 class DAC(_Decentralised):
     """DAC, decentralised adaptive clustering (Zec et al., 2022).
 

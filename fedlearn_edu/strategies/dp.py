@@ -59,6 +59,7 @@ from ..checks import check_int, check_positive, check_range
 from ..params import Params
 from ..utils import derive_seed
 from .base import ClientUpdates, Needs, Strategy
+from .registry import register
 from .server_optim import ServerOptimizer
 
 __all__ = ["DPFedAvg", "split_noise_multiplier"]
@@ -116,6 +117,7 @@ def split_noise_multiplier(noise_multiplier: float, count_noise: float) -> float
     return out
 
 
+@register
 class DPFedAvg(Strategy):
     """DP-FedAvg with a fixed clipping norm (McMahan et al., 2018); see the module docstring.
 

@@ -43,6 +43,7 @@ from ..engine import LocalTraining
 from ..params import Params
 from .base import ClientOutput, ClientUpdates, ClientWork, Needs, Strategy
 from .fedavg import FedAvg
+from .registry import register
 from .server_optim import ServerOptimizer
 
 __all__ = ["SCAFFOLD", "FedDyn", "FedNova"]
@@ -75,6 +76,7 @@ def _local_steps(updates: ClientUpdates, who: str) -> Tensor:
     return updates.signals["num_steps"]
 
 
+@register
 class SCAFFOLD(Strategy):
     """SCAFFOLD (Karimireddy et al., ICML 2020), option II control variates.
 
@@ -185,6 +187,7 @@ class SCAFFOLD(Strategy):
         return {k: -v for k, v in step.items()}, {**server_state, "control": control}, diag
 
 
+@register
 class FedDyn(Strategy):
     """FedDyn (Acar et al., ICLR 2021): dynamic regularisation of the clients' objective.
 
@@ -289,6 +292,7 @@ class FedDyn(Strategy):
         return g, {**server_state, "h": h}, {"weights": _used_weights(updates, weights)}
 
 
+@register
 class FedNova(FedAvg):
     """FedNova (Wang et al., NeurIPS 2020): normalised averaging.
 

@@ -17,6 +17,7 @@ from ..params import Params
 from .base import ClientUpdates, Needs
 from .conflict import GlobalLossSignal
 from .craft import craft_layer_groups
+from .registry import register
 
 __all__ = ["AFL", "FedLF"]
 
@@ -31,6 +32,7 @@ def _losses(updates: ClientUpdates, who: str):
 AFL_ITERATES = ("last", "average")
 
 
+@register
 class AFL(GlobalLossSignal):
     """Agnostic federated learning (Mohri, Sivek & Suresh, ICML 2019), Stochastic-AFL.
 
@@ -163,6 +165,7 @@ class AFL(GlobalLossSignal):
 FEDLF_GROUPS = ("tensor", "module")
 
 
+@register
 class FedLF(GlobalLossSignal):
     """FedLF (Pan et al., AAAI 2024): layer-wise fair aggregation.
 

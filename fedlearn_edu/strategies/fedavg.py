@@ -16,11 +16,13 @@ from ..checks import check_positive
 from ..engine import LocalTraining
 from ..params import Params
 from .base import ClientUpdates, Needs, Strategy
+from .registry import register
 from .server_optim import ServerAdagrad, ServerAdam, ServerMomentum, ServerOptimizer, ServerYogi
 
 __all__ = ["FedAvg", "FedAvgM", "FedProx", "FedAdam", "FedYogi", "FedAdagrad"]
 
 
+@register
 class FedAvg(Strategy):
     """Federated averaging (McMahan et al., 2017).
 
@@ -61,6 +63,7 @@ class FedAvg(Strategy):
         return {k: -v for k, v in step.items()}, server_state, {"weights": w}
 
 
+@register
 class FedAvgM(FedAvg):
     """FedAvg with server momentum (Hsu et al., 2019) on the pseudo-gradient.
 
@@ -84,6 +87,7 @@ class FedAvgM(FedAvg):
         return self.optimizer.momentum
 
 
+@register
 class FedProx(FedAvg):
     """FedProx (Li et al., 2020): FedAvg aggregation, proximal clients.
 
@@ -149,6 +153,7 @@ class _FedOptStrategy(FedAvg):
         return torch.full_like(updates.size_weights, 1.0 / updates.num_clients)
 
 
+@register
 class FedAdam(_FedOptStrategy):
     """FedAdam (Reddi et al., 2021): Adam's moments on FedAvg's pseudo-gradient.
 
@@ -173,6 +178,7 @@ class FedAdam(_FedOptStrategy):
     _optimizer = ServerAdam
 
 
+@register
 class FedYogi(_FedOptStrategy):
     """FedYogi (Reddi et al., 2021): as :class:`FedAdam` with ``v <- v - (1-b2) g^2 sign(v - g^2)``.
 
@@ -183,6 +189,7 @@ class FedYogi(_FedOptStrategy):
     _optimizer = ServerYogi
 
 
+@register
 class FedAdagrad(_FedOptStrategy):
     """FedAdagrad (Reddi et al., 2021): as :class:`FedAdam` with ``v <- v + g^2``.
 

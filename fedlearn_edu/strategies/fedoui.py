@@ -25,10 +25,12 @@ from ..engine import LocalResult
 from ..params import Params
 from ..signals.oui import MAX_PROBE_SIZE, client_oui, hooked_module, probe_batch
 from .base import ClientUpdates, Needs, Strategy
+from .registry import register
 
 __all__ = ["FedOUI", "FedAlign"]
 
 
+@register
 class FedOUI(Strategy):
     """FedOUI (Fernandez-Hernandez et al., 2026): weigh clients by how typical their OUI is.
 
@@ -148,6 +150,7 @@ class FedOUI(Strategy):
         )
 
 
+@register
 class FedAlign(Strategy):
     """FedAlign (the FedOUI paper's baseline): weigh clients by agreement with the mean update.
 

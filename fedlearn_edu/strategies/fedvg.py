@@ -36,6 +36,7 @@ from ..engine import LocalTraining, make_engine
 from ..params import Params
 from ..signals import as_validation_set, validation_gradient_norms
 from .base import ClientOutput, ClientUpdates, ClientWork, Needs, Strategy, check_base
+from .registry import register
 from .server_optim import ServerMomentum, ServerOptimizer, ServerSGD
 
 __all__ = ["FedVG"]
@@ -43,6 +44,7 @@ __all__ = ["FedVG"]
 MODES = ("clientwise", "layerwise")
 
 
+@register
 class FedVG(Strategy):
     """FedVG (Devkota et al., 2026): validation-gradient weighting.
 

@@ -40,6 +40,7 @@ from ..params import Params, get_params, repeat_params, stack_params
 from ..utils import derive_seed
 from .base import ClientOutput, ClientUpdates, ClientWork, Needs, Strategy, check_base
 from .fedavg import FedAvg
+from .registry import register
 
 __all__ = ["LocalOnly", "IFCA", "Ditto", "client_losses"]
 
@@ -74,6 +75,7 @@ def _own_models(num_clients: int, device) -> Tensor:
     return torch.arange(num_clients, device=device)
 
 
+@register
 class LocalOnly(Strategy):
     """Local-only training: every client starts from theta_0 and trains only on its own data.
 
@@ -168,6 +170,7 @@ def _reinit(model: nn.Module, seed: int) -> Params:
     return get_params(clone)
 
 
+@register
 class IFCA(Strategy):
     """IFCA (Ghosh et al., 2020), model-averaging variant.
 
@@ -300,6 +303,7 @@ class IFCA(Strategy):
         return {"cluster": (clusters, client_losses(model, clusters, train_sets).argmin(1))}
 
 
+@register
 class Ditto(Strategy):
     """Ditto (Li et al., 2021): a global model plus one personal model per client.
 
@@ -325,6 +329,8 @@ class Ditto(Strategy):
         personal_epochs: epochs of the personal update (default: the round's local epochs).
     """
 
+    name = "ditto"  # the registry's; an instance over another base is named "ditto+<base>"
+    default_base = "fedavg"
     evaluates = "personal"
     model_key = None
 

@@ -34,6 +34,7 @@ from ..aggregators.robust import (
 from ..checks import check_int, check_positive, check_range
 from ..params import Params, layer_groups
 from .base import ClientUpdates, Needs, Strategy
+from .registry import register
 from .server_optim import ServerOptimizer
 
 __all__ = [
@@ -126,6 +127,7 @@ class _Robust(Strategy):
         return g, {**server_state, **new}, diag
 
 
+@register
 class Median(_Robust):
     """Coordinate-wise median of the updates (Yin et al., 2018): ``g = -median_i Delta_i``.
 
@@ -160,6 +162,7 @@ class Median(_Robust):
         return coordinate_median(deltas), {}, {}
 
 
+@register
 class TrimmedMean(_Robust):
     """Coordinate-wise trimmed mean (Yin et al., 2018): drop ``floor(beta m)`` values at each end.
 
@@ -190,6 +193,7 @@ class TrimmedMean(_Robust):
         return trimmed_mean(deltas, self.beta), {}, {}
 
 
+@register
 class Krum(_Robust):
     """Krum (Blanchard et al., 2017): the update of the client closest to its m - f - 2 nearest others.
 
@@ -254,6 +258,7 @@ class Krum(_Robust):
         return krum(deltas, f, k), {}, {"selected": updates.client_ids[chosen.cpu()]}
 
 
+@register
 class MultiKrum(Krum):
     """Multi-Krum (Blanchard et al., 2017): the plain mean of the k updates with the lowest Krum scores.
 
@@ -291,6 +296,7 @@ class MultiKrum(Krum):
         return m - self.f_for(m) if self.k is None else self.k
 
 
+@register
 class Bulyan(_Robust):
     """Bulyan (El Mhamdi et al., 2018): repeated Krum selects m - 2f, then a trimmed mean around the median.
 
@@ -333,6 +339,7 @@ class Bulyan(_Robust):
         return bulyan(deltas, f), {}, {"selected": updates.client_ids[chosen.cpu()]}
 
 
+@register
 class GeometricMedian(_Robust):
     """RFA (Pillutla, Kakade & Harchaoui, 2022): the geometric median of the updates by smoothed Weiszfeld.
 
@@ -386,6 +393,7 @@ class GeometricMedian(_Robust):
         return z, {}, {"iterations": steps}
 
 
+@register
 class NormClipping(_Robust):
     """Norm clipping (Sun et al., 2019): each update scaled to norm <= C, then FedAvg's mean.
 
@@ -435,6 +443,7 @@ class NormClipping(_Robust):
         return fedavg(clipped, w), {}, {"clipped": factors}
 
 
+@register
 class CenteredClipping(_Robust):
     """Centered clipping (Karimireddy, He & Jaggi, 2021): clip the updates around the last aggregate.
 

@@ -25,6 +25,8 @@ def setting():
 def _all_strategies(val):
     made = {}
     for name, cls in STRATEGIES.items():
+        if name in ("ditto", "ifca", "local"):  # built below
+            continue
         made[name] = cls(val, engine="loop") if name == "fedvg" else cls(num_neighbours=2) if name == "dac" else cls()
     made.update(
         ditto=Ditto(0.5),

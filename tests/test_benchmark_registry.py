@@ -1,0 +1,123 @@
+"""The benchmark builds every method through the strategy registry, committed runs unchanged."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fedlearn_edu import benchmark
+from fedlearn_edu.strategies import IFCA, Ditto, FedAvg, LocalOnly
+from fedlearn_edu.strategies.registry import _REGISTRY
+
+RECORDS = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "classroom"
+COLUMNS = ("mean", "std", "worst10", "best10", "loss", "train_loss")
+SPECIAL = ("ditto", "ifca", "local")  # once built by name in benchmark._strategy
+PLUGIN = '''
+from fedlearn_edu.strategies import FedAvg, register
+
+
+@register
+class Halved(FedAvg):
+    """FedAvg at half its server step (a user's strategy)."""
+
+    name = "halvedbench"
+
+    def __init__(self, server_lr: float = 1.0):
+        super().__init__(server_lr=server_lr / 2)
+'''
+
+
+@pytest.fixture(scope="module")
+def result():
+    return benchmark.load(RECORDS)
+
+
+def _first(result, method: str, phase: str = "eval"):
+    runs = result.runs
+    return runs[(runs.method == method) & (runs.phase == phase) & (runs.status == "ok")].iloc[0]
+
+
+def _old_strategy(config: dict):
+    """benchmark._strategy's name special cases before the registry built them (for comparison)."""
+    settings = dict(config["settings"])
+    if config["builder"] == "ditto":
+        return Ditto(settings.pop("lam", 0.1), base=FedAvg(**settings))
+    return IFCA(**settings) if config["builder"] == "ifca" else LocalOnly()
+
+
+@pytest.mark.parametrize("method", SPECIAL)
+def test_the_committed_keys_and_strategies_of_ditto_ifca_and_local_are_unchanged(result, method):
+    """The configuration the grid builds today hashes to the committed key and builds the same strategy."""
+    runs = result.runs
+    for phase in dict.fromkeys(runs[runs.method == method].phase):  # local-only: one candidate, no tuning
+        run = _first(result, method, phase)
+        config = json.loads(run.config)
+        fed = config["federation"]
+        spec = benchmark.parse_federation(
+            fed["name"], dataset=fed["dataset"], num_clients=fed["num_clients"], model=fed["model"]
+        )
+        again = benchmark._config(
+            benchmark.METHODS[method], spec, result.protocol, config["settings"], config["seed"], phase
+        )
+        assert again == config and benchmark.run_key(again) == run.run_key
+        assert repr(benchmark._strategy(config, None)) == repr(_old_strategy(config))
+
+
+@pytest.mark.parametrize("method", SPECIAL)
+def test_a_committed_ditto_ifca_and_local_run_is_reproduced_bit_for_bit(result, method):
+    run = _first(result, method)
+    live = benchmark.execute(json.loads(run.config))
+    assert live["status"] == "ok", live.get("error")
+    rec = result.records[result.records.run_key == run.run_key].sort_values("round")
+    for column in COLUMNS:
+        again = np.array([row[column] for row in live["rows"]])
+        assert np.array_equal(again, rec[column].to_numpy(), equal_nan=True), (method, column)
+
+
+def test_the_builder_has_no_name_special_cases_but_conditional():
+    import inspect
+
+    source = inspect.getsource(benchmark._strategy)
+    assert not any(f'"{name}"' in source for name in SPECIAL)
+    with pytest.raises(TypeError, match="local takes no argument 'server_lr'"):
+        benchmark._strategy({"builder": "local", "settings": {"server_lr": 1.0}}, None)
+
+
+@pytest.fixture
+def plugin(tmp_path, monkeypatch):
+    """A user's strategy module in tmp_path, imported (the registry restored afterwards)."""
+    import importlib
+
+    (tmp_path / "bench_plugin_strategies.py").write_text(PLUGIN)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "bench_plugin_strategies", raising=False)
+    before = dict(_REGISTRY)
+    yield importlib.import_module("bench_plugin_strategies")
+    _REGISTRY.clear()
+    _REGISTRY.update(before)
+
+
+def test_a_users_registered_strategy_runs_in_the_benchmark_by_name(plugin, tmp_path):
+    m = benchmark.Method("mine", strategy="halvedbench", tune={"server_lr": [2.0]})
+    built = benchmark._strategy({"builder": m.builder(), "settings": {"server_lr": 2.0}}, None)
+    assert type(built) is plugin.Halved and built.server_lr == 1.0
+    r = benchmark.run(
+        [m],
+        ["dirichlet:0.5"],
+        out=tmp_path / "out",
+        engine="sequential",
+        progress=False,
+        num_clients=6,
+        rounds=1,
+        clients_per_round=3,
+        batch_size=32,
+        last_k=1,
+        tuning_seeds=(0,),
+        eval_seeds=(1, 2),
+    )
+    assert not r.failed and {"mine", "fedavg"} <= set(r.runs.method)
+    assert set(r.runs[r.runs.method == "mine"].status) == {"ok"}

@@ -1,0 +1,127 @@
+"""The command line's strategies come from the registry: Ditto, IFCA, local-only and a user's plugin."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from fedlearn_edu import Ditto
+from fedlearn_edu.cli import STRATEGY_FLAGS, build_parser, main
+from fedlearn_edu.strategies import STRATEGIES
+from fedlearn_edu.strategies.registry import _REGISTRY
+
+RUN = ["run", "--rounds", "1", "--clients", "6", "--clients-per-round", "3", "--batch-size", "32", "--no-progress"]
+RUN += ["--engine", "loop", "--device", "cpu"]
+PLUGIN = '''
+from fedlearn_edu.strategies import FedAvg, register
+
+
+@register
+class Halved(FedAvg):
+    """FedAvg at half its server step (a user's strategy)."""
+
+    name = "halvedcli"
+
+    def __init__(self, server_lr: float = 1.0):
+        super().__init__(server_lr=server_lr / 2)
+'''
+
+
+@pytest.fixture
+def built(monkeypatch):
+    """The strategy the CLI builds (simulate stops right after)."""
+    import fedlearn_edu
+
+    seen = {}
+
+    def fake(fed, model, strategy, **kwargs):
+        seen["strategy"] = strategy
+        raise ValueError("stop here")
+
+    monkeypatch.setattr(fedlearn_edu, "simulate", fake)
+    return seen
+
+
+def _build(flags, seen) -> object:
+    with pytest.raises(SystemExit):
+        main([*RUN, *flags])
+    return seen["strategy"]
+
+
+def test_the_strategy_choices_are_the_registry(capsys):
+    run = build_parser()._subparsers._group_actions[0].choices["run"]
+    choices = next(a.choices for a in run._actions if a.dest == "strategy")
+    assert choices == sorted(STRATEGIES) and {"ditto", "ifca", "local"} <= set(choices)
+    assert "--plugin MODULE" in run.format_help()
+
+
+@pytest.mark.parametrize(
+    "flags", [["--strategy", "ditto"], ["--strategy", "ifca", "--num-clusters", "2"], ["--strategy", "local"]]
+)
+def test_ditto_ifca_and_local_only_run_from_the_command_line(flags, capsys):
+    """Failed before: --strategy ditto/ifca/local were not choices (exit status 2)."""
+    assert main([*RUN, *flags]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()]
+    assert [flags[1], "1"] in [row[:2] for row in rows]  # the summary's row of round 1
+
+
+def test_flags_reach_the_strategy_and_its_default_base(built):
+    ditto = _build(["--strategy", "ditto", "--server-lr", "0.5"], built)
+    assert isinstance(ditto, Ditto) and ditto.base.server_lr == 0.5
+    assert _build(["--strategy", "ifca", "--num-clusters", "3"], built).num_clusters == 3
+    assert _build(["--strategy", "fedprox", "--mu", "0.2"], built).mu == 0.2
+    assert _build(["--strategy", "fedprox"], built).mu == 0.01
+    assert set(STRATEGY_FLAGS) == {"--mu", "--val-fraction", "--num-clusters"}
+
+
+@pytest.mark.parametrize(
+    "flags, match",
+    [
+        (["--strategy", "ifca"], "--num-clusters: --strategy ifca needs it"),
+        (["--strategy", "local", "--server-lr", "1"], "--server-lr: local has no server step"),
+        (["--strategy", "dac", "--server-lr", "1"], "--server-lr: dac has no server step"),
+        (
+            ["--strategy", "fedavg", "--num-clusters", "2"],
+            "--num-clusters: applies only to --strategy ifca, not fedavg",
+        ),
+        (["--strategy", "ditto", "--mu", "0.1"], "--mu: applies only to --strategy fedprox, not ditto"),
+    ],
+)
+def test_flags_are_checked_against_the_constructors(flags, match, capsys, built):
+    with pytest.raises(SystemExit) as exit_info:
+        main([*RUN, *flags])
+    assert exit_info.value.code == 2 and match in capsys.readouterr().err
+    assert not built
+
+
+@pytest.fixture
+def plugin(tmp_path, monkeypatch):
+    """A user's strategy module in tmp_path (the registry restored afterwards)."""
+    (tmp_path / "cli_plugin_strategies.py").write_text(PLUGIN)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "cli_plugin_strategies", raising=False)
+    before = dict(_REGISTRY)
+    yield "cli_plugin_strategies"
+    _REGISTRY.clear()
+    _REGISTRY.update(before)
+
+
+def test_a_users_strategy_runs_by_name_with_plugin(plugin, capsys, built):
+    strategy = _build(["--plugin", plugin, "--strategy", "halvedcli", "--server-lr", "3"], built)
+    assert type(strategy).__name__ == "Halved" and strategy.server_lr == 1.5
+    with pytest.raises(SystemExit) as exit_info:  # without --plugin it is not a choice
+        main([*RUN, "--strategy", "halvedcli2"])
+    assert exit_info.value.code == 2 and "invalid choice: 'halvedcli2'" in capsys.readouterr().err
+
+
+def test_a_users_strategy_runs_to_the_end(plugin, capsys):
+    assert main([*RUN, "--plugin", plugin, "--strategy", "halvedcli"]) == 0
+    assert "halvedcli" in capsys.readouterr().out
+
+
+def test_a_plugin_that_cannot_be_imported_is_a_clear_error(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main([*RUN, "--plugin", "no_such_module_xyz", "--strategy", "fedavg"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "--plugin: cannot import 'no_such_module_xyz'" in err
