@@ -12,7 +12,22 @@ from .fedoui import FedAlign, FedOUI
 from .fedvg import FedVG
 from .personalized import IFCA, Ditto, LocalOnly
 from .robust import Bulyan, CenteredClipping, GeometricMedian, Krum, Median, MultiKrum, NormClipping, TrimmedMean
-from .server_optim import ServerAdagrad, ServerAdam, ServerMomentum, ServerOptimizer, ServerSGD, ServerYogi
+from .server_optim import (
+    ServerAdagrad,
+    ServerAdam,
+    ServerMomentum,
+    ServerOptimizer,
+    ServerSGD,
+    ServerYogi,
+    chain,
+    clip_by_global_norm,
+    momentum,
+    scale,
+    scale_by_adagrad,
+    scale_by_adam,
+    scale_by_yogi,
+    sgd,
+)
 
 STRATEGIES = {
     cls.name: cls
@@ -87,6 +102,14 @@ __all__ = [
     "ServerAdam",
     "ServerYogi",
     "ServerAdagrad",
+    "chain",
+    "scale",
+    "sgd",
+    "momentum",
+    "clip_by_global_norm",
+    "scale_by_adagrad",
+    "scale_by_adam",
+    "scale_by_yogi",
     "FedAvg",
     "FedAvgM",
     "FedProx",
