@@ -100,7 +100,7 @@ class ServerOptimizer:
 
     def __init__(self, lr: float = 1.0):
         """Check the arguments (see the class docstring) and keep them."""
-        self.lr = check_positive(lr, "server_lr")
+        self.lr = check_positive(lr, "lr")
 
     def init(self, params: Params) -> dict:
         """The transform's state before round 1.
