@@ -23,7 +23,7 @@ from fedlearn_edu import (
     simulate,
 )
 from fedlearn_edu.strategies import ServerOptimizer
-from tests.test_checkpoint import KW, _assert_same_history, _assert_same_tree, _Killed, _model
+from tests.test_checkpoint import KW, _assert_same_history, _assert_same_tree, _model
 
 
 def _tree(seed, dtype=torch.float64, stacked=False, scale_=1.0):
@@ -265,10 +265,6 @@ def test_bad_transforms_and_hyper_parameters_are_refused_by_name():
         FedAvg(optimizer=clip_by_global_norm)
 
 
-def _clipped_fedavg():
-    return FedAvg(optimizer=chain(clip_by_global_norm(0.05), sgd(1.0)))
-
-
 @pytest.fixture(scope="module")
 def fed():
     from fedlearn_edu import shifted_federation
@@ -276,35 +272,16 @@ def fed():
     return shifted_federation("digits", "label", 2, 3, samples_per_client=24, seed=0)
 
 
-@pytest.mark.parametrize("engine", ["loop", "vmap"])
-def test_the_one_line_clipped_fedavg_runs_checkpoints_and_resumes_bit_identically(fed, tmp_path, monkeypatch, engine):
-    """Killed in round 4's server step and resumed: the History and the server state equal the
-    uninterrupted run's; the clipping was active (plain FedAvg ends elsewhere)."""
-    import fedlearn_edu.simulation as simulation
-
-    full = simulate(fed, _model(fed), _clipped_fedavg(), engine=engine, **KW)
-    plain = simulate(fed, _model(fed), FedAvg(), engine=engine, **KW)
-    assert not torch.equal(full.final_params["out.weight"], plain.final_params["out.weight"])
+def test_the_one_line_clipped_fedavg_clips_in_simulate_and_its_norm_is_part_of_the_checkpoint(fed, tmp_path):
+    """The clipping acts in tests/test_checkpoint.py's setting (where the one-liner is killed and resumed
+    bit-identically): plain FedAvg ends elsewhere; a checkpoint of another C is not resumed."""
+    clipped = lambda c: FedAvg(optimizer=chain(clip_by_global_norm(c), sgd(1.0)))  # noqa: E731
     path = tmp_path / "run.pt"
-    original = simulation.server_step
-
-    def crash_in_round_4(strategy, state, updates, *args, **kwargs):
-        if updates.round == 4:
-            raise _Killed("killed")
-        return original(strategy, state, updates, *args, **kwargs)
-
-    monkeypatch.setattr(simulation, "server_step", crash_in_round_4)
-    with pytest.raises(_Killed):
-        simulate(fed, _model(fed), _clipped_fedavg(), engine=engine, checkpoint=path, **KW)
-    monkeypatch.setattr(simulation, "server_step", original)
-    assert torch.load(path, weights_only=True)["round"] == 3
-    resumed = simulate(fed, _model(fed), _clipped_fedavg(), engine=engine, checkpoint=path, resume=True, **KW)
-    _assert_same_history(full, resumed)
-    _assert_same_tree(full.final_server_state, resumed.final_server_state)
-    # another clipping norm is another configuration: its checkpoint is not resumed
+    full = simulate(fed, _model(fed), clipped(0.05), checkpoint=path, **KW)
+    plain = simulate(fed, _model(fed), FedAvg(), **KW)
+    assert not torch.equal(full.final_params["out.weight"], plain.final_params["out.weight"])
     with pytest.raises(ValueError, match="its strategy is"):
-        other = FedAvg(optimizer=chain(clip_by_global_norm(0.1), sgd(1.0)))
-        simulate(fed, _model(fed), other, engine=engine, checkpoint=path, resume=True, **KW)
+        simulate(fed, _model(fed), clipped(0.1), checkpoint=path, resume=True, **KW)
 
 
 def test_a_chain_with_state_resumes_bit_identically(fed, tmp_path):
