@@ -6,7 +6,19 @@ import numpy as np
 import pytest
 import torch
 
-from fedlearn_edu import CRAFT, IFCA, Ditto, FedAdam, FedAvgM, make_model, shifted_federation, simulate
+from fedlearn_edu import (
+    CRAFT,
+    IFCA,
+    Ditto,
+    FedAdam,
+    FedAvgM,
+    chain,
+    clip_by_global_norm,
+    make_model,
+    sgd,
+    shifted_federation,
+    simulate,
+)
 from fedlearn_edu.strategies.fedavg import FedAvg
 
 KW = dict(rounds=5, clients_per_round=3, lr=0.1, batch_size=8, eval_every=2, progress=False, seed=2)
@@ -135,11 +147,12 @@ def _kill_resume_strategies(fed):
         "feddyn": lambda: FedDyn(alpha=0.1),
         "ditto-fedvg": lambda: Ditto(0.3, base=FedVG(val, engine="loop")),
         "ifca": lambda: IFCA(2, 1),
+        "fedavg-clipped": lambda: FedAvg(optimizer=chain(clip_by_global_norm(0.05), sgd(1.0))),
     }
 
 
 @pytest.mark.parametrize("engine", ["loop", "vmap"])
-@pytest.mark.parametrize("name", ["fedavgm", "scaffold", "feddyn", "ditto-fedvg", "ifca"])
+@pytest.mark.parametrize("name", ["fedavgm", "scaffold", "feddyn", "ditto-fedvg", "ifca", "fedavg-clipped"])
 def test_kill_and_resume_keeps_the_server_state_bit_identical(fed, tmp_path, monkeypatch, engine, name):
     """Killed in round 4's server step, resumed: the server state (momentum, c, h, FedVG's base
     state, the clusters), the client state and the History equal the uninterrupted run's."""

@@ -43,7 +43,22 @@ from .fedvg import FedVG
 from .personalized import IFCA, Ditto, LocalOnly
 from .registry import STRATEGIES, make_strategy, register, strategy_class, strategy_parameters
 from .robust import Bulyan, CenteredClipping, GeometricMedian, Krum, Median, MultiKrum, NormClipping, TrimmedMean
-from .server_optim import ServerAdagrad, ServerAdam, ServerMomentum, ServerOptimizer, ServerSGD, ServerYogi
+from .server_optim import (
+    ServerAdagrad,
+    ServerAdam,
+    ServerMomentum,
+    ServerOptimizer,
+    ServerSGD,
+    ServerYogi,
+    chain,
+    clip_by_global_norm,
+    momentum,
+    scale,
+    scale_by_adagrad,
+    scale_by_adam,
+    scale_by_yogi,
+    sgd,
+)
 
 __all__ = [
     "ClientUpdates",
@@ -57,6 +72,14 @@ __all__ = [
     "ServerAdam",
     "ServerYogi",
     "ServerAdagrad",
+    "chain",
+    "scale",
+    "sgd",
+    "momentum",
+    "clip_by_global_norm",
+    "scale_by_adagrad",
+    "scale_by_adam",
+    "scale_by_yogi",
     "FedAvg",
     "FedAvgM",
     "FedProx",

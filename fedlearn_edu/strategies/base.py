@@ -90,7 +90,7 @@ from typing import ClassVar
 import torch
 from torch import Tensor, nn
 
-from ..checks import nonfinite_keys
+from ..checks import check_positive, nonfinite_keys
 from ..engine import LocalResult, LocalTraining
 from ..params import Params
 from ..utils import derive_seed
@@ -384,8 +384,11 @@ class Strategy:
     def __init__(self, server_lr: float = 1.0, optimizer: ServerOptimizer | None = None):
         """Check the arguments (see the class docstring) and keep them."""
         if optimizer is not None and not isinstance(optimizer, ServerOptimizer):
-            raise TypeError(f"optimizer must be a ServerOptimizer (e.g. ServerAdam()), got {type(optimizer).__name__}.")
-        self.optimizer = ServerSGD(server_lr) if optimizer is None else optimizer
+            raise TypeError(
+                "optimizer must be a ServerOptimizer (e.g. ServerAdam(), or a chain of transforms: "
+                f"chain(clip_by_global_norm(1.0), sgd(1.0))), got {type(optimizer).__name__}."
+            )
+        self.optimizer = ServerSGD(check_positive(server_lr, "server_lr")) if optimizer is None else optimizer
 
     @property
     def server_lr(self) -> float:

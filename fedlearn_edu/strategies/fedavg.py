@@ -79,7 +79,7 @@ class FedAvgM(FedAvg):
 
     def __init__(self, server_lr: float = 1.0, momentum: float = 0.9):
         """Check the arguments (see the class docstring) and keep them."""
-        super().__init__(optimizer=ServerMomentum(server_lr, momentum))
+        super().__init__(optimizer=ServerMomentum(check_positive(server_lr, "server_lr"), momentum))
 
     @property
     def momentum(self) -> float:
@@ -141,7 +141,7 @@ class _FedOptStrategy(FedAvg):
         tau: float = 1e-3,
         weighting: str = "size",
     ):
-        super().__init__(optimizer=self._optimizer(server_lr, beta1, beta2, tau))
+        super().__init__(optimizer=self._optimizer(check_positive(server_lr, "server_lr"), beta1, beta2, tau))
         if weighting not in CLIENT_WEIGHTING:
             raise ValueError(f"weighting must be one of {CLIENT_WEIGHTING}, got {weighting!r}.")
         self.weighting = weighting

@@ -123,9 +123,10 @@ class FedVG(Strategy):
             if base is not None and server_momentum == 0:
                 optimizer = base.optimizer  # stateless: its moments live in the server state
             elif server_momentum:
-                optimizer = ServerMomentum(server_lr if base is None else base.server_lr, server_momentum)
+                lr = check_positive(server_lr, "server_lr") if base is None else base.server_lr
+                optimizer = ServerMomentum(lr, server_momentum)
             else:
-                optimizer = ServerSGD(server_lr)
+                optimizer = ServerSGD(check_positive(server_lr, "server_lr"))
         super().__init__(optimizer=optimizer)
         self._engine = make_engine(engine)
         self._val = as_validation_set(val_data)

@@ -21,7 +21,7 @@ from fedlearn_edu.aggregators import fedvg_aggregate
 from fedlearn_edu.engine import LocalTraining
 from fedlearn_edu.models import make_model
 from fedlearn_edu.params import get_params
-from fedlearn_edu.strategies import STRATEGIES, ClientUpdates, ServerAdagrad, ServerOptimizer, ServerYogi
+from fedlearn_edu.strategies import STRATEGIES, ClientUpdates, ServerAdagrad, ServerOptimizer, ServerYogi, sgd
 from tests.server_steps import Server
 
 
@@ -220,3 +220,32 @@ def test_make_strategy_refuses_a_name_that_is_not_a_string(name):
     with pytest.raises(TypeError, match=r"name must be a strategy's short name \(a str, e.g. 'fedavg'\), got") as err:
         make_strategy(name)
     assert repr(name) in str(err.value) and "fedavg" in str(err.value)
+
+
+@pytest.mark.parametrize("make", [ServerSGD, ServerMomentum, ServerAdam, ServerYogi, ServerAdagrad, sgd])
+def test_an_optimizers_bad_lr_names_lr_not_server_lr(make):
+    """Was: ``ServerAdam(lr=-1)`` said "server_lr must be > 0", an argument it does not have."""
+    with pytest.raises(ValueError, match=r"^lr must be > 0, got -1\.$"):
+        make(lr=-1)
+
+
+VAL = (torch.rand(20, 1, 4, 4), torch.arange(20) % 3)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        FedAvg,
+        FedProx,
+        FedAvgM,
+        FedAdam,
+        FedYogi,
+        FedAdagrad,
+        lambda **kw: FedVG(VAL, **kw),
+        lambda **kw: FedVG(VAL, server_momentum=0.5, **kw),
+    ],
+    ids=["FedAvg", "FedProx", "FedAvgM", "FedAdam", "FedYogi", "FedAdagrad", "FedVG", "FedVG+momentum"],
+)
+def test_a_strategys_bad_server_lr_still_names_server_lr(make):
+    with pytest.raises(ValueError, match=r"^server_lr must be > 0, got -1\.$"):
+        make(server_lr=-1)
