@@ -13,6 +13,7 @@ from .fedvg import FedVG
 from .personalized import IFCA, Ditto, LocalOnly
 from .robust import Bulyan, CenteredClipping, GeometricMedian, Krum, Median, MultiKrum, NormClipping, TrimmedMean
 from .server_optim import ServerAdagrad, ServerAdam, ServerMomentum, ServerOptimizer, ServerSGD, ServerYogi
+from .wrapper import Wrapper
 
 STRATEGIES = {
     cls.name: cls
@@ -81,6 +82,7 @@ __all__ = [
     "ClientOutput",
     "Needs",
     "Strategy",
+    "Wrapper",
     "ServerOptimizer",
     "ServerSGD",
     "ServerMomentum",
