@@ -16,16 +16,21 @@ happens in between, in the FedJAX style: explicit state in, new state out::
 the run's device and checkpoints (the strategy object holds only hyper-parameters):
 the server's model (``"params"``: one model ``{name: Tensor}``; IFCA's ``"clusters"``,
 ``{name: Tensor[K, ...]}``; decentralised methods' ``"models"``, ``{name: Tensor[N, ...]}``;
-nothing for local-only training), the optimizer's moments (``"optimizer"``), the
-strategy's own tensors (SCAFFOLD's ``"control"``, FedDyn's ``"h"``, CRAFT's
-``"reference"``, ...) and, for a strategy built on a base strategy (Ditto, FedVG over
-X), the base's server state under ``"base"``. :meth:`Strategy.aggregate` and
+nothing for local-only training; :meth:`Strategy.server_params` and
+:meth:`Strategy.with_server_params` say where), the optimizer's moments (``"optimizer"``),
+the strategy's own tensors (SCAFFOLD's ``"control"``, FedDyn's ``"h"``, CRAFT's
+``"reference"``, ...) and, for a strategy built on a base strategy (a
+:class:`~fedlearn_edu.strategies.wrapper.Wrapper`: Ditto, FedVG over X, a user's), the
+base's server state under ``"base"``. :meth:`Strategy.aggregate` and
 :meth:`Strategy.direction` are pure functions of their inputs: called twice on the same
 state and updates they give the same result and change nothing.
 
 **Declared needs** (:class:`Needs`, ``Strategy.needs``): the client signals the server
-step reads, whether the server needs a validation set, and whether it keeps one model,
-K cluster models or none. The driver and the Flower adapter read the declaration.
+step reads, whether the server needs a validation set, whether it keeps one model,
+K cluster models or none, and what a strategy built on it must know (whether its server
+step is private, whether its direction takes per-client weights, whether its clients keep
+personal models). The driver, the Flower adapter and the wrappers read the declaration,
+never a strategy's name.
 
 **Client state** is a dict of tensors stacked on a leading client axis,
 ``{name: Tensor[N, ...]}``, created by :meth:`Strategy.init_state`. The driver
@@ -46,8 +51,11 @@ passed to :meth:`ClientWork.train`. Both engines honour it identically.
 pseudo-gradient ``g`` (one sign convention for the package: ``g`` points uphill,
 ``g = -sum_i p_i Delta_i`` for FedAvg); the strategy's
 :class:`~fedlearn_edu.strategies.server_optim.ServerOptimizer` applies it
-(:meth:`Strategy.aggregate`): SGD ``theta - eta_s g``, heavy-ball momentum,
-Adam/Yogi/Adagrad. Any direction composes with any optimizer. ``aggregate`` and
+(:meth:`Strategy.aggregate`: :meth:`Strategy.direction`, then :meth:`Strategy.apply`,
+which checks ``g`` and calls :meth:`Strategy.step`): SGD ``theta - eta_s g``, heavy-ball
+momentum, Adam/Yogi/Adagrad. What a strategy keeps of each new model (AFL's averaged
+iterate) belongs in ``step``, which a wrapper's server step runs too. Any direction
+composes with any optimizer. ``aggregate`` and
 ``direction`` are plain functions of tensors (server state in, server state out), so a
 Flower server (or any other caller) can use them outside :func:`simulate`.
 
@@ -57,12 +65,16 @@ How the methods map onto the protocol:
 FedAvg       direction ``-sum p_i Delta_i``; SGD. FedAvgM: the same with ``ServerMomentum``;
              FedAdam/FedYogi: with ``ServerAdam``/``ServerYogi``. FedProx: ``configure_local``
              sets ``prox_mu``.
-FedVG        a weighting of the deltas (its direction) on top of any base strategy, whose
-             ``configure_local``/``client_update`` and server state (``"base"``) it keeps, with
-             any optimizer.
-Ditto        client state ``personal`` (``Tensor[N, ...]``); ``client_update`` runs the base
-             strategy's update and then the personal step (``start`` = personal rows, ``prox_mu``
-             = lambda, anchor = theta_t); server side of the base; evaluated on the personal models.
+Wrapper      a strategy on top of a base strategy (:class:`~fedlearn_edu.strategies.wrapper.Wrapper`):
+             every hook is the base's on the base's state (``"base"``); a subclass overrides only
+             what it changes.
+FedVG        a Wrapper whose direction is a weighting of the deltas, over any one-model base whose
+             ``configure_local``/``client_update``, step and server state (``"base"``) it keeps,
+             with any optimizer (alone: FedAvg's clients, a flat state).
+Ditto        a Wrapper with client state ``personal`` (``Tensor[N, ...]``); ``client_update`` runs
+             the base strategy's update and then the personal step (``start`` = personal rows,
+             ``prox_mu`` = lambda, anchor = theta_t); server side of the base; evaluated on the
+             personal models.
 IFCA         the server keeps the K cluster models (``"clusters"``, ``Tensor[K, ...]``); ``client_update``
              picks each client's cluster and trains from it (``start``); the direction is the
              per-cluster average; evaluated on each client's best cluster; client state
