@@ -55,6 +55,7 @@ from __future__ import annotations
 import math
 import random
 import warnings
+from dataclasses import replace
 from functools import lru_cache
 
 import torch
@@ -515,7 +516,7 @@ def secure_aggregation_problem(strategy) -> str:
     name = getattr(strategy, "name", type(strategy).__name__)
     base = getattr(strategy, "base", None)
     key = "fedvg" if name.startswith("fedvg") else name
-    if base is not None and key != "fedvg" and base.needs == needs:
+    if base is not None and key != "fedvg" and replace(needs, personal=False) == replace(base.needs, personal=False):
         return secure_aggregation_problem(base)  # Ditto: the base's server step
     why = NEEDS_EACH.get(key, "its server step reads each client's update, not only their sum")
     if base is not None and key == "fedvg":

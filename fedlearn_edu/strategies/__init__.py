@@ -59,6 +59,7 @@ from .server_optim import (
     scale_by_yogi,
     sgd,
 )
+from .wrapper import Wrapper
 
 __all__ = [
     "ClientUpdates",
@@ -66,6 +67,7 @@ __all__ = [
     "ClientOutput",
     "Needs",
     "Strategy",
+    "Wrapper",
     "ServerOptimizer",
     "ServerSGD",
     "ServerMomentum",

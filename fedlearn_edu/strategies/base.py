@@ -16,16 +16,21 @@ happens in between, in the FedJAX style: explicit state in, new state out::
 the run's device and checkpoints (the strategy object holds only hyper-parameters):
 the server's model (``"params"``: one model ``{name: Tensor}``; IFCA's ``"clusters"``,
 ``{name: Tensor[K, ...]}``; decentralised methods' ``"models"``, ``{name: Tensor[N, ...]}``;
-nothing for local-only training), the optimizer's moments (``"optimizer"``), the
-strategy's own tensors (SCAFFOLD's ``"control"``, FedDyn's ``"h"``, CRAFT's
-``"reference"``, ...) and, for a strategy built on a base strategy (Ditto, FedVG over
-X), the base's server state under ``"base"``. :meth:`Strategy.aggregate` and
+nothing for local-only training; :meth:`Strategy.server_params` and
+:meth:`Strategy.with_server_params` say where), the optimizer's moments (``"optimizer"``),
+the strategy's own tensors (SCAFFOLD's ``"control"``, FedDyn's ``"h"``, CRAFT's
+``"reference"``, ...) and, for a strategy built on a base strategy (a
+:class:`~fedlearn_edu.strategies.wrapper.Wrapper`: Ditto, FedVG over X, a user's), the
+base's server state under ``"base"``. :meth:`Strategy.aggregate` and
 :meth:`Strategy.direction` are pure functions of their inputs: called twice on the same
 state and updates they give the same result and change nothing.
 
 **Declared needs** (:class:`Needs`, ``Strategy.needs``): the client signals the server
-step reads, whether the server needs a validation set, and whether it keeps one model,
-K cluster models or none. The driver and the Flower adapter read the declaration.
+step reads, whether the server needs a validation set, whether it keeps one model,
+K cluster models or none, and what a strategy built on it must know (whether its server
+step is private, whether its direction takes per-client weights, whether its clients keep
+personal models). The driver, the Flower adapter and the wrappers read the declaration,
+never a strategy's name.
 
 **Client state** is a dict of tensors stacked on a leading client axis,
 ``{name: Tensor[N, ...]}``, created by :meth:`Strategy.init_state`. The driver
@@ -46,8 +51,11 @@ passed to :meth:`ClientWork.train`. Both engines honour it identically.
 pseudo-gradient ``g`` (one sign convention for the package: ``g`` points uphill,
 ``g = -sum_i p_i Delta_i`` for FedAvg); the strategy's
 :class:`~fedlearn_edu.strategies.server_optim.ServerOptimizer` applies it
-(:meth:`Strategy.aggregate`): SGD ``theta - eta_s g``, heavy-ball momentum,
-Adam/Yogi/Adagrad. Any direction composes with any optimizer. ``aggregate`` and
+(:meth:`Strategy.aggregate`: :meth:`Strategy.direction`, then :meth:`Strategy.apply`,
+which checks ``g`` and calls :meth:`Strategy.step`): SGD ``theta - eta_s g``, heavy-ball
+momentum, Adam/Yogi/Adagrad. What a strategy keeps of each new model (AFL's averaged
+iterate) belongs in ``step``, which a wrapper's server step runs too. Any direction
+composes with any optimizer. ``aggregate`` and
 ``direction`` are plain functions of tensors (server state in, server state out), so a
 Flower server (or any other caller) can use them outside :func:`simulate`.
 
@@ -57,12 +65,16 @@ How the methods map onto the protocol:
 FedAvg       direction ``-sum p_i Delta_i``; SGD. FedAvgM: the same with ``ServerMomentum``;
              FedAdam/FedYogi: with ``ServerAdam``/``ServerYogi``. FedProx: ``configure_local``
              sets ``prox_mu``.
-FedVG        a weighting of the deltas (its direction) on top of any base strategy, whose
-             ``configure_local``/``client_update`` and server state (``"base"``) it keeps, with
-             any optimizer.
-Ditto        client state ``personal`` (``Tensor[N, ...]``); ``client_update`` runs the base
-             strategy's update and then the personal step (``start`` = personal rows, ``prox_mu``
-             = lambda, anchor = theta_t); server side of the base; evaluated on the personal models.
+Wrapper      a strategy on top of a base strategy (:class:`~fedlearn_edu.strategies.wrapper.Wrapper`):
+             every hook is the base's on the base's state (``"base"``); a subclass overrides only
+             what it changes.
+FedVG        a Wrapper whose direction is a weighting of the deltas, over any one-model base whose
+             ``configure_local``/``client_update``, step and server state (``"base"``) it keeps,
+             with any optimizer (alone: FedAvg's clients, a flat state).
+Ditto        a Wrapper with client state ``personal`` (``Tensor[N, ...]``); ``client_update`` runs
+             the base strategy's update and then the personal step (``start`` = personal rows,
+             ``prox_mu`` = lambda, anchor = theta_t); server side of the base; evaluated on the
+             personal models.
 IFCA         the server keeps the K cluster models (``"clusters"``, ``Tensor[K, ...]``); ``client_update``
              picks each client's cluster and trains from it (``start``); the direction is the
              per-cluster average; evaluated on each client's best cluster; client state
@@ -117,12 +129,24 @@ class Needs:
             ``sum n_i Delta_i`` and ``sum n_i``, SCAFFOLD's sums of Delta_i and Delta c_i, ...), so it
             can run under secure aggregation (:mod:`fedlearn_edu.secagg`); ``False`` (the
             default, the safe side) when it reads each client's update or signal.
+        private: the server step is differentially private, and its guarantee rests on weighing
+            every client's clipped update alike (DP-FedAvg): a wrapper that re-weights the updates
+            (FedVG) refuses it (:func:`check_base`).
+        weighted_direction: :meth:`Strategy.direction` takes ``weights=`` (``Tensor[m]``) in place
+            of its own weighting of the clients (SCAFFOLD, FedDyn): a re-weighting wrapper (FedVG)
+            runs the base's server step with its weights.
+        personal: the clients keep models of their own and are evaluated on them (Ditto,
+            local-only and decentralised training): a wrapper that builds on the base's one global
+            model refuses it (:func:`check_base`).
     """
 
     signals: frozenset = frozenset()
     validation: bool = False
     server_model: str = "one"
     sums_only: bool = False
+    private: bool = False
+    weighted_direction: bool = False
+    personal: bool = False
 
     def __post_init__(self):
         """Check ``server_model`` and freeze ``signals``."""
@@ -355,8 +379,8 @@ class Strategy:
 
     Class attributes, read by the driver and the Flower adapter:
 
-    - ``needs``: the strategy's :class:`Needs` (client signals, validation set, server model).
-    - ``model_key``: the server-state entry that holds the server's model(s) (``"params"``).
+    - ``needs``: the strategy's :class:`Needs` (client signals, validation set, server model,
+      and what a wrapper must know of it: private, weighted direction, personalised).
     - ``evaluates``: which model ``History.client_accuracy`` is of: ``"global"``,
       ``"personal"`` or ``"cluster"``.
     - ``diagnostics``: optional per-round diagnostics the strategy needs recorded whatever the
@@ -371,11 +395,16 @@ class Strategy:
 
     ``name`` is the short name; a class registers itself under it with
     :func:`~fedlearn_edu.strategies.register`.
+
+    Where the server's model lives in the server state is said by :meth:`server_params` and
+    :meth:`with_server_params` (``"params"`` by default; IFCA's ``"clusters"``, the
+    decentralised methods' ``"models"``, a wrapper's base's). A strategy built on another one
+    subclasses :class:`~fedlearn_edu.strategies.wrapper.Wrapper`, which forwards every hook to
+    its base.
     """
 
     name = "strategy"
     needs: ClassVar[Needs] = Needs()
-    model_key = "params"
     evaluates = "global"
     diagnostics: tuple[str, ...] = ()
     prox_argument = ""
@@ -418,10 +447,22 @@ class Strategy:
             server_state: the server state.
 
         Returns:
-            ``server_state[model_key]``: one model ``{name: Tensor}``, or stacked models
-            ``{name: Tensor[K, ...]}``; ``None`` when there is no server model.
+            ``server_state["params"]`` by default: one model ``{name: Tensor}`` (IFCA: stacked
+            models ``{name: Tensor[K, ...]}``); ``None`` when there is no server model.
         """
-        return server_state.get(self.model_key)
+        return server_state.get("params")
+
+    def with_server_params(self, server_state: dict, params: Params) -> dict:
+        """``server_state`` with ``params`` in place of the server's model(s) (the inverse of :meth:`server_params`).
+
+        Args:
+            server_state: the server state (not modified).
+            params: the new model(s), shaped like :meth:`server_params`'s.
+
+        Returns:
+            A new server state: ``{**server_state, "params": params}`` by default.
+        """
+        return {**server_state, "params": params}
 
     def client_view(self, server_state: dict) -> dict:
         """The part of the server state the clients read in :meth:`client_update` (what is broadcast).
@@ -430,9 +471,10 @@ class Strategy:
             server_state: the server state.
 
         Returns:
-            ``{"params": theta_t}`` by default (SCAFFOLD adds its control variate).
+            The server's model alone by default, ``{"params": theta_t}`` (IFCA's
+            ``{"clusters": ...}``; SCAFFOLD adds its control variate).
         """
-        return {self.model_key: server_state[self.model_key]}
+        return self.with_server_params({}, self.server_params(server_state))
 
     # ------------------------------------------------------------- client side
     def configure_local(self, config: LocalTraining) -> LocalTraining:
@@ -504,15 +546,15 @@ class Strategy:
         return ""
 
     def apply(self, server_state: dict, g: Params, updates: ClientUpdates) -> dict:
-        """The optimizer's step along ``g`` on the server's model.
+        """Refuse a NaN/Inf direction, then :meth:`step` along ``g``.
 
         Args:
             server_state: the state :meth:`direction` returned (not modified).
-            g: the direction, shaped like ``server_state[model_key]``.
+            g: the direction, shaped like :meth:`server_params`.
             updates: the round's updates (for the error message).
 
         Returns:
-            The server state with the new model and optimizer state.
+            The server state after :meth:`step`.
 
         Raises:
             FloatingPointError: ``g`` is NaN/Inf although the updates are finite.
@@ -524,8 +566,42 @@ class Strategy:
                 f"Round {updates.round}: {self.name}'s aggregation turned finite client updates into a NaN/Inf "
                 f"direction (in {bad[:3]}).{' ' + hint if hint else ''}"
             )
-        params, opt = self.optimizer.step(server_state[self.model_key], g, server_state["optimizer"])
-        return {**server_state, self.model_key: params, "optimizer": opt}
+        return self.step(server_state, g)
+
+    def step(self, server_state: dict, g: Params, optimizer: ServerOptimizer | None = None) -> dict:
+        """The optimizer's step along ``g`` on the server's model, and what the strategy keeps after it.
+
+        A strategy that keeps something of each new model (AFL's averaged iterate) overrides
+        this hook, so that a wrapper stepping its model (:class:`~fedlearn_edu.strategies.wrapper.Wrapper`)
+        keeps it too.
+
+        Args:
+            server_state: the state :meth:`direction` returned (not modified).
+            g: the direction, shaped like :meth:`server_params`.
+            optimizer: the optimizer that steps (default ``self.optimizer``; a wrapper passes its own),
+                whose state is ``server_state["optimizer"]``.
+
+        Returns:
+            The server state with the new model and optimizer state.
+        """
+        optimizer = self.optimizer if optimizer is None else optimizer
+        params, opt = optimizer.step(self.server_params(server_state), g, server_state["optimizer"])
+        return {**self.with_server_params(server_state, params), "optimizer": opt}
+
+    def init_optimizer_state(self, server_state: dict, optimizer: ServerOptimizer) -> dict:
+        """``server_state`` with ``optimizer``'s initial state in place of the optimizer's state.
+
+        A wrapper with an optimizer of its own calls it on its base's state (:meth:`step` then
+        passes that optimizer).
+
+        Args:
+            server_state: the server state (not modified).
+            optimizer: the optimizer that will step the server's model.
+
+        Returns:
+            A new server state.
+        """
+        return {**server_state, "optimizer": optimizer.init_state(self.server_params(server_state))}
 
     def aggregate(self, server_state: dict, updates: ClientUpdates) -> tuple[dict, dict]:
         """One server step: :meth:`direction`, then the optimizer's step (:meth:`apply`); pure.
@@ -563,40 +639,43 @@ class Strategy:
         return f"{type(self).__name__}({args})"
 
 
-def check_base(outer: str, base) -> None:
+def check_base(outer: str, base, reweights: bool = True) -> None:
     """Refuse, at construction, a base strategy that ``outer`` (Ditto, FedVG) cannot be built on.
 
     Both build on the base's one global model (Ditto anchors the personal models at it,
     FedVG weighs the updates of it), so the base must keep exactly one server model and
-    must not be personalised itself.
+    must not be personalised itself. What the base is comes from its :class:`Needs`.
 
     Args:
         outer: the composing strategy's name (for the message).
         base: the proposed base strategy.
+        reweights: ``outer`` replaces the base's weighting of the clients' updates by
+            data-dependent weights (FedVG; not Ditto, whose server step is its base's).
 
     Raises:
         TypeError: ``base`` is not a :class:`Strategy`.
         ValueError: ``base`` keeps K cluster models or none (IFCA, local-only, Gossip, DAC), is
-            personalised (Ditto), or is differentially private (DP-FedAvg) under a re-weighting
-            ``outer`` (FedVG); the message names both strategies.
+            personalised (``needs.personal``: Ditto), or is differentially private
+            (``needs.private``: DP-FedAvg) under a re-weighting ``outer`` (FedVG); the message
+            names both strategies.
     """
     if not isinstance(base, Strategy):
         raise TypeError(f"{outer}'s base must be a fedlearn_edu Strategy (e.g. FedAvg()), got {type(base).__name__}.")
     name = getattr(base, "name", type(base).__name__)
-    kept = base.needs.server_model
-    if kept != "one":
-        what = "K cluster models" if kept == "clusters" else "no global model"
+    needs = base.needs
+    if needs.server_model != "one":
+        what = "K cluster models" if needs.server_model == "clusters" else "no global model"
         raise ValueError(
             f"{outer} over {name} cannot work: {outer} builds on its base's one global model, and {name} "
             f"keeps {what}. Use a one-model base (FedAvg, FedProx, SCAFFOLD, CRAFT, ...)."
         )
-    if getattr(base, "private", False) and outer != "Ditto":
+    if needs.private and reweights:
         raise ValueError(
             f"{outer} over {name} cannot work: {outer} re-weights the clients' updates by data-dependent "
             f"weights, which breaks {name}'s sensitivity bound (each client moves the clipped sum by at most C, "
             "over a fixed denominator): the privacy guarantee would not hold."
         )
-    if base.evaluates == "personal":
+    if needs.personal:
         raise ValueError(
             f"{outer} over {name} cannot work: {name} is already personalised (its clients keep their own "
             f"models). Build {outer} on {name}'s base instead."

@@ -102,8 +102,7 @@ class _Decentralised(Strategy):
     ``theta_i <- theta_i + Delta_i`` exactly) and the method's own entries.
     """
 
-    needs = Needs(server_model="none")
-    model_key = "models"
+    needs = Needs(server_model="none", personal=True)
     evaluates = "personal"
 
     def __init__(self):
@@ -123,6 +122,29 @@ class _Decentralised(Strategy):
         """
         models = repeat_params(params, num_clients)
         return {"models": models, "optimizer": self.optimizer.init_state(models)}, {}
+
+    def server_params(self, server_state: dict) -> Params | None:
+        """The N clients' models.
+
+        Args:
+            server_state: with ``models``.
+
+        Returns:
+            ``server_state["models"]``, ``{name: Tensor[N, ...]}``.
+        """
+        return server_state.get("models")
+
+    def with_server_params(self, server_state: dict, params: Params) -> dict:
+        """``server_state`` with new client models.
+
+        Args:
+            server_state: with ``models`` (not modified).
+            params: ``{name: Tensor[N, ...]}``.
+
+        Returns:
+            ``{**server_state, "models": params}``.
+        """
+        return {**server_state, "models": params}
 
     def mixing(self, work: ClientWork, server_state: dict) -> tuple[Tensor, dict]:
         """How the selected clients mix the N models this round.

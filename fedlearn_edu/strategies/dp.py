@@ -152,8 +152,9 @@ class DPFedAvg(Strategy):
     """
 
     name = "dpfedavg"
-    needs = Needs(sums_only=True)  # the clipped updates' sum (clients clip; the server adds noise)
-    private = True  # re-weighting strategies refuse to build on it (check_base)
+    # the clipped updates' sum (clients clip; the server adds noise); private: re-weighting
+    # wrappers refuse to build on it (check_base)
+    needs = Needs(sums_only=True, private=True)
 
     def __init__(
         self,

@@ -18,7 +18,7 @@ FedNova     clients report their number of local steps ``tau_i``; the server tak
 ==========  ==========================================================================
 
 SCAFFOLD and FedDyn average the deltas uniformly (as in the papers) unless a weighting is
-passed to their ``direction`` (``weights=``, declared by ``weighted_direction``): that is how
+passed to their ``direction`` (``weights=``, declared by ``needs.weighted_direction``): that is how
 FedVG composes with them
 (``FedVG(val, base=SCAFFOLD())``, FedVG's weights replacing the uniform mean while the
 control variates / the state h keep the papers' ``1/N`` updates).
@@ -108,8 +108,8 @@ class SCAFFOLD(Strategy):
     """
 
     name = "scaffold"
-    needs = Needs(signals={"delta_c", "num_steps"}, sums_only=True)  # sums of Delta_i and Delta c_i
-    weighted_direction = True  # direction(..., weights=) (FedVG on SCAFFOLD)
+    # sums of Delta_i and Delta c_i; direction(..., weights=) (FedVG on SCAFFOLD)
+    needs = Needs(signals={"delta_c", "num_steps"}, sums_only=True, weighted_direction=True)
 
     def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[dict, dict]:
         """Server state ``params``, ``optimizer``, ``control`` (c = 0) and ``num_clients``; client state ``control``.
@@ -211,8 +211,7 @@ class FedDyn(Strategy):
 
     name = "feddyn"
     prox_argument = "alpha"  # the clients' prox_mu
-    needs = Needs(sums_only=True)  # the sum of the Delta_k
-    weighted_direction = True  # direction(..., weights=) (FedVG on FedDyn)
+    needs = Needs(sums_only=True, weighted_direction=True)  # the sum of the Delta_k; weights= (FedVG on FedDyn)
 
     def __init__(self, alpha: float = 0.01, server_lr: float = 1.0):
         """Check the arguments (see the class docstring) and keep them."""

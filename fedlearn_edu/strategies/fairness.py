@@ -18,6 +18,7 @@ from .base import ClientUpdates, Needs
 from .conflict import GlobalLossSignal
 from .craft import craft_layer_groups
 from .registry import register
+from .server_optim import ServerOptimizer
 
 __all__ = ["AFL", "FedLF"]
 
@@ -121,19 +122,20 @@ class AFL(GlobalLossSignal):
         diag = {"lambdas": lambdas.clone(), "losses": losses}
         return {k: -v for k, v in step.items()}, {**server_state, "lambdas": lambdas}, diag
 
-    def aggregate(self, server_state: dict, updates: ClientUpdates) -> tuple[dict, dict]:
-        """The server step, then (``iterate="average"``) the running average ``theta^A``; pure.
+    def step(self, server_state: dict, g: Params, optimizer: ServerOptimizer | None = None) -> dict:
+        """The optimizer's step, then (``iterate="average"``) the running average ``theta^A``; pure.
 
         Args:
-            server_state: the server state at round t (not modified), with ``lambdas``,
-                ``average`` (``{name: Tensor}`` or ``None``) and ``num_averaged`` (T).
-            updates: the round's updates, with ``signals["global_loss"]`` (not modified).
+            server_state: the state :meth:`direction` returned (not modified), with ``average``
+                (``{name: Tensor}`` or ``None``) and ``num_averaged`` (T).
+            g: the direction, shaped like theta_t.
+            optimizer: the optimizer that steps (default ``self.optimizer``; a wrapper passes its own).
 
         Returns:
-            ``(server_state at t + 1, diagnostics)``; with ``iterate="average"`` the state's
-            ``average`` includes theta_{t+1} and ``num_averaged`` is T + 1.
+            The server state at t + 1; with ``iterate="average"`` its ``average`` includes
+            theta_{t+1} and ``num_averaged`` is T + 1.
         """
-        server_state, diag = super().aggregate(server_state, updates)
+        server_state = super().step(server_state, g, optimizer)
         if self.iterate == "average":  # theta^A_T = ((T - 1) theta^A_{T-1} + theta_T) / T
             new, average, t = server_state["params"], server_state["average"], server_state["num_averaged"]
             if average is None:
@@ -141,7 +143,7 @@ class AFL(GlobalLossSignal):
             else:
                 average = {k: (t * average[k] + new[k].detach()) / (t + 1) for k in new}
             server_state = {**server_state, "average": average, "num_averaged": t + 1}
-        return server_state, diag
+        return server_state
 
     def eval_models(self, model: nn.Module, server_state: dict, state: dict, train_sets) -> dict:
         """theta_t (``iterate="last"``), or ``{"average": theta^A, "last": theta_t}``.

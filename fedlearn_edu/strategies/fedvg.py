@@ -16,14 +16,17 @@ composes with what clients do and with how the server applies ``g``:
   direction (e.g. ``FedAvgM``'s momentum, ``FedAdam``'s moments);
 * FedVG on **SCAFFOLD** or **FedDyn** (``FedVG(val, base=SCAFFOLD())``): the base's
   server step (control variates, FedDyn's state h) runs with FedVG's weights in place of
-  its uniform mean (bases whose ``direction`` takes ``weights=``, ``weighted_direction``);
+  its uniform mean (bases whose ``direction`` takes ``weights=``, ``needs.weighted_direction``);
 * FedVG with **any server optimizer** (``optimizer=ServerMomentum(eta_s, beta)``, or the
   shorthand ``server_momentum=beta``).
 
-:meth:`FedVG.on_top_of` is ``FedVG(val, base=base)``. With a base, FedVG's server state is
-``{"base": the base's server state}`` (its ``"optimizer"`` entry is FedVG's optimizer's); a
-base without one global model (IFCA, local-only, Gossip, DAC), Ditto or another FedVG is
-refused at construction.
+:meth:`FedVG.on_top_of` is ``FedVG(val, base=base)``. FedVG is a
+:class:`~fedlearn_edu.strategies.wrapper.Wrapper` that overrides the direction (and the clients'
+``prox_mu`` when given): with a base, its server state is ``{"base": the base's server state}``
+(its ``"optimizer"`` entry is FedVG's optimizer's) and every other hook is the base's; without
+one, FedAvg's clients and a flat server state. A base without one global model (IFCA,
+local-only, Gossip, DAC), a personalised one (Ditto), a private one (DP-FedAvg) or another
+FedVG is refused at construction.
 """
 
 from __future__ import annotations
@@ -35,9 +38,10 @@ from ..checks import check_bool, check_int, check_norm_order, check_positive, ch
 from ..engine import LocalTraining, make_engine
 from ..params import Params
 from ..signals import as_validation_set, validation_gradient_norms
-from .base import ClientOutput, ClientUpdates, ClientWork, Needs, Strategy, check_base
+from .base import ClientUpdates, Needs, Strategy, check_base
 from .registry import register
 from .server_optim import ServerMomentum, ServerOptimizer, ServerSGD
+from .wrapper import Wrapper
 
 __all__ = ["FedVG"]
 
@@ -45,7 +49,7 @@ MODES = ("clientwise", "layerwise")
 
 
 @register
-class FedVG(Strategy):
+class FedVG(Wrapper):
     """FedVG (Devkota et al., 2026): validation-gradient weighting.
 
     Args:
@@ -127,7 +131,7 @@ class FedVG(Strategy):
                 optimizer = ServerMomentum(lr, server_momentum)
             else:
                 optimizer = ServerSGD(check_positive(server_lr, "server_lr"))
-        super().__init__(optimizer=optimizer)
+        super().__init__(base, optimizer=optimizer)
         self._engine = make_engine(engine)
         self._val = as_validation_set(val_data)
         self.num_val = int(self._val[1].shape[0])
@@ -138,7 +142,6 @@ class FedVG(Strategy):
         self._prox_mu = float(prox_mu)
         self.batch_size = int(batch_size)
         self.engine = getattr(self._engine, "name", type(self._engine).__name__)
-        self.base = base
         if self._base_takes_weights and mode != "clientwise":
             raise ValueError(
                 f"FedVG on {type(base).__name__} replaces its uniform mean by one weight per client: "
@@ -185,52 +188,6 @@ class FedVG(Strategy):
         signals = frozenset() if self.base is None else self.base.needs.signals
         return Needs(signals=signals, validation=True)
 
-    def init_state(self, params: Params, model, num_clients: int, seed: int) -> tuple[dict, dict]:
-        """FedAvg's server state, or ``{"base": the base's}`` with FedVG's optimizer's moments.
-
-        Args:
-            params: theta_0, ``{name: Tensor}`` on the run's device.
-            model: the architecture (passed to the base).
-            num_clients: N (passed to the base).
-            seed: the run's seed (passed to the base).
-
-        Returns:
-            ``(server_state, client_state)`` (the base's client state ``{name: Tensor[N, ...]}``,
-            if any); with a base, its ``"optimizer"`` entry is FedVG's optimizer's state.
-        """
-        if self.base is None:
-            return super().init_state(params, model, num_clients, seed)
-        base, state = self.base.init_state(params, model, num_clients, seed)
-        return {"base": {**base, "optimizer": self.optimizer.init_state(base["params"])}}, state
-
-    def _own(self, server_state: dict) -> dict:
-        """The state holding the model FedVG steps: its own, or the base's."""
-        return server_state if self.base is None else server_state["base"]
-
-    def server_params(self, server_state: dict) -> Params:
-        """theta_t (the base's, with a base).
-
-        Args:
-            server_state: FedVG's server state (``{"base": ...}`` with a base).
-
-        Returns:
-            theta_t, ``{name: Tensor}``.
-        """
-        return self._own(server_state)["params"]
-
-    def client_view(self, server_state: dict) -> dict:
-        """theta_t, or ``{"base": what the base's clients read}``.
-
-        Args:
-            server_state: FedVG's server state.
-
-        Returns:
-            ``{"params": theta_t}`` without a base, else ``{"base": base.client_view(server_state["base"])}``.
-        """
-        if self.base is None:
-            return super().client_view(server_state)
-        return {"base": self.base.client_view(server_state["base"])}
-
     def configure_local(self, config: LocalTraining) -> LocalTraining:
         """The base's client settings, then FedVG's ``prox_mu`` if set.
 
@@ -241,40 +198,8 @@ class FedVG(Strategy):
             The base's settings (``config`` without a base), with ``prox_mu`` replaced when
             FedVG's own ``prox_mu`` is non-zero.
         """
-        if self.base is not None:
-            config = self.base.configure_local(config)
+        config = super().configure_local(config)
         return config.replace(prox_mu=self._prox_mu) if self._prox_mu else config
-
-    def client_update(self, work: ClientWork, server_state: dict, state: dict) -> ClientOutput:
-        """The base's client update (on its state), else plain local SGD from theta_t.
-
-        Args:
-            work: the round's clients.
-            server_state: FedVG's server state, or its :meth:`client_view`.
-            state: the selected clients' rows of the (base's) client state ``{name: Tensor[m, ...]}``.
-
-        Returns:
-            The :class:`ClientOutput` of the m clients.
-        """
-        if self.base is not None:
-            return self.base.client_update(work, server_state["base"], state)
-        return super().client_update(work, server_state, state)
-
-    def eval_models(self, model, server_state: dict, state: dict, train_sets) -> dict:
-        """theta_t (the base's evaluation, with a base).
-
-        Args:
-            model: the architecture.
-            server_state: FedVG's server state.
-            state: the client state ``{name: Tensor[N, ...]}``.
-            train_sets: the clients' training sets.
-
-        Returns:
-            ``{"global": (theta_t, None)}``, or the base's :meth:`eval_models` on ``server_state["base"]``.
-        """
-        if self.base is not None:
-            return self.base.eval_models(model, server_state["base"], state, train_sets)
-        return super().eval_models(model, server_state, state, train_sets)
 
     @property
     def validation_data(self) -> tuple[Tensor, Tensor]:
@@ -292,8 +217,7 @@ class FedVG(Strategy):
             ``(g, server_state, diagnostics)``: with a weighted base (SCAFFOLD, FedDyn), its own
             entries (control variates, h) updated under ``"base"``.
         """
-        own = self._own(server_state)
-        params = own["params"]
+        params = self.server_params(server_state)
         device = next(iter(params.values())).device
         # The server rebuilds the clients' models from their deltas: theta_k = theta_t + Delta_k.
         theta = {k: params[k].unsqueeze(0) + updates.deltas[k] for k in params}
@@ -322,26 +246,11 @@ class FedVG(Strategy):
         if self._base_takes_weights:
             # SCAFFOLD / FedDyn: their server step (control variates, state h) with FedVG's
             # weights in place of the uniform mean.
-            g, base, base_diag = self.base.direction(own, updates, weights=weights)
-            return g, {**server_state, "base": base}, {**base_diag, **diag}
+            g, base, base_diag = self.base.direction(self.base_state(server_state), updates, weights=weights)
+            return g, self.with_base_state(server_state, base), {**base_diag, **diag}
         step = fedvg_aggregate(updates.deltas, weights)
         return {k: -v for k, v in step.items()}, server_state, diag
 
-    def aggregate(self, server_state: dict, updates: ClientUpdates) -> tuple[dict, dict]:
-        """:meth:`direction`, then FedVG's optimizer steps theta (under ``"base"``, with a base); pure.
-
-        Args:
-            server_state: FedVG's server state at round t (not modified).
-            updates: the round's updates (not modified).
-
-        Returns:
-            ``(server_state at t + 1, diagnostics)``.
-        """
-        if self.base is None:
-            return super().aggregate(server_state, updates)
-        g, server_state, diag = self.direction(server_state, updates)
-        return {**server_state, "base": self.apply(server_state["base"], g, updates)}, diag
-
     @property
     def _base_takes_weights(self) -> bool:
-        return self.base is not None and getattr(self.base, "weighted_direction", False)
+        return self.base is not None and self.base.needs.weighted_direction

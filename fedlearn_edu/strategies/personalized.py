@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
+from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
@@ -35,12 +36,12 @@ from torch.func import functional_call
 
 from ..aggregators import fedavg
 from ..checks import check_int, check_positive
-from ..engine import LocalTraining
 from ..params import Params, get_params, repeat_params, stack_params
 from ..utils import derive_seed
 from .base import ClientOutput, ClientUpdates, ClientWork, Needs, Strategy, check_base
 from .fedavg import FedAvg
 from .registry import register
+from .wrapper import Wrapper
 
 __all__ = ["LocalOnly", "IFCA", "Ditto", "client_losses"]
 
@@ -86,8 +87,7 @@ class LocalOnly(Strategy):
     """
 
     name = "local"
-    needs = Needs(server_model="none")
-    model_key = None
+    needs = Needs(server_model="none", personal=True)
     evaluates = "personal"
 
     def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[dict, dict]:
@@ -206,7 +206,6 @@ class IFCA(Strategy):
 
     name = "ifca"
     needs = Needs(signals={"cluster"}, server_model="clusters")
-    model_key = "clusters"
     evaluates = "cluster"
 
     def __init__(self, num_clusters: int, warmup_rounds: int = 0, server_lr: float = 1.0):
@@ -235,6 +234,29 @@ class IFCA(Strategy):
         clusters = stack_params([params, *others])
         server = {"clusters": clusters, "optimizer": self.optimizer.init_state(clusters)}
         return server, {"cluster": torch.full((num_clients,), -1, dtype=torch.long, device=device)}
+
+    def server_params(self, server_state: dict) -> Params:
+        """The K cluster models.
+
+        Args:
+            server_state: with ``clusters``.
+
+        Returns:
+            ``server_state["clusters"]``, ``{name: Tensor[K, ...]}``.
+        """
+        return server_state.get("clusters")
+
+    def with_server_params(self, server_state: dict, params: Params) -> dict:
+        """``server_state`` with new cluster models.
+
+        Args:
+            server_state: with ``clusters`` (not modified).
+            params: ``{name: Tensor[K, ...]}``.
+
+        Returns:
+            ``{**server_state, "clusters": params}``.
+        """
+        return {**server_state, "clusters": params}
 
     def client_update(self, work: ClientWork, server_state: dict, state: dict) -> ClientOutput:
         """Pick each client's cluster (or deal them at random in the warm-up) and train it.
@@ -304,7 +326,7 @@ class IFCA(Strategy):
 
 
 @register
-class Ditto(Strategy):
+class Ditto(Wrapper):
     """Ditto (Li et al., 2021): a global model plus one personal model per client.
 
     Each round every selected client i
@@ -318,7 +340,9 @@ class Ditto(Strategy):
 
     The server turns the ``Delta_i`` into theta_{t+1} with the base strategy (FedAvg by
     default; any one-model :class:`~fedlearn_edu.Strategy`, e.g. CRAFT: "Ditto + CRAFT"),
-    whose server state is Ditto's ``"base"`` entry. Personal models start at theta_0. The
+    whose server state is Ditto's ``"base"`` entry. Ditto is a
+    :class:`~fedlearn_edu.strategies.wrapper.Wrapper` that overrides the client update and the
+    evaluation; every other hook is the base's. Personal models start at theta_0. The
     driver evaluates the personal models (``History.client_accuracy``) and the global one
     (``History.other_accuracy["global"]``).
 
@@ -332,30 +356,23 @@ class Ditto(Strategy):
     name = "ditto"  # the registry's; an instance over another base is named "ditto+<base>"
     default_base = "fedavg"
     evaluates = "personal"
-    model_key = None
 
     def __init__(self, lam: float = 0.1, base: Strategy | None = None, personal_epochs: int | None = None):
         """Check the arguments (see the class docstring) and keep them."""
         base = FedAvg() if base is None else base
-        check_base("Ditto", base)
+        check_base("Ditto", base, reweights=False)
         lam = check_positive(lam, "Ditto's lam", allow_zero=True)
         if personal_epochs is not None:
             personal_epochs = check_int(personal_epochs, "personal_epochs", 1)
-        super().__init__(optimizer=base.optimizer)
+        super().__init__(base)
         self.lam = float(lam)
-        self.base = base
         self.personal_epochs = personal_epochs
         self.name = "ditto" if type(base) is FedAvg else f"ditto+{getattr(base, 'name', type(base).__name__)}"
 
     @property
     def needs(self) -> Needs:
-        """The base strategy's needs."""
-        return self.base.needs
-
-    @property
-    def validation_data(self) -> tuple[Tensor, Tensor]:
-        """The base's server validation set (when ``needs.validation``: Ditto over FedVG)."""
-        return self.base.validation_data
+        """The base strategy's needs, personalised."""
+        return replace(self.base.needs, personal=True)
 
     def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[dict, dict]:
         """``{"base": the base's server state}``; the base's client state plus ``personal`` (theta_0).
@@ -370,41 +387,8 @@ class Ditto(Strategy):
             ``(server_state, client_state)``: ``personal`` is ``{name: Tensor[N, ...]}``, N
             copies of the base's initial global model.
         """
-        base, state = self.base.init_state(params, model, num_clients, seed)
-        return {"base": base}, {**state, "personal": repeat_params(self.base.server_params(base), num_clients)}
-
-    def server_params(self, server_state: dict) -> Params:
-        """The base's global model.
-
-        Args:
-            server_state: Ditto's server state ``{"base": ...}``.
-
-        Returns:
-            theta_t, ``{name: Tensor}``.
-        """
-        return self.base.server_params(server_state["base"])
-
-    def client_view(self, server_state: dict) -> dict:
-        """``{"base": what the base's clients read}``.
-
-        Args:
-            server_state: Ditto's server state ``{"base": ...}``.
-
-        Returns:
-            ``{"base": base.client_view(server_state["base"])}``.
-        """
-        return {"base": self.base.client_view(server_state["base"])}
-
-    def configure_local(self, config: LocalTraining) -> LocalTraining:
-        """The base's client settings.
-
-        Args:
-            config: the run's settings for the round.
-
-        Returns:
-            ``base.configure_local(config)`` (the personal step sets its own ``prox_mu = lam``).
-        """
-        return self.base.configure_local(config)
+        server, state = super().init_state(params, model, num_clients, seed)
+        return server, {**state, "personal": repeat_params(self.server_params(server), num_clients)}
 
     def client_update(self, work: ClientWork, server_state: dict, state: dict) -> ClientOutput:
         """The base's client update, then the personal step anchored at theta_t.
@@ -419,10 +403,10 @@ class Ditto(Strategy):
             personal models' loss recorded.
         """
         base_rows = {k: v for k, v in state.items() if k != "personal"}
-        out = self.base.client_update(work, server_state["base"], base_rows)
+        out = super().client_update(work, server_state, base_rows)
         epochs = work.config.epochs if self.personal_epochs is None else self.personal_epochs
         personal = work.train(
-            self.base.server_params(server_state["base"]),
+            self.server_params(server_state),
             start=state["personal"],
             config=work.config.replace(epochs=epochs, prox_mu=self.lam),
             seeds=work.derived_seeds(DITTO_SEED_TAG),
@@ -434,32 +418,6 @@ class Ditto(Strategy):
             {**out.state, "personal": personal.params},
             recorded_loss=personal.train_loss,
         )
-
-    def direction(self, server_state: dict, updates: ClientUpdates) -> tuple[Params, dict, dict]:
-        """The base's direction on the ``"base"`` entry.
-
-        Args:
-            server_state: Ditto's server state ``{"base": ...}`` (not modified).
-            updates: the round's updates of the global part (not modified).
-
-        Returns:
-            ``(g, server_state with the base's new state under "base", the base's diagnostics)``.
-        """
-        g, base, diag = self.base.direction(server_state["base"], updates)
-        return g, {**server_state, "base": base}, diag
-
-    def aggregate(self, server_state: dict, updates: ClientUpdates) -> tuple[dict, dict]:
-        """The base's server step on the ``"base"`` entry.
-
-        Args:
-            server_state: Ditto's server state ``{"base": ...}`` at round t (not modified).
-            updates: the round's updates of the global part (not modified).
-
-        Returns:
-            ``(server_state at t + 1, the base's diagnostics)``.
-        """
-        base, diag = self.base.aggregate(server_state["base"], updates)
-        return {**server_state, "base": base}, diag
 
     def eval_models(self, model: nn.Module, server_state: dict, state: dict, train_sets) -> dict:
         """The personal models first, then the base's (``"global"``).
@@ -476,7 +434,7 @@ class Ditto(Strategy):
         personal = state["personal"]
         return {
             "personal": (personal, _own_models(len(train_sets), next(iter(personal.values())).device)),
-            **self.base.eval_models(model, server_state["base"], state, train_sets),
+            **super().eval_models(model, server_state, state, train_sets),
         }
 
     def __repr__(self) -> str:

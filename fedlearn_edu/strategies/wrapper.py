@@ -1,0 +1,313 @@
+"""Strategies built on another strategy: :class:`Wrapper` forwards every hook to its base.
+
+A method that changes one part of a round and keeps the rest of any other method -- FedVG
+changes the server's weighting of the updates (its :meth:`~Strategy.direction`), Ditto adds a
+personal step to the clients' update and evaluates the personal models -- subclasses
+:class:`Wrapper` and overrides only what it changes::
+
+    class Halved(Wrapper):                      # half of the base's server step, over any base
+        def direction(self, server_state, updates):
+            g, server_state, diag = super().direction(server_state, updates)
+            return {k: v / 2 for k, v in g.items()}, server_state, diag
+
+    Halved(SCAFFOLD())                          # SCAFFOLD's clients, control variates and optimizer
+
+Everything else is the base's, on the base's state: the server state is
+``{"base": the base's server state}`` (a wrapper's own entries beside it), the client state is
+the base's (a wrapper may add rows of its own), and the server's model is where the base keeps
+it (:meth:`Wrapper.server_params` asks the base, recursively through nested wrappers). The
+server step is :meth:`~Strategy.direction` (the base's, unless overridden), then
+:meth:`~Strategy.apply`, whose :meth:`~Strategy.step` is the base's with the wrapper's
+optimizer -- so what a base keeps after its step (AFL's averaged iterate) is kept under any
+wrapper. A base that does its server work in an ``aggregate`` override of its own (rather than
+in ``direction`` and ``step``) keeps it only under a wrapper that overrides neither.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from ..engine import LocalResult, LocalTraining
+from ..params import Params
+from .base import ClientOutput, ClientUpdates, ClientWork, Needs, Strategy
+from .server_optim import ServerOptimizer
+
+__all__ = ["Wrapper"]
+
+
+class Wrapper(Strategy):
+    """A strategy on top of a base strategy: every hook is the base's, on the base's nested state.
+
+    Args:
+        base: the base :class:`Strategy` (``None``: the wrapper stands alone on the protocol's
+            defaults -- FedAvg's clients, a flat server state ``{"params", "optimizer", ...}`` --
+            as ``FedVG(val)`` does).
+        optimizer: the optimizer of the server step (default: the base's). A different one keeps
+            its state where the base keeps its optimizer's (:meth:`Strategy.init_optimizer_state`).
+
+    Raises:
+        TypeError: ``base`` is not a :class:`Strategy`, or ``optimizer`` not a
+            :class:`~fedlearn_edu.strategies.server_optim.ServerOptimizer`.
+
+    Example:
+        >>> from fedlearn_edu import Ditto, FedAvg
+        >>> w = Wrapper(Ditto(0.5))
+        >>> w.needs.personal, w.evaluates, w.optimizer is w.base.optimizer
+        (True, 'personal', True)
+    """
+
+    def __init__(self, base: Strategy | None, optimizer: ServerOptimizer | None = None):
+        """Check the arguments (see the class docstring) and keep them."""
+        if base is not None and not isinstance(base, Strategy):
+            raise TypeError(
+                f"{type(self).__name__}'s base must be a fedlearn_edu Strategy (e.g. FedAvg()), got "
+                f"{type(base).__name__}."
+            )
+        if optimizer is None and base is not None:
+            optimizer = base.optimizer
+        super().__init__(optimizer=optimizer)
+        self.base = base
+
+    # ------------------------------------------------------- the base and its state
+    @property
+    def _inner(self):
+        """The strategy the hooks forward to: ``base``, or the protocol's defaults (no base)."""
+        return super() if self.base is None else self.base
+
+    def base_state(self, server_state: dict) -> dict:
+        """The base's server state inside the wrapper's.
+
+        Args:
+            server_state: the wrapper's server state (or its :meth:`client_view`).
+
+        Returns:
+            ``server_state["base"]`` (the whole state without a base).
+        """
+        return server_state if self.base is None else server_state["base"]
+
+    def with_base_state(self, server_state: dict, base_state: dict) -> dict:
+        """The wrapper's server state with the base's replaced (the inverse of :meth:`base_state`).
+
+        Args:
+            server_state: the wrapper's server state (not modified).
+            base_state: the base's new server state.
+
+        Returns:
+            ``{**server_state, "base": base_state}`` (``base_state`` itself without a base).
+        """
+        return base_state if self.base is None else {**server_state, "base": base_state}
+
+    # ------------------------------------------------------ declarations of the base
+    @property
+    def needs(self) -> Needs:
+        """The base's :class:`~fedlearn_edu.strategies.base.Needs`."""
+        return self._inner.needs
+
+    @property
+    def evaluates(self) -> str:
+        """Which model ``History.client_accuracy`` is of: the base's."""
+        return self._inner.evaluates
+
+    @property
+    def diagnostics(self) -> tuple[str, ...]:
+        """The optional diagnostics the base needs recorded."""
+        return self._inner.diagnostics
+
+    @property
+    def prox_argument(self) -> str:
+        """The base's argument that sets the clients' ``prox_mu``, as ``"base.<name>"`` (``""``: none)."""
+        argument = self._inner.prox_argument
+        return f"base.{argument}" if argument and self.base is not None else argument
+
+    @property
+    def validation_data(self) -> tuple[Tensor, Tensor]:
+        """The base's server validation set (when ``needs.validation``)."""
+        return self._inner.validation_data
+
+    def nonfinite_hint(self) -> str:
+        """The base's advice for a NaN/Inf direction."""
+        return self._inner.nonfinite_hint()
+
+    # ----------------------------------------------------------------------- state
+    def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[dict, dict]:
+        """``{"base": the base's server state}`` and the base's client state.
+
+        Args:
+            params: theta_0, ``{name: Tensor}`` on the run's device.
+            model: the architecture (passed to the base).
+            num_clients: N (passed to the base).
+            seed: the run's seed (passed to the base).
+
+        Returns:
+            ``(server_state, client_state)``; with an optimizer of the wrapper's own, the base's
+            optimizer state is that optimizer's.
+        """
+        base, clients = self._inner.init_state(params, model, num_clients, seed)
+        if self.base is not None and self.optimizer is not self.base.optimizer:
+            base = self.base.init_optimizer_state(base, self.optimizer)
+        return self.with_base_state({}, base), clients
+
+    def init_optimizer_state(self, server_state: dict, optimizer: ServerOptimizer) -> dict:
+        """The base's :meth:`~Strategy.init_optimizer_state`, on the base's state.
+
+        Args:
+            server_state: the wrapper's server state (not modified).
+            optimizer: the optimizer that will step the server's model.
+
+        Returns:
+            A new server state.
+        """
+        return self.with_base_state(
+            server_state, self._inner.init_optimizer_state(self.base_state(server_state), optimizer)
+        )
+
+    def server_params(self, server_state: dict) -> Params | None:
+        """The base's model(s), in the base's state.
+
+        Args:
+            server_state: the wrapper's server state (or its :meth:`client_view`).
+
+        Returns:
+            ``base.server_params(server_state["base"])``.
+        """
+        return self._inner.server_params(self.base_state(server_state))
+
+    def with_server_params(self, server_state: dict, params: Params) -> dict:
+        """The server state with the base's model(s) replaced.
+
+        Args:
+            server_state: the wrapper's server state (not modified).
+            params: the new model(s).
+
+        Returns:
+            A new server state.
+        """
+        return self.with_base_state(server_state, self._inner.with_server_params(self.base_state(server_state), params))
+
+    def client_view(self, server_state: dict) -> dict:
+        """``{"base": what the base's clients read}``.
+
+        Args:
+            server_state: the wrapper's server state.
+
+        Returns:
+            ``{"base": base.client_view(server_state["base"])}``.
+        """
+        return self.with_base_state({}, self._inner.client_view(self.base_state(server_state)))
+
+    # ----------------------------------------------------------------- client side
+    def configure_local(self, config: LocalTraining) -> LocalTraining:
+        """The base's client settings.
+
+        Args:
+            config: the run's settings for the round.
+
+        Returns:
+            ``base.configure_local(config)``.
+        """
+        return self._inner.configure_local(config)
+
+    def client_signals(self, model: nn.Module, global_params: Params, local: LocalResult, datasets) -> dict:
+        """The base's client signals.
+
+        Args:
+            model: the architecture.
+            global_params: theta_t ``{name: Tensor}``.
+            local: the clients' local training.
+            datasets: the clients' training sets.
+
+        Returns:
+            ``{name: Tensor[m, ...]}``.
+        """
+        return self._inner.client_signals(model, global_params, local, datasets)
+
+    def client_update(self, work: ClientWork, server_state: dict, state: dict) -> ClientOutput:
+        """The base's client update, on the base's state.
+
+        Args:
+            work: the round's clients.
+            server_state: the wrapper's server state, or its :meth:`client_view`.
+            state: the selected clients' rows of the client state ``{name: Tensor[m, ...]}``.
+
+        Returns:
+            The base's :class:`ClientOutput`.
+        """
+        return self._inner.client_update(work, self.base_state(server_state), state)
+
+    # ----------------------------------------------------------------- server side
+    def direction(
+        self, server_state: dict, updates: ClientUpdates, weights: Tensor | None = None
+    ) -> tuple[Params, dict, dict]:
+        """The base's direction, on the base's state.
+
+        Args:
+            server_state: the wrapper's server state (not modified).
+            updates: the round's updates (not modified).
+            weights: ``Tensor[m]`` passed on to a base whose direction takes them
+                (``needs.weighted_direction``); ``None``: the base's own weighting.
+
+        Returns:
+            ``(g, server_state with the base's new state, the base's diagnostics)``.
+        """
+        extra = {} if weights is None else {"weights": weights}
+        g, base, diag = self._inner.direction(self.base_state(server_state), updates, **extra)
+        return g, self.with_base_state(server_state, base), diag
+
+    def step(self, server_state: dict, g: Params, optimizer: ServerOptimizer | None = None) -> dict:
+        """The base's step along ``g`` with the wrapper's optimizer, on the base's state.
+
+        Args:
+            server_state: the wrapper's server state (not modified).
+            g: the direction, shaped like :meth:`server_params`.
+            optimizer: the optimizer that steps (default: the wrapper's; an outer wrapper passes its own).
+
+        Returns:
+            The server state with the base's new state.
+        """
+        optimizer = self.optimizer if optimizer is None else optimizer
+        return self.with_base_state(server_state, self._inner.step(self.base_state(server_state), g, optimizer))
+
+    def aggregate(self, server_state: dict, updates: ClientUpdates) -> tuple[dict, dict]:
+        """The base's server step (:meth:`direction`, :meth:`apply`) on the base's state; pure.
+
+        A wrapper that overrides none of ``direction``, ``apply`` and ``step`` runs the base's
+        own ``aggregate`` (whatever the base does there); otherwise :meth:`direction`, then
+        :meth:`apply`.
+
+        Args:
+            server_state: the wrapper's server state at round t (not modified).
+            updates: the round's updates (not modified).
+
+        Returns:
+            ``(server_state at t + 1, diagnostics)``.
+        """
+        if self.base is not None and not self._changes_server_step():
+            base, diag = self.base.aggregate(self.base_state(server_state), updates)
+            return self.with_base_state(server_state, base), diag
+        return super().aggregate(server_state, updates)
+
+    def _changes_server_step(self) -> bool:
+        """Whether the subclass overrides ``direction``, ``apply`` or ``step`` (or has its own optimizer)."""
+        cls = type(self)
+        changed = any(getattr(cls, hook) is not getattr(Wrapper, hook) for hook in ("direction", "apply", "step"))
+        return changed or self.optimizer is not self.base.optimizer
+
+    # ------------------------------------------------------------------ evaluation
+    def eval_models(self, model: nn.Module, server_state: dict, state: dict, train_sets) -> dict:
+        """The base's models to evaluate, on the base's state.
+
+        Args:
+            model: the architecture.
+            server_state: the wrapper's server state (on a Flower node: its :meth:`client_view`).
+            state: the client state ``{name: Tensor[N, ...]}``.
+            train_sets: the clients' training sets.
+
+        Returns:
+            ``base.eval_models(model, server_state["base"], state, train_sets)``.
+        """
+        return self._inner.eval_models(model, self.base_state(server_state), state, train_sets)
+
+    def __repr__(self) -> str:
+        """``Name(hyper-parameter=value, ..., base=...)``: the base last."""
+        args = [f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_") and k != "base"]
+        return f"{type(self).__name__}({', '.join([*args, f'base={self.base!r}'])})"
