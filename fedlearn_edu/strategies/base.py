@@ -417,6 +417,12 @@ class Strategy:
                 "optimizer must be a ServerOptimizer (e.g. ServerAdam(), or a chain of transforms: "
                 f"chain(clip_by_global_norm(1.0), sgd(1.0))), got {type(optimizer).__name__}."
             )
+        if optimizer is not None and not (optimizer.lr is not None and optimizer.lr > 0):
+            raise ValueError(
+                f"optimizer {optimizer!r} has step size {optimizer.lr} along -g: it would not step against the "
+                "direction (g points uphill). End a chain with sgd(lr), lr > 0, e.g. "
+                "chain(clip_by_global_norm(1.0), sgd(1.0))."
+            )
         self.optimizer = ServerSGD(check_positive(server_lr, "server_lr")) if optimizer is None else optimizer
 
     @property

@@ -497,9 +497,14 @@ class chain(ServerOptimizer):
 
     @property
     def lr(self) -> float | None:
-        """The product of the pieces' step sizes (``None`` if no piece has one)."""
+        """The chain's step size along ``-g`` (``None`` if no piece has one).
+
+        A piece with step size ``r`` multiplies by ``-r``, so the chain multiplies ``g`` by
+        ``prod(-r)`` and steps ``-prod(-r)`` along ``-g``: ``chain(scale(2.0), sgd(0.5))``
+        steps 1.0; ``chain(scale(0.5))`` steps -0.5 (uphill).
+        """
         rates = [t.lr for t in self.transforms if t.lr is not None]
-        return math.prod(rates) if rates else None
+        return -math.prod(-r for r in rates) if rates else None
 
     def init(self, params: Params) -> dict:
         """Every piece's state, in one dict.

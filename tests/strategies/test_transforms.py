@@ -294,3 +294,24 @@ def test_a_chain_with_state_resumes_bit_identically(fed, tmp_path):
     _assert_same_history(full, resumed)
     _assert_same_tree(full.final_server_state, resumed.final_server_state)
     assert set(full.final_server_state["optimizer"]) == {"m", "v"}
+
+
+def test_a_chains_step_size_is_the_size_of_its_step_against_the_direction():
+    """``lr`` is what the chain steps along ``-g``, signs included: the sign flips of two scalers cancel."""
+    params, g = {"w": torch.tensor([1.0, -2.0])}, {"w": torch.tensor([0.5, 4.0])}
+    for opt, lr in [
+        (chain(sgd(0.5)), 0.5),
+        (chain(scale(2.0), sgd(0.5)), 1.0),
+        (chain(clip_by_global_norm(100.0), scale(-0.25)), 0.25),
+        (chain(scale(0.5)), -0.5),
+    ]:
+        assert opt.lr == lr
+        stepped, _ = opt.step(params, g, opt.init_state(params))
+        assert torch.allclose(stepped["w"], params["w"] - lr * g["w"])
+
+
+@pytest.mark.parametrize("opt", [chain(clip_by_global_norm(1.0)), chain(scale(0.5)), clip_by_global_norm(1.0)])
+def test_a_strategy_refuses_an_optimizer_that_does_not_step_downhill(opt):
+    """A chain without a step (or one that steps along +g) would climb the loss: FedAvg refuses it by name."""
+    with pytest.raises(ValueError, match=r"End a chain with sgd\(lr\)"):
+        FedAvg(optimizer=opt)
