@@ -42,7 +42,6 @@ from .checks import (
     check_model_data,
     check_seed,
     check_trainable,
-    known_finite,
     nonfinite_keys,
 )
 from .data.federation import Federation
@@ -503,7 +502,9 @@ def server_step(
     diag = {k: (v.detach().cpu() if isinstance(v, Tensor) else v) for k, v in diag.items()}
     if conflicts and strategy.needs.server_model == "one":
         params = strategy.server_params(server_state)
-        diag.update(count_conflicts(updates.deltas, {k: new_params[k] - params[k] for k in params}))
+        diag.update(
+            count_conflicts(updates.deltas, {k: new_params[k] - params[k] for k in params}, check=not updates.checked)
+        )
     return new_state, diag
 
 
@@ -744,7 +745,9 @@ def simulate(
             out.deltas = attack.apply(out.deltas, ids, attackers, t, theta_t, strategy.server_lr, previous)
             if attack.needs_previous:
                 previous = {k: v.detach().clone() for k, v in theta_t.items()}
-        updates = ClientUpdates(t, ids, out.deltas, num_samples[ids], out.train_loss, net, out.signals, work.config)
+        updates = ClientUpdates(
+            t, ids, out.deltas, num_samples[ids], out.train_loss, net, out.signals, work.config, checked=True
+        )  # checked just below, before any aggregation: the aggregators need not scan the deltas again
         recorded = out.train_loss if out.recorded_loss is None else out.recorded_loss
         finite = _finite_rows(len(ids), out.deltas, out.state, _row_signals(out.signals, len(ids)))
         dropped = {}
@@ -768,10 +771,7 @@ def simulate(
             history.train_loss.append(float("nan"))
             history.diagnostics.append({})
         else:
-            # the updates were just checked (finite, or the bad rows dropped): the aggregators
-            # do not scan them again
-            with known_finite(tree_leaves(updates.deltas)):
-                server_state, diag = server_step(strategy, server_state, updates, name, conflicts="conflicts" in wanted)
+            server_state, diag = server_step(strategy, server_state, updates, name, conflicts="conflicts" in wanted)
             _write_rows(client_state, dev_ids, out.state)
             history.train_loss.append(float(recorded.mean()))
             history.diagnostics.append(diag)

@@ -321,7 +321,7 @@ class FedVG(Strategy):
             # weights in place of the uniform mean.
             g, base, base_diag = self.base.direction(own, updates, weights=weights)
             return g, {**server_state, "base": base}, {**base_diag, **diag}
-        step = fedvg_aggregate(updates.deltas, weights)
+        step = fedvg_aggregate(updates.deltas, weights, check=not updates.checked)
         return {k: -v for k, v in step.items()}, server_state, diag
 
     def aggregate(self, server_state: dict, updates: ClientUpdates) -> tuple[dict, dict]:
