@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -34,7 +32,6 @@ __all__ = [
     "all_finite",
     "nonfinite_keys",
     "first_nonfinite_row",
-    "known_finite",
     "check_updates",
     "check_weights",
     "as_tensor_arg",
@@ -371,10 +368,6 @@ def check_model_data(model: nn.Module, input_shape, num_classes: int, data_name:
 # ------------------------------------------------------------------ tensors of the aggregation functions
 Updates = Tensor | Mapping[str, Tensor]
 
-# id(tensor) -> (tensor, its version counter when checked): tensors a caller has just found
-# finite, which check_updates need not scan again (see known_finite).
-_KNOWN_FINITE: ContextVar[dict | None] = ContextVar("fedlearn_edu_known_finite", default=None)
-
 
 def all_finite(tensors: Iterable[Tensor]) -> bool:
     """``True`` when a fused test proves every element of every tensor finite.
@@ -412,36 +405,6 @@ def nonfinite_keys(tree: Mapping[str, Tensor]) -> list[str]:
     return [k for k, v in tree.items() if not bool(torch.isfinite(v).all())]
 
 
-@contextmanager
-def known_finite(tensors: Iterable[Tensor]) -> Iterator[None]:
-    """Inside the block, :func:`check_updates` does not scan ``tensors`` for NaN/Inf again.
-
-    For a caller that has just checked them (the round driver checks every update once,
-    with the client's id in its message); a tensor modified in place since (its version
-    counter moved) is scanned as usual, and so is any other tensor.
-
-    Args:
-        tensors: tensors the caller has just found finite.
-
-    Yields:
-        Nothing; the table of known-finite tensors is reset when the block ends.
-    """
-    table = dict(_KNOWN_FINITE.get() or {})
-    for t in tensors:
-        table[id(t)] = (t, t._version)
-    token = _KNOWN_FINITE.set(table)
-    try:
-        yield
-    finally:
-        _KNOWN_FINITE.reset(token)
-
-
-def _is_known_finite(t: Tensor) -> bool:
-    table = _KNOWN_FINITE.get()
-    entry = None if table is None else table.get(id(t))
-    return entry is not None and entry[0] is t and entry[1] == t._version
-
-
 def first_nonfinite_row(t: Tensor) -> int | None:
     """The first row (client) of ``t`` that holds NaN or Inf.
 
@@ -469,9 +432,9 @@ def check_updates(updates: Updates, what: str = "deltas", finite: bool = True) -
 
     Returns m. Raises ``ValueError`` naming the first client with NaN/Inf. With
     ``finite=False`` only the structure is checked (for callers that detect NaN/Inf
-    more cheaply themselves and call this again to name the client). The values are
-    tested by one fused pass (:func:`all_finite`) and row by row only when it fails;
-    tensors of a :func:`known_finite` block are not tested again.
+    more cheaply themselves and call this again to name the client, or that have scanned
+    them already: the aggregation functions' ``check=False``). The values are tested by one
+    fused pass (:func:`all_finite`) and row by row only when it fails.
 
     Args:
         updates: ``Tensor[m, d]`` or ``{name: Tensor[m, ...]}``, floating point.
@@ -504,7 +467,7 @@ def check_updates(updates: Updates, what: str = "deltas", finite: bool = True) -
         raise
     if not m:
         raise ValueError(f"{what} holds no clients (m = 0): select at least one client.")
-    if not all_finite(t for _, t in checked if not _is_known_finite(t)):
+    if not all_finite(t for _, t in checked):
         _raise_first_nonfinite(checked)
     return m
 

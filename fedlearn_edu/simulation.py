@@ -5,7 +5,8 @@ One round t:
 1. sample ``clients_per_round`` clients without replacement (seeded);
 2. the strategy's client update trains them through the engine (the strategy may change
    the local config and the local objective, and reads/writes its per-client state);
-3. non-finite updates raise, or drop the client for the round (``on_nonfinite``);
+3. a client whose update, new client state or signal is non-finite raises, or is dropped
+   for the round (``on_nonfinite``; the policy is :func:`fedlearn_edu.round.bad_clients`);
 4. the strategy aggregates the updates into the new server state (direction + server
    optimizer; a pure function of the server state and the updates);
 5. every ``eval_every`` rounds the models the strategy names (the global model, or
@@ -35,21 +36,20 @@ from .aggregators import count_conflicts
 from .attacks import Attack
 from .checkpoint import CHECKPOINT_VERSION
 from .checks import (
-    all_finite,
     check_bool,
     check_float,
     check_int,
     check_model_data,
     check_seed,
     check_trainable,
-    known_finite,
     nonfinite_keys,
 )
 from .data.federation import Federation
 from .data.noise import reverse_labels
 from .engine import MAX_EPOCHS, LocalTraining, make_engine
 from .metrics import METRIC_NAMES, fairness_metrics
-from .params import Params, get_params, select_rows, tree_leaves
+from .params import Params, get_params, select_rows
+from .round import DATA_REASON, UPDATE_REASON, bad_clients
 from .secagg import check_secure_aggregation
 from .strategies.base import ClientUpdates, ClientWork, Strategy
 from .utils import derive_seed, resolve_device
@@ -92,7 +92,8 @@ class History:
         model_index: ``ndarray[E, N]`` for stacked models: the model client i used at each
             evaluation (IFCA: its cluster); ``None`` for one global model.
         dropped: per round, ``{client id: reason}`` of the clients dropped by
-            ``on_nonfinite="skip"`` (empty when none).
+            ``on_nonfinite="skip"`` (empty when none); the reason names the bad part (its data,
+            the update, a new client-state entry or a signal: :mod:`fedlearn_edu.round`).
         final_state: the strategy's client state at the end, ``{name: Tensor[N, ...]}`` (CPU).
         final_server_state: the strategy's server state at the end (CPU; see
             :meth:`~fedlearn_edu.strategies.Strategy.init_state`).
@@ -503,7 +504,9 @@ def server_step(
     diag = {k: (v.detach().cpu() if isinstance(v, Tensor) else v) for k, v in diag.items()}
     if conflicts and strategy.needs.server_model == "one":
         params = strategy.server_params(server_state)
-        diag.update(count_conflicts(updates.deltas, {k: new_params[k] - params[k] for k in params}))
+        diag.update(
+            count_conflicts(updates.deltas, {k: new_params[k] - params[k] for k in params}, check=not updates.checked)
+        )
     return new_state, diag
 
 
@@ -594,7 +597,8 @@ def simulate(
             reports (e.g. FedOUI's OUI, DAC's scores) is NaN/Inf. Every strategy then runs as if
             the dropped client had not been selected that round: its client state is kept, it
             is left out of the server step (AFL's ``N/m`` uses the m' survivors). Errors name
-            clients by their ids.
+            clients by their ids. The policy (:func:`fedlearn_edu.round.bad_clients`) is the
+            Flower adapter's too.
         checkpoint: a file to save the run to (the strategy's server state -- parameters,
             optimizer moments, its own tensors --, client state, the sampler's RNG state, History
             so far), written atomically (a temporary file, then ``os.replace``; temporaries a
@@ -744,19 +748,17 @@ def simulate(
             out.deltas = attack.apply(out.deltas, ids, attackers, t, theta_t, strategy.server_lr, previous)
             if attack.needs_previous:
                 previous = {k: v.detach().clone() for k, v in theta_t.items()}
-        updates = ClientUpdates(t, ids, out.deltas, num_samples[ids], out.train_loss, net, out.signals, work.config)
+        keep, dropped = bad_clients(ids, out.deltas, out.state, out.signals, bad_data=bad_data)
+        if dropped and on_nonfinite == "raise":
+            blown_up = _blown_up(strategy, server_state, params0)
+            why = _nonfinite_message(t, dropped, work.config, blown_up, strategy.server_lr, strategy)
+            raise FloatingPointError(why)
+        # the policy has scanned the updates (the bad rows go next): the aggregators need not again
+        updates = ClientUpdates(
+            t, ids, out.deltas, num_samples[ids], out.train_loss, net, out.signals, work.config, checked=True
+        )
         recorded = out.train_loss if out.recorded_loss is None else out.recorded_loss
-        finite = _finite_rows(len(ids), out.deltas, out.state, _row_signals(out.signals, len(ids)))
-        dropped = {}
-        if not bool(finite.all()):
-            bad = ids[~finite.cpu()].tolist()
-            dropped = {i: _nonfinite_reason(i in bad_data) for i in bad}
-            if on_nonfinite == "raise":
-                blown_up = _blown_up(strategy, server_state, params0)
-                raise FloatingPointError(
-                    _nonfinite_message(t, dropped, work.config, blown_up, strategy.server_lr, strategy)
-                )
-            keep = finite.cpu()
+        if dropped:
             updates = updates.subset(keep)
             recorded = recorded[keep.to(recorded.device)]
             out.state = select_rows(out.state, keep.to(dev))
@@ -768,10 +770,7 @@ def simulate(
             history.train_loss.append(float("nan"))
             history.diagnostics.append({})
         else:
-            # the updates were just checked (finite, or the bad rows dropped): the aggregators
-            # do not scan them again
-            with known_finite(tree_leaves(updates.deltas)):
-                server_state, diag = server_step(strategy, server_state, updates, name, conflicts="conflicts" in wanted)
+            server_state, diag = server_step(strategy, server_state, updates, name, conflicts="conflicts" in wanted)
             _write_rows(client_state, dev_ids, out.state)
             history.train_loss.append(float(recorded.mean()))
             history.diagnostics.append(diag)
@@ -861,38 +860,6 @@ def _write_rows(tree: dict, index: Tensor, rows: dict) -> None:
             tree[k][index.to(tree[k].device)] = v.detach()
 
 
-def _finite_rows(m: int, *trees: dict) -> Tensor:
-    """``Tensor[m]`` (bool): client j's rows of every tensor in ``trees`` are finite.
-
-    One fused pass over all the tensors (:func:`~fedlearn_edu.checks.all_finite`);
-    the rows are looked at one by one only when it fails.
-    """
-    finite = torch.ones(m, dtype=torch.bool)
-    leaves = [v for tree in trees for v in tree_leaves(tree)]
-    if all_finite(leaves):
-        return finite
-    for v in leaves:
-        finite &= torch.isfinite(v.reshape(m, -1)).all(1).cpu()
-    return finite
-
-
-def _row_signals(signals: dict, m: int) -> dict:
-    """The floating-point per-client signals ``Tensor[m, ...]`` (nested dicts kept), for the NaN check."""
-    out = {}
-    for k, v in signals.items():
-        if isinstance(v, dict):
-            out[k] = _row_signals(v, m)
-        elif isinstance(v, Tensor) and v.is_floating_point() and v.dim() > 0 and v.shape[0] == m:
-            out[k] = v
-    return out
-
-
-def _nonfinite_reason(bad_data: bool) -> str:
-    if bad_data:
-        return "its training data hold NaN/Inf values"
-    return "local training diverged (NaN/Inf in the update)"
-
-
 TINY_LR = 1e-12  # a client lr below this vanishes in float32 steps; SCAFFOLD's control update divides by it
 
 
@@ -915,13 +882,19 @@ def _nonfinite_message(
     strategy: Strategy | None = None,
 ) -> str:
     lr, mu = config.lr, config.prox_mu
-    data = [i for i, why in dropped.items() if "data" in why]
-    diverged = [i for i in dropped if i not in data]
+    data = [i for i, why in dropped.items() if why == DATA_REASON]
+    by_reason: dict[str, list] = {}  # the other clients, by the part that was bad (update first)
+    for i, why in dropped.items():
+        if why != DATA_REASON:
+            by_reason.setdefault(why, []).append(i)
     parts = []
     if data:
         parts.append(f"the training data of client(s) {data[:5]} hold NaN/Inf values: clean the data")
-    if diverged:
-        what = f"local training of client(s) {diverged[:5]} diverged (NaN/Inf in the update)"
+    if by_reason:
+        diverged = by_reason.pop(UPDATE_REASON, [])
+        what = [f"local training of client(s) {diverged[:5]} diverged (NaN/Inf in the update)"] if diverged else []
+        what += [f"client(s) {ids[:5]}: {why}" for why, ids in by_reason.items()]
+        what = ", ".join(what)
         if blown_up is not None:
             fix = (
                 f"the server step had already blown the global model up ({blown_up:.2g} times its initial size) "

@@ -138,7 +138,7 @@ def afl_lambda_step(lambdas, losses, lr: float, clients=None) -> Tensor:
     return project_simplex(ascent)
 
 
-def afl_direction(deltas: Updates, lambdas, clients=None) -> Updates:
+def afl_direction(deltas: Updates, lambdas, clients=None, *, check: bool = True) -> Updates:
     """AFL's descent direction on the model: ``(N/m) sum_{k in S} lambda_k Delta_k``.
 
     With every client selected this is the lambda-weighted sum ``sum_k lambda_k Delta_k``
@@ -149,6 +149,7 @@ def afl_direction(deltas: Updates, lambdas, clients=None) -> Updates:
         deltas: client updates ``Tensor[m, d]`` or dict of ``Tensor[m, ...]``.
         lambdas: ``Tensor[N]`` mixture weights (on the simplex).
         clients: integer ``Tensor[m]`` indices of the selected clients (``None``: all N).
+        check: scan ``deltas`` for NaN/Inf (``False``: the caller has, e.g. the round driver).
 
     Returns:
         ``Tensor[d]`` or a dict of ``Tensor[...]``.
@@ -157,7 +158,7 @@ def afl_direction(deltas: Updates, lambdas, clients=None) -> Updates:
         >>> afl_direction(torch.tensor([[1.0, 0.0], [0.0, 1.0]]), torch.tensor([0.25, 0.75]))
         tensor([0.2500, 0.7500])
     """
-    m = check_updates(deltas, "deltas")
+    m = check_updates(deltas, "deltas", finite=check)
     lam = _check_lambdas(lambdas)
     idx = _selected(clients, m, lam)
     return combine(lam[idx] * (lam.shape[0] / m), deltas)

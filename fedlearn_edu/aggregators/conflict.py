@@ -74,7 +74,11 @@ def _config_one(G: Tensor, rcond: float | None) -> Tensor:
 
 
 def config_direction(
-    pseudo_grads: Updates, *, groups: Mapping[str, Sequence[str]] | None = None, rcond: float | None = None
+    pseudo_grads: Updates,
+    *,
+    groups: Mapping[str, Sequence[str]] | None = None,
+    rcond: float | None = None,
+    check: bool = True,
 ) -> Updates:
     """ConFIG's conflict-free direction (Liu et al., 2025).
 
@@ -92,6 +96,7 @@ def config_direction(
             ``groups={"all": list(keys)}`` gives the whole-model ConFIG.
         groups: optional ``{group: [key, ...]}``.
         rcond: relative cut-off of the pseudo-inverse (default ``eps * max(m, d)``).
+        check: scan ``pseudo_grads`` for NaN/Inf (``False``: the caller has, e.g. the round driver).
 
     Returns:
         ``Tensor[d]`` or a dict shaped like one client's entry.
@@ -102,7 +107,7 @@ def config_direction(
         >>> bool(((g @ s) > 0).all())
         True
     """
-    m = check_updates(pseudo_grads, "pseudo_grads")
+    m = check_updates(pseudo_grads, "pseudo_grads", finite=check)
     if isinstance(pseudo_grads, Tensor):
         if groups is not None:
             raise ValueError("groups only applies to a dict of per-parameter tensors.")
@@ -144,7 +149,7 @@ def fedfv_kept(losses, alpha: float) -> Tensor:
     return keep
 
 
-def fedfv_direction(pseudo_grads: Updates, losses, alpha: float = 0.1) -> Updates:
+def fedfv_direction(pseudo_grads: Updates, losses, alpha: float = 0.1, *, check: bool = True) -> Updates:
     """FedFV's aggregate (Wang et al., 2021): project off conflicts, average, rescale.
 
     Clients are sorted by increasing loss. Every client ``i`` except the
@@ -164,6 +169,7 @@ def fedfv_direction(pseudo_grads: Updates, losses, alpha: float = 0.1) -> Update
         losses: ``Tensor[m]`` client losses that set the order (FedFV uses the loss of
             the received global model on the client's training data).
         alpha: share of highest-loss clients kept unprojected (0.1 in the paper).
+        check: scan ``pseudo_grads`` for NaN/Inf (``False``: the caller has, e.g. the round driver).
 
     Returns:
         ``Tensor[d]`` or a dict shaped like one client's entry.
@@ -173,7 +179,7 @@ def fedfv_direction(pseudo_grads: Updates, losses, alpha: float = 0.1) -> Update
         >>> fedfv_direction(g, torch.tensor([0.1, 0.2]), alpha=0.5)   # client 0 projected off client 1
         tensor([-0.1581,  0.4743])
     """
-    m = check_updates(pseudo_grads, "pseudo_grads")
+    m = check_updates(pseudo_grads, "pseudo_grads", finite=check)
     x = check_losses(losses, m)
     alpha = _check_alpha(alpha)
     K = _gram(pseudo_grads)
@@ -198,7 +204,7 @@ def fedfv_direction(pseudo_grads: Updates, losses, alpha: float = 0.1) -> Update
     return combine(coef, pseudo_grads)
 
 
-def qfedavg_step(pseudo_grads: Updates, losses, lr: float, q: float = 1.0) -> Updates:
+def qfedavg_step(pseudo_grads: Updates, losses, lr: float, q: float = 1.0, *, check: bool = True) -> Updates:
     """q-FedAvg's server step (Li et al., 2020): clients with higher loss weigh more.
 
     With ``Delta W_k = g_k / lr`` (``g_k = theta_t - theta_k``) and ``F_k`` the loss of
@@ -216,6 +222,7 @@ def qfedavg_step(pseudo_grads: Updates, losses, lr: float, q: float = 1.0) -> Up
         losses: ``Tensor[m]`` non-negative ``F_k(theta_t)``.
         lr: the clients' learning rate this round (1/L in the q-FFL paper).
         q: fairness parameter (>= 0).
+        check: scan ``pseudo_grads`` for NaN/Inf (``False``: the caller has, e.g. the round driver).
 
     Returns:
         ``Tensor[d]`` or a dict shaped like one client's entry.
@@ -225,7 +232,7 @@ def qfedavg_step(pseudo_grads: Updates, losses, lr: float, q: float = 1.0) -> Up
         >>> qfedavg_step(g, torch.tensor([1.0, 1.0]), lr=1.0, q=0.0)
         tensor([0.5000, 0.5000])
     """
-    m = check_updates(pseudo_grads, "pseudo_grads")
+    m = check_updates(pseudo_grads, "pseudo_grads", finite=check)
     F = check_losses(losses, m)
     if bool((F < 0).any()):
         raise ValueError(f"losses must be >= 0 (q-FedAvg raises them to the power q); got {F.tolist()}.")

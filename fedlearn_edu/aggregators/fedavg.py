@@ -10,7 +10,7 @@ from ..checks import Updates, check_finite, check_updates, check_weights
 __all__ = ["fedavg", "count_conflicts"]
 
 
-def fedavg(deltas: Updates, weights) -> Updates:
+def fedavg(deltas: Updates, weights, *, check: bool = True) -> Updates:
     """Weighted mean of client updates: ``sum_i p_i * Delta_i`` with ``p = weights / sum(weights)``.
 
     With ``weights = n_i`` (training-set sizes of the selected clients) this is
@@ -20,6 +20,7 @@ def fedavg(deltas: Updates, weights) -> Updates:
         deltas: client updates ``Delta_i = theta_i - theta_t``, either ``Tensor[m, d]``
             or a dict of per-layer ``Tensor[m, ...]`` (the stacked-parameter layout).
         weights: ``Tensor[m]`` non-negative weights (any positive scale; normalised here).
+        check: scan ``deltas`` for NaN/Inf (``False``: the caller has, e.g. the round driver).
 
     Returns:
         ``Tensor[d]``, or a dict of ``Tensor[...]`` with the input's keys.
@@ -29,7 +30,7 @@ def fedavg(deltas: Updates, weights) -> Updates:
         >>> fedavg(d, torch.tensor([3.0, 1.0]))
         tensor([0.7500, 0.2500])
     """
-    m = check_updates(deltas, "deltas")
+    m = check_updates(deltas, "deltas", finite=check)
     w = check_weights(weights, m).to(torch.float64)
     w = w / w.max()  # a scale that cannot overflow the sum (weights near the float maximum)
     p = w / w.sum()
@@ -42,13 +43,14 @@ def fedavg(deltas: Updates, weights) -> Updates:
     return {k: mean(v) for k, v in deltas.items()}
 
 
-def count_conflicts(deltas: Updates, update: Updates) -> dict:
+def count_conflicts(deltas: Updates, update: Updates, *, check: bool = True) -> dict:
     """How many clients' updates point against the applied update (negative inner product).
 
     Args:
         deltas: client updates ``Tensor[m, d]`` or dict of ``Tensor[m, ...]``.
         update: the applied global update ``theta_{t+1} - theta_t``, ``Tensor[d]`` or dict
             of ``Tensor[...]`` with the same keys.
+        check: scan ``deltas`` for NaN/Inf (``False``: the caller has, e.g. the round driver).
 
     Returns:
         ``{"conflicts": int, "conflicts_per_layer": {group: int}}``. For a dict input,
@@ -57,7 +59,7 @@ def count_conflicts(deltas: Updates, update: Updates) -> dict:
     """
     from ..params import layer_groups
 
-    m = check_updates(deltas, "deltas")
+    m = check_updates(deltas, "deltas", finite=check)
     if not isinstance(update, (Tensor, dict)):
         raise TypeError(f"update must be a Tensor[d] or a dict of tensors, got {type(update).__name__}.")
     check_finite(update, "update")

@@ -71,7 +71,7 @@ def feddyn_client_update(linear_terms: Updates, deltas: Updates, alpha: float, *
 
 
 def feddyn_server_update(
-    deltas: Updates, server_state: Updates, alpha: float, num_clients: int, weights=None
+    deltas: Updates, server_state: Updates, alpha: float, num_clients: int, weights=None, *, check: bool = True
 ) -> tuple[Updates, Updates]:
     """FedDyn's server step: ``h+ = h - (alpha/N) sum_S Delta_k``, ``theta^t = mean_S theta_k - h+/alpha``.
 
@@ -86,6 +86,7 @@ def feddyn_server_update(
         alpha: the regularisation strength used by the clients (> 0).
         num_clients: N, the number of clients in the federation.
         weights: optional ``Tensor[m]`` non-negative weights (uniform if None).
+        check: scan ``deltas`` for NaN/Inf (``False``: the caller has, e.g. the round driver).
 
     Returns:
         ``(direction, new_server_state)``, both shaped like ``server_state``.
@@ -95,13 +96,13 @@ def feddyn_server_update(
         >>> feddyn_server_update(d, torch.zeros(2), alpha=0.5, num_clients=2)
         (tensor([1., 1.]), tensor([-0.2500, -0.2500]))
     """
-    m = check_updates(deltas, "deltas")
+    m = check_updates(deltas, "deltas", finite=check)
     if server_state is None:
         raise TypeError("server_state must be given (zeros at the start of training).")
     check_reference(server_state, deltas, "server_state")
     a = check_positive(alpha, "alpha")
     n = check_num_clients(num_clients, m)
     new_state = map_updates(lambda h, d: h - (a / n) * d.sum(0), server_state, deltas)
-    mean = fedavg(deltas, torch.ones(m, dtype=torch.float64) if weights is None else weights)
+    mean = fedavg(deltas, torch.ones(m, dtype=torch.float64) if weights is None else weights, check=False)
     direction = map_updates(lambda avg, h: avg - h / a, mean, new_state)
     return direction, new_state

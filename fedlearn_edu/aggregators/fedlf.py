@@ -176,7 +176,7 @@ def _layer_direction(G: Tensor, h: Tensor | None) -> Tensor:
 
 
 def fedlf_direction(
-    pseudo_grads: Updates, losses=None, *, groups: Mapping[str, Sequence[str]] | None = None
+    pseudo_grads: Updates, losses=None, *, groups: Mapping[str, Sequence[str]] | None = None, check: bool = True
 ) -> Updates:
     """FedLF's direction: per layer, the minimum-norm point of the clients' rescaled updates.
 
@@ -188,6 +188,7 @@ def fedlf_direction(
         losses: optional ``Tensor[m]`` of the clients' losses; adds FedLF's fairness row
             (None: the plain layer-wise MGDA direction).
         groups: optional ``{group: [key, ...]}`` (see :func:`fedlearn_edu.params.layer_groups`).
+        check: scan ``pseudo_grads`` for NaN/Inf (``False``: the caller has, e.g. the round driver).
 
     Returns:
         The step ``d``, ``Tensor[d]`` or a dict shaped like one client's entry; the server
@@ -198,7 +199,7 @@ def fedlf_direction(
         >>> fedlf_direction(g)   # min-norm point (0.5, 0.5), rescaled to ||mean g|| = 0.7071
         tensor([0.5000, 0.5000])
     """
-    m = check_updates(pseudo_grads, "pseudo_grads")
+    m = check_updates(pseudo_grads, "pseudo_grads", finite=check)
     h = None
     if losses is not None:
         h = _fairness_vector(check_losses(losses, m))

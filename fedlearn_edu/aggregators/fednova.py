@@ -120,6 +120,8 @@ def fednova_aggregate(
     momentum: float = 0.0,
     proximal: float = 0.0,
     prox_tau_eff: str = "steps",
+    *,
+    check: bool = True,
 ) -> Updates:
     """FedNova's direction ``tau_eff * sum_i p_i Delta_i / ||a_i||_1`` (``tau_eff``: :func:`fednova_tau_eff`).
 
@@ -131,6 +133,7 @@ def fednova_aggregate(
         proximal: FedProx's ``eta_l * mu`` (see :func:`fednova_norms`).
         prox_tau_eff: with ``proximal > 0``, ``"steps"`` (default, the authors' code):
             ``tau_eff = sum_i p_i tau_i``; ``"norms"``: ``sum_i p_i ||a_i||_1``.
+        check: scan ``deltas`` for NaN/Inf (``False``: the caller has, e.g. the round driver).
 
     Returns:
         ``Tensor[d]`` or a dict of ``Tensor[...]``; the server sets ``x <- x + eta_g * direction``.
@@ -140,7 +143,7 @@ def fednova_aggregate(
         >>> fednova_aggregate(d, torch.tensor([1, 4]), torch.tensor([1.0, 1.0]))  # tau_eff = 2.5
         tensor([1.2500, 1.2500])
     """
-    m = check_updates(deltas, "deltas")
+    m = check_updates(deltas, "deltas", finite=check)
     steps = check_counts(local_steps, m, "local_steps")
     norms = fednova_norms(steps, momentum=momentum, proximal=proximal)
     w = check_weights(weights, m).to(torch.float64).cpu()

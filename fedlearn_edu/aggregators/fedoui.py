@@ -287,7 +287,7 @@ def weights_from_scores(
     return (w / w.sum()).to(dtype=scores.dtype, device=scores.device)
 
 
-def fedalign_weights(deltas: Updates, num_samples, eps: float = 1e-3) -> Tensor:
+def fedalign_weights(deltas: Updates, num_samples, eps: float = 1e-3, *, check: bool = True) -> Tensor:
     """FedAlign's weights: ``w_k ∝ n_k (max(cos(Delta_k, Delta_bar), 0) + eps)``, summing to 1.
 
     ``Delta_bar = sum_k p_k Delta_k`` with ``p_k = n_k / sum_j n_j`` (FedAvg's aggregate).
@@ -299,6 +299,7 @@ def fedalign_weights(deltas: Updates, num_samples, eps: float = 1e-3) -> Tensor:
             ``Tensor[m, ...]`` (the whole model is flattened into one vector per client).
         num_samples: ``Tensor[m]`` training-set sizes (> 0).
         eps: floor added to the clipped cosine.
+        check: scan ``deltas`` for NaN/Inf (``False``: the caller has, e.g. the round driver).
 
     Returns:
         ``Tensor[m]``, positive, summing to 1 (float64; float32 on MPS), on the deltas' device.
@@ -310,7 +311,7 @@ def fedalign_weights(deltas: Updates, num_samples, eps: float = 1e-3) -> Tensor:
         True
     """
     eps = check_positive(eps, "eps")
-    m = check_updates(deltas, "deltas")
+    m = check_updates(deltas, "deltas", finite=check)
     n = check_weights(num_samples, m, "num_samples").cpu().to(torch.float64)
     if bool((n <= 0).any()):
         i = int((n <= 0).nonzero()[0])

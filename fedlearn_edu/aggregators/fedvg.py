@@ -138,7 +138,7 @@ def fedvg_mixed_weights(weights, num_samples) -> Tensor:
     return (s + (p if s.dim() == 1 else p.unsqueeze(1))) / 2
 
 
-def fedvg_aggregate(deltas: Mapping[str, Tensor], weights) -> dict[str, Tensor]:
+def fedvg_aggregate(deltas: Mapping[str, Tensor], weights, *, check: bool = True) -> dict[str, Tensor]:
     """Weighted mean of client deltas with clientwise or layer-wise weights.
 
     * ``weights: Tensor[m]``: ``sum_k s_k Delta_k`` for every tensor;
@@ -150,6 +150,7 @@ def fedvg_aggregate(deltas: Mapping[str, Tensor], weights) -> dict[str, Tensor]:
     Args:
         deltas: stacked client updates ``{name: Tensor[m, ...]}``, ``Delta_k = theta_k - theta_t``.
         weights: ``Tensor[m]`` or ``Tensor[m, L]`` with L = ``len(deltas)``.
+        check: scan ``deltas`` for NaN/Inf (``False``: the caller has, e.g. the round driver).
 
     Returns:
         ``{name: Tensor[...]}``: the aggregated update (add it to theta_t).
@@ -161,7 +162,7 @@ def fedvg_aggregate(deltas: Mapping[str, Tensor], weights) -> dict[str, Tensor]:
     """
     if isinstance(deltas, Tensor):
         raise TypeError("fedvg_aggregate takes the stacked dict {name: Tensor[m, ...]} of client deltas.")
-    m = check_updates(deltas, "deltas")
+    m = check_updates(deltas, "deltas", finite=check)
     w = as_tensor_arg(weights, "weights")
     if not bool(torch.isfinite(w).all()) or bool((w < 0).any()):
         raise ValueError(f"weights must be finite and >= 0; got {w.tolist()}.")

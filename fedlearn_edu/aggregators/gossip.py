@@ -146,13 +146,14 @@ def _check_mixing(mixing, n: int) -> Tensor:
     return W
 
 
-def gossip_mix(params: Updates, mixing) -> Updates:
+def gossip_mix(params: Updates, mixing, *, check: bool = True) -> Updates:
     """One gossip step: client i's new parameters are ``sum_j W_ij X_j``.
 
     Args:
         params: the N clients' parameters, ``Tensor[N, d]`` or dict of ``Tensor[N, ...]``.
         mixing: ``Tensor[N, N]`` row-stochastic mixing matrix (e.g.
             :func:`metropolis_hastings_weights` or :func:`neighbour_average_matrix`).
+        check: scan ``params`` for NaN/Inf (``False``: the caller has, e.g. the round driver).
 
     Returns:
         New stacked parameters with the structure and dtype of ``params``.
@@ -164,7 +165,7 @@ def gossip_mix(params: Updates, mixing) -> Updates:
                 [3.],
                 [3.]])
     """
-    n = check_updates(params, "params")
+    n = check_updates(params, "params", finite=check)
     W = _check_mixing(mixing, n)
 
     def mix(x: Tensor) -> Tensor:

@@ -85,11 +85,12 @@ def _median0(t: Tensor) -> Tensor:
     return (s[m // 2 - 1] + s[m // 2]) / 2
 
 
-def coordinate_median(deltas: Updates) -> Updates:
+def coordinate_median(deltas: Updates, *, check: bool = True) -> Updates:
     """Coordinate-wise median of the clients' updates (Yin et al., 2018).
 
     Args:
         deltas: ``Tensor[m, d]`` or ``{name: Tensor[m, ...]}``.
+        check: scan ``deltas`` for NaN/Inf (``False``: the caller has, e.g. the round driver).
 
     Returns:
         ``Tensor[d]`` or ``{name: Tensor[...]}``: per coordinate the median over the m
@@ -99,11 +100,11 @@ def coordinate_median(deltas: Updates) -> Updates:
         >>> coordinate_median(torch.tensor([[0.0, 1.0], [2.0, 5.0], [100.0, 3.0]]))
         tensor([2., 3.])
     """
-    check_updates(deltas, "deltas")
+    check_updates(deltas, "deltas", finite=check)
     return map_updates(_median0, deltas)
 
 
-def trimmed_mean(deltas: Updates, beta: float) -> Updates:
+def trimmed_mean(deltas: Updates, beta: float, *, check: bool = True) -> Updates:
     """Coordinate-wise trimmed mean (Yin et al., 2018).
 
     Per coordinate, the ``b = floor(beta m)`` largest and the b smallest values are dropped
@@ -113,6 +114,7 @@ def trimmed_mean(deltas: Updates, beta: float) -> Updates:
     Args:
         deltas: ``Tensor[m, d]`` or ``{name: Tensor[m, ...]}``.
         beta: the fraction trimmed at each end, in ``[0, 0.5)``.
+        check: scan ``deltas`` for NaN/Inf (``False``: the caller has, e.g. the round driver).
 
     Returns:
         ``Tensor[d]`` or ``{name: Tensor[...]}``.
@@ -120,7 +122,7 @@ def trimmed_mean(deltas: Updates, beta: float) -> Updates:
     Raises:
         ValueError: ``beta`` outside ``[0, 0.5)``.
     """
-    m = check_updates(deltas, "deltas")
+    m = check_updates(deltas, "deltas", finite=check)
     beta = check_range(beta, "beta", 0.0, 0.5, high_open=True)
     b = int(beta * m)
 
@@ -130,16 +132,17 @@ def trimmed_mean(deltas: Updates, beta: float) -> Updates:
     return map_updates(one, deltas)
 
 
-def pairwise_sq_distances(deltas: Updates) -> Tensor:
+def pairwise_sq_distances(deltas: Updates, *, check: bool = True) -> Tensor:
     """``Tensor[m, m]`` squared Euclidean distances between the clients' whole updates (float64).
 
     Args:
         deltas: ``Tensor[m, d]`` or ``{name: Tensor[m, ...]}``.
+        check: scan ``deltas`` for NaN/Inf (``False``: the caller has, e.g. the round driver).
 
     Returns:
         ``D[i, j] = ||Delta_i - Delta_j||^2``, computed from differences (exact zero diagonal).
     """
-    m = check_updates(deltas, "deltas")
+    m = check_updates(deltas, "deltas", finite=check)
     leaves = _leaves(deltas)
     dtype = _work_dtype(leaves[0])
     out = torch.zeros(m, m, dtype=dtype, device=leaves[0].device)
@@ -196,12 +199,13 @@ def _scores(dist: Tensor, neighbours: int) -> Tensor:
     return off.sort(dim=1).values[:, :neighbours].sum(dim=1)
 
 
-def krum_scores(deltas: Updates, f: int) -> Tensor:
+def krum_scores(deltas: Updates, f: int, *, check: bool = True) -> Tensor:
     """Krum's scores: per client, the sum of squared distances to its ``m - f - 2`` nearest others.
 
     Args:
         deltas: ``Tensor[m, d]`` or ``{name: Tensor[m, ...]}``.
         f: the number of faulty clients assumed, ``0 <= f`` and ``2f + 2 < m``.
+        check: scan ``deltas`` for NaN/Inf (``False``: the caller has, e.g. the round driver).
 
     Returns:
         ``Tensor[m]`` (float64).
@@ -209,18 +213,19 @@ def krum_scores(deltas: Updates, f: int) -> Tensor:
     Raises:
         ValueError: f out of range.
     """
-    m = check_updates(deltas, "deltas")
+    m = check_updates(deltas, "deltas", finite=check)
     f = _check_krum_f(f, m)
-    return _scores(pairwise_sq_distances(deltas), m - f - 2)
+    return _scores(pairwise_sq_distances(deltas, check=False), m - f - 2)
 
 
-def krum_select(deltas: Updates, f: int, k: int = 1) -> Tensor:
+def krum_select(deltas: Updates, f: int, k: int = 1, *, check: bool = True) -> Tensor:
     """The k clients with the lowest Krum scores (ties: the lower index first).
 
     Args:
         deltas: ``Tensor[m, d]`` or ``{name: Tensor[m, ...]}``.
         f: the number of faulty clients assumed (``2f + 2 < m``).
         k: how many to select, ``1 <= k <= m``.
+        check: scan ``deltas`` for NaN/Inf (``False``: the caller has, e.g. the round driver).
 
     Returns:
         ``Tensor[k]`` (int64) row indices, by increasing score.
@@ -228,12 +233,12 @@ def krum_select(deltas: Updates, f: int, k: int = 1) -> Tensor:
     Raises:
         ValueError: f or k out of range.
     """
-    scores = krum_scores(deltas, f)
+    scores = krum_scores(deltas, f, check=check)
     k = check_int(k, "k", 1, scores.shape[0])
     return torch.sort(scores, stable=True).indices[:k]
 
 
-def krum(deltas: Updates, f: int, k: int = 1, weights=None) -> Updates:
+def krum(deltas: Updates, f: int, k: int = 1, weights=None, *, check: bool = True) -> Updates:
     """Krum (k = 1: the update of the client with the lowest score) or Multi-Krum (the k lowest averaged).
 
     Args:
@@ -242,13 +247,14 @@ def krum(deltas: Updates, f: int, k: int = 1, weights=None) -> Updates:
         k: 1 (Krum) or the number averaged (Multi-Krum), ``<= m``.
         weights: ``Tensor[m]`` optional weights of the mean of the selected (``None``: the
             plain mean of Blanchard et al.; Flower weighs by the numbers of examples).
+        check: scan ``deltas`` for NaN/Inf (``False``: the caller has, e.g. the round driver).
 
     Returns:
         Shaped like one client's update; for k = 1 exactly that client's row.
     """
-    m = check_updates(deltas, "deltas")
+    m = check_updates(deltas, "deltas", finite=check)
     w = None if weights is None else check_weights(weights, m)
-    chosen = krum_select(deltas, f, k)
+    chosen = krum_select(deltas, f, k, check=False)
     if w is not None and float(w[chosen.to(w.device)].sum()) <= 0:
         raise ValueError("weights of the clients Multi-Krum selected sum to zero.")
 
@@ -279,7 +285,7 @@ def _check_bulyan_f(f, m: int) -> int:
     return f
 
 
-def bulyan_select(deltas: Updates, f: int) -> Tensor:
+def bulyan_select(deltas: Updates, f: int, *, check: bool = True) -> Tensor:
     """Bulyan's first stage: ``theta = m - 2f`` clients chosen by repeated Krum.
 
     Each step runs Krum (the same f, ``max(1, r - f - 2)`` neighbours among the r updates
@@ -288,6 +294,7 @@ def bulyan_select(deltas: Updates, f: int) -> Tensor:
     Args:
         deltas: ``Tensor[m, d]`` or ``{name: Tensor[m, ...]}``.
         f: the number of faulty clients assumed (``4f + 3 <= m``).
+        check: scan ``deltas`` for NaN/Inf (``False``: the caller has, e.g. the round driver).
 
     Returns:
         ``Tensor[theta]`` (int64) row indices in the order chosen.
@@ -295,9 +302,9 @@ def bulyan_select(deltas: Updates, f: int) -> Tensor:
     Raises:
         ValueError: f out of range.
     """
-    m = check_updates(deltas, "deltas")
+    m = check_updates(deltas, "deltas", finite=check)
     f = _check_bulyan_f(f, m)
-    dist = pairwise_sq_distances(deltas)
+    dist = pairwise_sq_distances(deltas, check=False)
     pool = list(range(m))
     chosen = []
     for _ in range(m - 2 * f):
@@ -309,7 +316,7 @@ def bulyan_select(deltas: Updates, f: int) -> Tensor:
     return torch.tensor(chosen, dtype=torch.long)
 
 
-def bulyan(deltas: Updates, f: int) -> Updates:
+def bulyan(deltas: Updates, f: int, *, check: bool = True) -> Updates:
     """Bulyan (El Mhamdi, Guerraoui & Rouault, 2018).
 
     ``theta = m - 2f`` updates selected by repeated Krum (:func:`bulyan_select`), then per
@@ -319,6 +326,7 @@ def bulyan(deltas: Updates, f: int) -> Updates:
     Args:
         deltas: ``Tensor[m, d]`` or ``{name: Tensor[m, ...]}``.
         f: the number of faulty clients assumed, ``4f + 3 <= m``.
+        check: scan ``deltas`` for NaN/Inf (``False``: the caller has, e.g. the round driver).
 
     Returns:
         Shaped like one client's update.
@@ -326,9 +334,9 @@ def bulyan(deltas: Updates, f: int) -> Updates:
     Raises:
         ValueError: f out of range.
     """
-    m = check_updates(deltas, "deltas")
+    m = check_updates(deltas, "deltas", finite=check)
     f = _check_bulyan_f(f, m)
-    chosen = bulyan_select(deltas, f)
+    chosen = bulyan_select(deltas, f, check=False)
     beta = m - 4 * f
 
     def one(t: Tensor) -> Tensor:
@@ -340,16 +348,17 @@ def bulyan(deltas: Updates, f: int) -> Updates:
     return map_updates(one, deltas)
 
 
-def update_norms(deltas: Updates) -> Tensor:
+def update_norms(deltas: Updates, *, check: bool = True) -> Tensor:
     """``Tensor[m]``: the Euclidean norm of each client's whole update (float64).
 
     Args:
         deltas: ``Tensor[m, d]`` or ``{name: Tensor[m, ...]}``.
+        check: scan ``deltas`` for NaN/Inf (``False``: the caller has, e.g. the round driver).
 
     Returns:
         ``||Delta_i||`` over all entries of the dict together.
     """
-    m = check_updates(deltas, "deltas")
+    m = check_updates(deltas, "deltas", finite=check)
     leaves = _leaves(deltas)
     dtype = _work_dtype(leaves[0])
     sq = sum((t.reshape(m, -1).to(dtype) ** 2).sum(dim=1) for t in leaves)
@@ -370,12 +379,13 @@ def _clip_factors(norms: Tensor, clip: float) -> Tensor:
     return torch.where(norms > clip, clip / torch.where(norms > 0, norms, ones), ones)
 
 
-def norm_clip(deltas: Updates, clip: float) -> tuple[Updates, Tensor]:
+def norm_clip(deltas: Updates, clip: float, *, check: bool = True) -> tuple[Updates, Tensor]:
     """Each client's update scaled down to norm at most C: ``Delta_i min(1, C / ||Delta_i||)``.
 
     Args:
         deltas: ``Tensor[m, d]`` or ``{name: Tensor[m, ...]}``.
         clip: C > 0.
+        check: scan ``deltas`` for NaN/Inf (``False``: the caller has, e.g. the round driver).
 
     Returns:
         ``(clipped, factors)``: the clipped updates (the input's structure, with the client
@@ -385,7 +395,7 @@ def norm_clip(deltas: Updates, clip: float) -> tuple[Updates, Tensor]:
         ValueError: ``clip <= 0``.
     """
     clip = check_positive(clip, "clip")
-    factors = _clip_factors(update_norms(deltas), clip)
+    factors = _clip_factors(update_norms(deltas, check=check), clip)
     return _scale_rows(deltas, factors), factors
 
 
@@ -395,6 +405,8 @@ def geometric_median(
     nu: float = 1e-6,
     iterations: int = 100,
     ftol: float = 1e-10,
+    *,
+    check: bool = True,
 ) -> tuple[Updates, int]:
     """Geometric median by smoothed Weiszfeld iterations (RFA, Pillutla et al., 2022).
 
@@ -409,6 +421,7 @@ def geometric_median(
         nu: the smoothing nu > 0 (a distance floor: keeps the weights finite when z meets a point).
         iterations: the most Weiszfeld steps, in ``[1, MAX_ITERATIONS]``.
         ftol: relative tolerance on the objective, >= 0.
+        check: scan ``deltas`` for NaN/Inf (``False``: the caller has, e.g. the round driver).
 
     Returns:
         ``(z, steps)``: z shaped like one client's update, and the number of steps taken.
@@ -416,7 +429,7 @@ def geometric_median(
     Raises:
         ValueError: a bad ``nu``, ``iterations`` or ``ftol``.
     """
-    m = check_updates(deltas, "deltas")
+    m = check_updates(deltas, "deltas", finite=check)
     alpha = torch.ones(m) if weights is None else check_weights(weights, m)
     nu = check_positive(nu, "nu")
     iterations = check_int(iterations, "iterations", 1, MAX_ITERATIONS)
@@ -453,7 +466,9 @@ def geometric_median(
     return dict(zip(deltas.keys(), out)), steps
 
 
-def centered_clipping(deltas: Updates, tau: float, iterations: int = 1, v: Updates | None = None) -> Updates:
+def centered_clipping(
+    deltas: Updates, tau: float, iterations: int = 1, v: Updates | None = None, *, check: bool = True
+) -> Updates:
     """Centered clipping (Karimireddy, He & Jaggi, 2021).
 
     From the centre v (the last aggregate, or 0), ``iterations`` (L) times
@@ -464,6 +479,7 @@ def centered_clipping(deltas: Updates, tau: float, iterations: int = 1, v: Updat
         tau: the clipping radius > 0.
         iterations: L, in ``[1, MAX_ITERATIONS]``.
         v: the starting centre, shaped like one client's update (``None``: zero).
+        check: scan ``deltas`` for NaN/Inf (``False``: the caller has, e.g. the round driver).
 
     Returns:
         The new centre v, shaped like one client's update.
@@ -471,7 +487,7 @@ def centered_clipping(deltas: Updates, tau: float, iterations: int = 1, v: Updat
     Raises:
         ValueError: a bad ``tau`` or ``iterations``, or ``v`` not shaped like an update.
     """
-    m = check_updates(deltas, "deltas")
+    m = check_updates(deltas, "deltas", finite=check)
     tau = check_positive(tau, "tau")
     iterations = check_int(iterations, "iterations", 1, MAX_ITERATIONS)
     leaves = _leaves(deltas)

@@ -85,7 +85,13 @@ def scaffold_control_update(
 
 
 def scaffold_server_update(
-    deltas: Updates, control_deltas: Updates, server_control: Updates, num_clients: int, weights=None
+    deltas: Updates,
+    control_deltas: Updates,
+    server_control: Updates,
+    num_clients: int,
+    weights=None,
+    *,
+    check: bool = True,
 ) -> tuple[Updates, Updates]:
     """SCAFFOLD's server step: the model direction and the new server control.
 
@@ -100,6 +106,7 @@ def scaffold_server_update(
         server_control: ``c``, ``Tensor[d]`` or dict of ``Tensor[...]``.
         num_clients: N, the number of clients in the federation (not only the selected).
         weights: optional ``Tensor[m]`` non-negative weights of the direction (uniform if None).
+        check: scan ``deltas`` for NaN/Inf (``False``: the caller has, e.g. the round driver).
 
     Returns:
         ``(direction, new_server_control)``, both shaped like ``server_control``.
@@ -110,12 +117,12 @@ def scaffold_server_update(
         >>> scaffold_server_update(dy, dc, torch.zeros(2), num_clients=4)
         (tensor([0.5000, 0.5000]), tensor([ 0.1000, -0.1000]))
     """
-    m = check_updates(deltas, "deltas")
+    m = check_updates(deltas, "deltas", finite=check)
     check_stacked_like(control_deltas, deltas, "control_deltas", "deltas")
     if server_control is None:
         raise TypeError("server_control must be given (zeros at the start of training).")
     check_reference(server_control, deltas, "server_control")
     n = check_num_clients(num_clients, m)
-    direction = fedavg(deltas, torch.ones(m, dtype=torch.float64) if weights is None else weights)
+    direction = fedavg(deltas, torch.ones(m, dtype=torch.float64) if weights is None else weights, check=False)
     new_control = map_updates(lambda c, dc: c + dc.sum(0) / n, server_control, control_deltas)
     return direction, new_control

@@ -21,6 +21,8 @@ function here                 strategy call / data it depends on
 :func:`needed_signals`        ``strategy.needs.signals``: what ``aggregate`` reads
 :func:`client_updates`        the fields of :class:`~fedlearn_edu.strategies.ClientUpdates`,
                               ``config`` included (the round's ``LocalTraining``)
+:func:`drop_bad_clients`      the simulator's bad-client policy (:mod:`fedlearn_edu.round`), which
+                              :func:`train_client` applies on the node too
 :func:`server_update`         ``strategy.aggregate(server_state, updates)`` (through the
                               simulator's :func:`~fedlearn_edu.simulation.server_step`)
 ============================  ==============================================================
@@ -33,6 +35,7 @@ One round, as :func:`~fedlearn_edu.simulate` runs it, split at the network::
             reply, rows = train_client(strategy, model, view, data, config, seed, t, i, rows)
                                                              -> reply sent back, rows kept on the node
     server: updates = client_updates(strategy, t, model, strategy.server_params(server_state), replies, config)
+            updates, dropped = drop_bad_clients(updates, replies)
             server_state, diagnostics = server_update(strategy, server_state, updates)
 
 The server state (the model, the optimizer's moments, the strategy's own tensors) stays on
@@ -46,14 +49,15 @@ own rows ``{name: Tensor[1, ...]}`` between rounds (in Flower's ``Context.state`
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 from torch import Tensor, nn
 
 from ..checks import check_int, check_seed
 from ..engine import LocalTraining, make_engine
-from ..params import Params, get_params, select_rows, tree_leaves
+from ..params import Params, get_params, select_rows
+from ..round import bad_clients
 from ..simulation import round_config, server_step
 from ..strategies.base import ClientUpdates, ClientWork, Strategy
 
@@ -67,6 +71,7 @@ __all__ = [
     "train_client",
     "needed_signals",
     "client_updates",
+    "drop_bad_clients",
     "server_update",
 ]
 
@@ -85,6 +90,9 @@ class ClientReply:
             each without the client axis.
         recorded_loss: the loss the simulator's History records (``ClientOutput.recorded_loss``;
             Ditto: the personal model's); ``None``: ``train_loss``.
+        dropped_reason: why the node's bad-client check (:func:`fedlearn_edu.round.bad_clients`
+            on its update, new client state and signals) failed, e.g. ``"NaN/Inf in its new
+            client state 'control'"``; the server drops the client with it. ``None``: all finite.
     """
 
     client_id: int
@@ -93,6 +101,7 @@ class ClientReply:
     train_loss: Tensor
     signals: dict[str, Tensor] = field(default_factory=dict)
     recorded_loss: Tensor | None = None
+    dropped_reason: str | None = None
 
 
 def check_one_model(strategy: Strategy) -> None:
@@ -238,8 +247,9 @@ def train_client(
     Returns:
         ``(reply, state)``: the :class:`ClientReply` (tensors detached, on the CPU) and the
         client's new state rows (the old rows with the ones ``client_update`` returned written
-        over them; the old rows unchanged when the update or the new state is not finite, as
-        the simulator drops such a client for the round).
+        over them; the old rows unchanged when the bad-client policy drops the client -- its
+        update, new state or a signal is not finite --, as the simulator does; the reply then
+        says why, ``ClientReply.dropped_reason``).
 
     Raises:
         TypeError, ValueError: ``client_id`` negative or not an integer, ``run_seed`` not an
@@ -278,6 +288,7 @@ def train_client(
             )
         reply_signals[key] = value[0].detach().cpu()
     recorded = None if out.recorded_loss is None else out.recorded_loss[0].detach().cpu()
+    _, dropped = bad_clients([cid], out.deltas, out.state, out.signals)
     reply = ClientReply(
         client_id=cid,
         deltas={k: v[0].detach().cpu() for k, v in out.deltas.items()},
@@ -285,9 +296,9 @@ def train_client(
         train_loss=out.train_loss[0].detach().cpu(),
         signals=reply_signals,
         recorded_loss=recorded,
+        dropped_reason=dropped.get(cid),
     )
-    finite = all(bool(torch.isfinite(v).all()) for tree in (out.deltas, out.state) for v in tree_leaves(tree))
-    return reply, (_merge(state, out.state) if finite else state)
+    return reply, (state if dropped else _merge(state, out.state))
 
 
 def needed_signals(strategy: Strategy) -> tuple[str, ...]:
@@ -387,6 +398,30 @@ def client_updates(
         signals=signals,
         config=config,
     )
+
+
+def drop_bad_clients(
+    updates: ClientUpdates, replies: Sequence[ClientReply]
+) -> tuple[ClientUpdates | None, dict[int, str]]:
+    """The round's bad-client policy on the server, as the simulator applies it.
+
+    :func:`fedlearn_edu.round.bad_clients` on the stacked updates and signals, with the
+    reasons the nodes reported (a node alone sees its new client state).
+
+    Args:
+        updates: the round's stacked updates (:func:`client_updates` of ``replies``).
+        replies: the round's :class:`ClientReply` s (their ``dropped_reason``).
+
+    Returns:
+        ``(kept, dropped)``: the kept clients' updates, marked ``checked`` (the aggregation
+        functions skip their NaN scan), or ``None`` when every client is dropped; and
+        ``{client id: reason}`` of the dropped ones, by id.
+    """
+    reported = {r.client_id: r.dropped_reason for r in replies if r.dropped_reason is not None}
+    keep, dropped = bad_clients(updates.client_ids, updates.deltas, signals=updates.signals, reported=reported)
+    if not bool(keep.any()):
+        return None, dropped
+    return replace(updates.subset(keep) if dropped else updates, checked=True), dropped
 
 
 def server_update(strategy: Strategy, server_state: dict, updates: ClientUpdates) -> tuple[dict, dict]:

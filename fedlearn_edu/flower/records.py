@@ -13,7 +13,9 @@ The message layout both sides of :mod:`fedlearn_edu.flower` agree on:
   ``"metrics"`` (``num-examples``, ``train-loss``, ``partition-id``, ``recorded-loss`` when
   the strategy records another loss (Ditto), and one ``signal.<name>`` entry per client
   signal, a float or a list of floats) and ``"signal-dtypes"``, a ``ConfigRecord`` with each
-  signal's dtype and shape, so the server rebuilds the very tensors the client computed.
+  signal's dtype and shape, so the server rebuilds the very tensors the client computed; and,
+  when the node's bad-client check failed, ``"dropped"``, a ``ConfigRecord`` whose ``reason``
+  says why (:mod:`fedlearn_edu.round`; e.g. its new client state holds NaN).
   The reply carries Delta_i, not theta_i: Flower's built-in strategies (which average
   theta_i) do not read it, and Flower's DP clipping wrappers and SecAgg+ do not fit it
   (:mod:`fedlearn_edu.flower.server` says what they do);
@@ -52,6 +54,7 @@ __all__ = [
 ]
 
 SIGNAL_PREFIX = "signal."
+DROPPED = "dropped"  # the reply's ConfigRecord with the node's reason for dropping itself
 
 _CONFIG_FIELDS = {
     "epochs": "local-epochs",
@@ -136,8 +139,9 @@ def reply_to_record(reply: ClientReply) -> RecordDict:
 
     Returns:
         ``RecordDict`` with ``"deltas"`` (``ArrayRecord``), ``"metrics"`` (``num-examples``,
-        ``train-loss``, ``partition-id``, ``recorded-loss`` if any, ``signal.<name>``) and
-        ``"signal-dtypes"`` (each signal's dtype and shape), the layout of the module docstring.
+        ``train-loss``, ``partition-id``, ``recorded-loss`` if any, ``signal.<name>``),
+        ``"signal-dtypes"`` (each signal's dtype and shape) and ``"dropped"`` (``reason``) when
+        the reply has a ``dropped_reason``, the layout of the module docstring.
     """
     metrics = MetricRecord(
         {
@@ -155,13 +159,10 @@ def reply_to_record(reply: ClientReply) -> RecordDict:
         )
         dtypes[name] = str(value.dtype).removeprefix("torch.")
         dtypes[f"{name}.shape"] = ",".join(str(int(n)) for n in value.shape)
-    return RecordDict(
-        {
-            "deltas": params_to_arrays(reply.deltas),
-            "metrics": metrics,
-            "signal-dtypes": dtypes,
-        }
-    )
+    content = RecordDict({"deltas": params_to_arrays(reply.deltas), "metrics": metrics, "signal-dtypes": dtypes})
+    if reply.dropped_reason is not None:
+        content[DROPPED] = ConfigRecord({"reason": str(reply.dropped_reason)})
+    return content
 
 
 def record_to_reply(content: RecordDict, node: int) -> ClientReply:
@@ -208,6 +209,7 @@ def record_to_reply(content: RecordDict, node: int) -> ClientReply:
         recorded_loss=(
             torch.tensor(metrics["recorded-loss"], dtype=torch.float32) if "recorded-loss" in metrics else None
         ),
+        dropped_reason=str(content[DROPPED]["reason"]) if DROPPED in content else None,
     )
 
 

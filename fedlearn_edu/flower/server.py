@@ -123,8 +123,10 @@ class FlowerStrategy(FlowerBaseStrategy):
         server_state: the strategy's server state (``None`` before round 1).
         diagnostics: ``list[dict]``, per round what the strategy reported plus
             ``conflicts``, ``clients`` (partition ids aggregated), ``failed`` (node ids
-            whose reply was an error), ``dropped`` (partition ids with a non-finite
-            update, left out of the round), ``train_loss`` (mean over the clients of the
+            whose reply was an error), ``dropped`` (partition ids left out of the round by
+            the bad-client policy, as ``simulate(..., on_nonfinite="skip")`` drops them),
+            ``dropped_reasons`` (``{partition id: reason}``, the reasons of
+            ``History.dropped``), ``train_loss`` (mean over the clients of the
             loss the simulator's History records) and ``seconds`` (wall time from sending
             theta_t to theta_{t+1}).
         evaluations: ``list[dict]``, per evaluated round ``{"round", "client_accuracy":
@@ -249,9 +251,11 @@ class FlowerStrategy(FlowerBaseStrategy):
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """theta_{t+1} from the replies, by the wrapped strategy.
 
-        A reply that is an error (the node failed) or whose update is not finite is left out
-        of the round and recorded; a reply that lacks what the strategy needs (parameters,
-        sizes, a client signal such as FedOUI's ``oui``) raises ``ValueError``.
+        A reply that is an error (the node failed) is left out of the round and recorded, and
+        so is a client the simulator's bad-client policy drops (:mod:`fedlearn_edu.round`: its
+        update or a signal holds NaN/Inf, or its node reported its new client state did); a
+        reply that lacks what the strategy needs (parameters, sizes, a client signal such as
+        FedOUI's ``oui``) raises ``ValueError``.
 
         Args:
             server_round: t.
@@ -274,18 +278,21 @@ class FlowerStrategy(FlowerBaseStrategy):
                 log(WARNING, "Node %d failed in round %d: %s", msg.metadata.src_node_id, server_round, msg.error.reason)
             else:
                 received.append(record_to_reply(msg.content, int(msg.metadata.src_node_id)))
-        ok = [all(bool(torch.isfinite(v).all()) for v in r.deltas.values()) for r in received]
-        finite = [r for r, good in zip(received, ok) if good]
-        dropped = sorted(r.client_id for r, good in zip(received, ok) if not good)
+        params = self.strategy.server_params(self.server_state)
+        updates, dropped = None, {}
+        if received:
+            updates = bridge.client_updates(self.strategy, server_round, self.model, params, received, self._config)
+            updates, dropped = bridge.drop_bad_clients(updates, received)
         if dropped:
-            log(WARNING, "Round %d: non-finite update from partition(s) %s, left out.", server_round, dropped)
-        if not finite:
-            self.diagnostics.append({"round": server_round, "clients": [], "failed": failed, "dropped": dropped})
+            log(WARNING, "Round %d: partition(s) left out: %s", server_round, dropped)
+        if updates is None:
+            self.diagnostics.append(
+                {"round": server_round, "clients": [], "failed": failed, **_dropped_entries(dropped)}
+            )
             log(WARNING, "Round %d: no usable reply; theta stays as it was.", server_round)
             return None, None
-        params = self.strategy.server_params(self.server_state)
-        updates = bridge.client_updates(self.strategy, server_round, self.model, params, finite, self._config)
-        recorded = [r.train_loss if r.recorded_loss is None else r.recorded_loss for r in finite]
+        kept = [r for r in received if r.client_id not in dropped]
+        recorded = [r.train_loss if r.recorded_loss is None else r.recorded_loss for r in kept]
         self.server_state, diag = bridge.server_update(self.strategy, self.server_state, updates)
         new_params = self.strategy.server_params(self.server_state)
         diag = {
@@ -293,7 +300,7 @@ class FlowerStrategy(FlowerBaseStrategy):
             "round": server_round,
             "clients": updates.client_ids.tolist(),
             "failed": failed,
-            "dropped": dropped,
+            **_dropped_entries(dropped),
             "train_loss": float(torch.stack(recorded).mean()),
             "seconds": time.perf_counter() - self._round_start,
         }
@@ -412,3 +419,8 @@ class FlowerStrategy(FlowerBaseStrategy):
         generator = torch.Generator().manual_seed(derive_seed(self.seed, server_round, salt))
         pick = torch.randperm(len(nodes), generator=generator)[:k].sort().values
         return [nodes[i] for i in pick.tolist()]
+
+
+def _dropped_entries(dropped: dict[int, str]) -> dict:
+    """The diagnostics of the clients the bad-client policy dropped: ids, and ids with reasons."""
+    return {"dropped": sorted(dropped), "dropped_reasons": dict(sorted(dropped.items()))}

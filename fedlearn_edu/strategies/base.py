@@ -177,6 +177,10 @@ class ClientUpdates:
         model: the architecture, for ``torch.func.functional_call`` (server-side signals).
         signals: extra per-client reports, e.g. ``{"oui": Tensor[m]}``.
         config: the clients' local-training settings of this round (e.g. q-FedAvg reads ``lr``).
+        checked: ``deltas`` were scanned for NaN/Inf by the round's bad-client policy
+            (:func:`fedlearn_edu.round.bad_clients`: the driver and the Flower server set it), so
+            the strategy passes ``check=not updates.checked`` to the aggregation functions it
+            gives ``deltas`` and they skip their own scan. ``False`` (the default): they scan.
     """
 
     round: int
@@ -187,6 +191,7 @@ class ClientUpdates:
     model: nn.Module
     signals: dict = field(default_factory=dict)
     config: LocalTraining | None = None
+    checked: bool = False
 
     @property
     def num_clients(self) -> int:
@@ -218,6 +223,7 @@ class ClientUpdates:
             self.model,
             _rows(self.signals, keep, m),
             self.config,
+            self.checked,
         )
 
 

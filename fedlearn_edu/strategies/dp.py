@@ -351,7 +351,7 @@ class DPFedAvg(Strategy):
             ``clip`` (C_t) and ``unclipped`` (b_bar).
         """
         clip = self.clip if self._adaptive is None else float(server_state["clip"])
-        clipped, factors = norm_clip(updates.deltas, clip)
+        clipped, factors = norm_clip(updates.deltas, clip, check=not updates.checked)
         total = {k: v.sum(dim=0) for k, v in clipped.items()}
         noise = self.noise(total, server_state["noise_seed"], updates.round, clip)
         d = updates.num_clients if self.denominator is None else self.denominator
@@ -359,7 +359,7 @@ class DPFedAvg(Strategy):
         diag = {"clipped": factors, "noise_std": self.update_noise_multiplier * clip / d}
         if self._adaptive is None:
             return g, server_state, diag
-        norms = update_norms(updates.deltas)
+        norms = update_norms(updates.deltas, check=not updates.checked)
         new_clip, b_bar = self.next_clip(clip, norms, d, server_state["noise_seed"], updates.round)
         return g, {**server_state, "clip": new_clip}, {**diag, "clip": clip, "unclipped": b_bar}
 

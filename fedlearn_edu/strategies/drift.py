@@ -180,7 +180,12 @@ class SCAFFOLD(Strategy):
         if "delta_c" not in updates.signals:
             raise ValueError("SCAFFOLD needs updates.signals['delta_c'] (Delta c_i); its client_update reports it.")
         step, control = scaffold_server_update(
-            updates.deltas, updates.signals["delta_c"], server_state["control"], server_state["num_clients"], weights
+            updates.deltas,
+            updates.signals["delta_c"],
+            server_state["control"],
+            server_state["num_clients"],
+            weights,
+            check=not updates.checked,
         )
         norm = torch.sqrt(sum((v.double() ** 2).sum() for v in control.values()))
         diag = {"weights": _used_weights(updates, weights), "control_norm": float(norm)}
@@ -285,7 +290,12 @@ class FedDyn(Strategy):
         """
         _check_weights_arg(weights)
         step, h = feddyn_server_update(
-            updates.deltas, server_state["h"], self.alpha, server_state["num_clients"], weights
+            updates.deltas,
+            server_state["h"],
+            self.alpha,
+            server_state["num_clients"],
+            weights,
+            check=not updates.checked,
         )
         g = {k: -v for k, v in step.items()}
         return g, {**server_state, "h": h}, {"weights": _used_weights(updates, weights)}
@@ -354,7 +364,15 @@ class FedNova(FedAvg):
         tau = _local_steps(updates, "FedNova")
         cfg = updates.config or LocalTraining()
         proximal = cfg.lr * cfg.prox_mu
-        step = fednova_aggregate(updates.deltas, tau, updates.num_samples, cfg.momentum, proximal, self.prox_tau_eff)
+        step = fednova_aggregate(
+            updates.deltas,
+            tau,
+            updates.num_samples,
+            cfg.momentum,
+            proximal,
+            self.prox_tau_eff,
+            check=not updates.checked,
+        )
         tau_eff = float(fednova_tau_eff(tau.cpu(), updates.num_samples, cfg.momentum, proximal, self.prox_tau_eff))
         diag = {"weights": updates.size_weights, "tau": tau.cpu(), "tau_eff": tau_eff}
         return {k: -v for k, v in step.items()}, server_state, diag

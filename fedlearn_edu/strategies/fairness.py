@@ -117,7 +117,7 @@ class AFL(GlobalLossSignal):
         losses = _losses(updates, "AFL")
         ids = updates.client_ids.cpu()
         lambdas = server_state["lambdas"].cpu()  # the mixture weights are kept on the CPU
-        step = afl_direction(updates.deltas, lambdas, ids)
+        step = afl_direction(updates.deltas, lambdas, ids, check=not updates.checked)
         lambdas = afl_lambda_step(lambdas, losses.detach().double().cpu(), self.lambda_lr, ids)
         diag = {"lambdas": lambdas.clone(), "losses": losses}
         return {k: -v for k, v in step.items()}, {**server_state, "lambdas": lambdas}, diag

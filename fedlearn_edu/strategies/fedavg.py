@@ -59,7 +59,7 @@ class FedAvg(Strategy):
             ``(g, server_state, {"weights": p})``.
         """
         w = self.client_weights(updates)
-        step = fedavg(updates.deltas, w)
+        step = fedavg(updates.deltas, w, check=not updates.checked)
         return {k: -v for k, v in step.items()}, server_state, {"weights": w}
 
 

@@ -135,7 +135,7 @@ class FedOUI(Strategy):
         o = torch.as_tensor(updates.signals["oui"], dtype=torch.float64)
         scores, alpha, beta, method = scores_and_fit(o)
         w = weights_from_scores(scores, updates.num_samples, self.eps)
-        step = fedavg(updates.deltas, w)
+        step = fedavg(updates.deltas, w, check=not updates.checked)
         return (
             {k: -v for k, v in step.items()},
             server_state,
@@ -184,6 +184,6 @@ class FedAlign(Strategy):
         Returns:
             ``(g, server_state, {"weights": Tensor[m]})``, ``g`` ``{name: Tensor}`` shaped like theta_t.
         """
-        w = fedalign_weights(updates.deltas, updates.num_samples, self.eps)
-        step = fedavg(updates.deltas, w)
+        w = fedalign_weights(updates.deltas, updates.num_samples, self.eps, check=not updates.checked)
+        step = fedavg(updates.deltas, w, check=not updates.checked)
         return {k: -v for k, v in step.items()}, server_state, {"weights": w.cpu()}

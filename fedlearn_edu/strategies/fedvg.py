@@ -248,7 +248,7 @@ class FedVG(Wrapper):
             # weights in place of the uniform mean.
             g, base, base_diag = self.base.direction(self.base_state(server_state), updates, weights=weights)
             return g, self.with_base_state(server_state, base), {**base_diag, **diag}
-        step = fedvg_aggregate(updates.deltas, weights)
+        step = fedvg_aggregate(updates.deltas, weights, check=not updates.checked)
         return {k: -v for k, v in step.items()}, server_state, diag
 
     @property

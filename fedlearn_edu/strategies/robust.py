@@ -159,7 +159,7 @@ class Median(_Robust):
         Returns:
             ``(median {name: Tensor[...]}, {}, {})``.
         """
-        return coordinate_median(deltas), {}, {}
+        return coordinate_median(deltas, check=not updates.checked), {}, {}
 
 
 @register
@@ -190,7 +190,7 @@ class TrimmedMean(_Robust):
         Returns:
             ``(trimmed mean {name: Tensor[...]}, {}, {})``.
         """
-        return trimmed_mean(deltas, self.beta), {}, {}
+        return trimmed_mean(deltas, self.beta, check=not updates.checked), {}, {}
 
 
 @register
@@ -254,8 +254,8 @@ class Krum(_Robust):
         """
         m = updates.num_clients
         f, k = self.f_for(m), self.k_for(m)
-        chosen = krum_select(deltas, f, k)
-        return krum(deltas, f, k), {}, {"selected": updates.client_ids[chosen.cpu()]}
+        chosen = krum_select(deltas, f, k, check=not updates.checked)
+        return krum(deltas, f, k, check=not updates.checked), {}, {"selected": updates.client_ids[chosen.cpu()]}
 
 
 @register
@@ -335,8 +335,8 @@ class Bulyan(_Robust):
         """
         m = updates.num_clients
         f = _f_for("Bulyan", self.f, m, max_bulyan_f)
-        chosen = bulyan_select(deltas, f)
-        return bulyan(deltas, f), {}, {"selected": updates.client_ids[chosen.cpu()]}
+        chosen = bulyan_select(deltas, f, check=not updates.checked)
+        return bulyan(deltas, f, check=not updates.checked), {}, {"selected": updates.client_ids[chosen.cpu()]}
 
 
 @register
@@ -389,7 +389,7 @@ class GeometricMedian(_Robust):
             ``(geometric median {name: Tensor[...]}, {}, {"iterations": Weiszfeld steps taken})``.
         """
         w = updates.size_weights if self.weighting == "size" else None
-        z, steps = geometric_median(deltas, w, self.nu, self.iterations, self.ftol)
+        z, steps = geometric_median(deltas, w, self.nu, self.iterations, self.ftol, check=not updates.checked)
         return z, {}, {"iterations": steps}
 
 
@@ -437,7 +437,7 @@ class NormClipping(_Robust):
         Returns:
             ``(the mean of the clipped updates, {}, {"clipped": Tensor[m] clipping factors})``.
         """
-        clipped, factors = norm_clip(deltas, self.clip)
+        clipped, factors = norm_clip(deltas, self.clip, check=not updates.checked)
         m = updates.num_clients
         w = updates.size_weights if self.weighting == "size" else torch.full((m,), 1.0 / m)
         return fedavg(clipped, w), {}, {"clipped": factors}
@@ -500,5 +500,5 @@ class CenteredClipping(_Robust):
             ``(v, {"center": v}, {})``: the new centre is the aggregate and is kept for the next round.
         """
         v = {k: server_state["center"][k] for k in deltas}
-        new_v = centered_clipping(deltas, self.tau, self.iterations, v)
+        new_v = centered_clipping(deltas, self.tau, self.iterations, v, check=not updates.checked)
         return new_v, {"center": {k: t.detach().clone() for k, t in new_v.items()}}, {}

@@ -60,6 +60,7 @@ from fedlearn_edu.flower.records import (  # noqa: E402
     state_to_arrays,
 )
 from fedlearn_edu.params import get_params  # noqa: E402
+from tests.poisoned import REASONS, Poisoned  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 NUM_CLIENTS = 4
@@ -256,6 +257,40 @@ def test_non_finite_client_is_dropped_without_touching_the_others(setting):
     for k in expected:
         torch.testing.assert_close(got[k], expected[k])
     assert all(torch.isfinite(v).all() for v in got.values())
+
+
+def test_simulate_and_flower_drop_the_same_bad_clients_for_the_same_reasons():
+    """A NaN signal, a NaN update and a NaN new client state: simulate and Flower drop the same
+    three clients each round, give the same reasons (naming the bad part) and aggregate the same
+    honest clients; the dropped clients keep their old client state on the nodes as in simulate.
+
+    Before the shared policy, Flower aggregated the NaN-signal and the NaN-state clients, the
+    node kept the NaN-signal client's new state, and simulate blamed all three on the update."""
+    fed = federated_dataset("digits", num_clients=6, alpha=0.5, seed=1)
+    model = make_model("mlp", fed.input_shape, fed.num_classes, seed=2, hidden=(32, 16))
+    history = simulate(
+        fed,
+        model,
+        Poisoned(probe_size=16),
+        rounds=2,
+        clients_per_round=len(fed),
+        engine="loop",
+        device="cpu",
+        progress=False,
+        on_nonfinite="skip",
+        **HYPER,
+    )
+    strategy, grid, result = flower_run(fed, model, Poisoned(probe_size=16), Poisoned(probe_size=16), rounds=2)
+    assert history.dropped == [REASONS, REASONS]
+    for t, d in enumerate(strategy.diagnostics):
+        assert d["dropped_reasons"] == history.dropped[t]
+        assert d["dropped"] == sorted(REASONS)
+        assert d["clients"] == [0, 4, 5]
+    for k, v in history.final_params.items():
+        torch.testing.assert_close(arrays_to_params(result.arrays)[k], v, rtol=1e-6, atol=1e-7)
+    visits = {int(c.node_config["partition-id"]): client_state(c)["visits"] for c in grid.contexts.values()}
+    assert torch.equal(torch.cat([visits[i] for i in range(len(fed))]), history.final_state["visits"])
+    assert history.final_state["visits"].tolist() == [2, 0, 0, 0, 2, 2]
 
 
 def test_failed_node_is_recorded_and_the_round_goes_on(setting):
