@@ -62,6 +62,7 @@ import torch
 from torch import Tensor
 
 from .checks import Updates, check_int, check_seed, check_updates
+from .strategies.wrapper import Wrapper
 from .utils import derive_seed
 
 __all__ = [
@@ -513,13 +514,12 @@ def secure_aggregation_problem(strategy) -> str:
         return ""
     if needs.server_model == "none":
         return "it has no server aggregation to protect (each client keeps or mixes its own model)"
-    name = getattr(strategy, "name", type(strategy).__name__)
-    base = getattr(strategy, "base", None)
-    key = "fedvg" if name.startswith("fedvg") else name
-    if base is not None and key != "fedvg" and replace(needs, personal=False) == replace(base.needs, personal=False):
-        return secure_aggregation_problem(base)  # Ditto: the base's server step
+    key = getattr(type(strategy), "name", type(strategy).__name__)  # the registered name, not "ditto+craft"
+    base = strategy.base if isinstance(strategy, Wrapper) else None
+    if base is not None and replace(needs, personal=False) == replace(base.needs, personal=False):
+        return secure_aggregation_problem(base)  # a wrapper that keeps its base's server step (Ditto)
     why = NEEDS_EACH.get(key, "its server step reads each client's update, not only their sum")
-    if base is not None and key == "fedvg":
+    if base is not None:
         why += f" (over {getattr(base, 'name', type(base).__name__)})"
     return f"the server needs {why}" if not why.startswith("it") else why
 

@@ -164,3 +164,23 @@ def test_too_many_scale_bits_for_the_modulus_names_both():
         secure_sum(torch.ones(3, 2), torch.arange(3), seed=0, modulus_bits=8)  # was: "scale_bits must be <= 6"
     with pytest.raises(ValueError, match=r"^scale_bits must be <= modulus_bits - 2 = 46"):
         encode(torch.ones(2), scale_bits=47)
+
+
+def test_a_users_wrapper_that_changes_the_server_step_does_not_inherit_sums_only_or_privacy():
+    """Over FedAvg (sums only) or DP-FedAvg (private), a wrapper with its own direction may read each update."""
+    from fedlearn_edu import DPFedAvg
+    from fedlearn_edu.strategies import Wrapper
+
+    class Halved(Wrapper):
+        def direction(self, server_state, updates):
+            g, state, diag = super().direction(server_state, updates)
+            return {k: 0.5 * v for k, v in g.items()}, state, diag
+
+    class SameStep(Wrapper):
+        pass
+
+    assert SameStep(FedAvg()).needs.sums_only and secure_aggregation_problem(SameStep(FedAvg())) == ""
+    assert not Halved(FedAvg()).needs.sums_only
+    assert "each client's update" in secure_aggregation_problem(Halved(FedAvg()))
+    private = DPFedAvg(clip=1.0, noise_multiplier=1.0)
+    assert SameStep(private).needs.private and not Halved(private).needs.private

@@ -25,6 +25,8 @@ in ``direction`` and ``step``) keeps it only under a wrapper that overrides neit
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from torch import Tensor, nn
 
 from ..engine import LocalResult, LocalTraining
@@ -100,8 +102,17 @@ class Wrapper(Strategy):
     # ------------------------------------------------------ declarations of the base
     @property
     def needs(self) -> Needs:
-        """The base's :class:`~fedlearn_edu.strategies.base.Needs`."""
-        return self._inner.needs
+        """The base's :class:`~fedlearn_edu.strategies.base.Needs`, less what a new server step voids.
+
+        A subclass that overrides ``direction``, ``apply`` or ``step`` may read each update and
+        re-weight them, so the base's ``sums_only`` (secure aggregation) and ``private`` (DP-FedAvg's
+        sensitivity bound) no longer hold for it: they are ``False`` unless the subclass declares
+        its own ``needs``.
+        """
+        needs = self._inner.needs
+        if self.base is not None and self._overrides_server_hooks():
+            needs = replace(needs, sums_only=False, private=False)
+        return needs
 
     @property
     def evaluates(self) -> str:
@@ -288,9 +299,12 @@ class Wrapper(Strategy):
 
     def _changes_server_step(self) -> bool:
         """Whether the subclass overrides ``direction``, ``apply`` or ``step`` (or has its own optimizer)."""
+        return self._overrides_server_hooks() or self.optimizer is not self.base.optimizer
+
+    def _overrides_server_hooks(self) -> bool:
+        """Whether the subclass overrides ``direction``, ``apply`` or ``step``."""
         cls = type(self)
-        changed = any(getattr(cls, hook) is not getattr(Wrapper, hook) for hook in ("direction", "apply", "step"))
-        return changed or self.optimizer is not self.base.optimizer
+        return any(getattr(cls, hook) is not getattr(Wrapper, hook) for hook in ("direction", "apply", "step"))
 
     # ------------------------------------------------------------------ evaluation
     def eval_models(self, model: nn.Module, server_state: dict, state: dict, train_sets) -> dict:
