@@ -40,7 +40,7 @@ from ..params import Params
 from ..signals import as_validation_set, validation_gradient_norms
 from .base import ClientUpdates, Needs, Strategy, check_base
 from .registry import register
-from .server_optim import ServerMomentum, ServerOptimizer, ServerSGD
+from .server_optim import ServerMomentum, ServerOptimizer, ServerSGD, momentum
 from .wrapper import Wrapper
 
 __all__ = ["FedVG"]
@@ -179,8 +179,8 @@ class FedVG(Wrapper):
 
     @property
     def server_momentum(self) -> float:
-        """The server optimizer's momentum beta (0 unless it is a momentum optimizer)."""
-        return float(getattr(self.optimizer, "momentum", 0.0))
+        """The server optimizer's momentum beta (0 unless it is, or chains, a momentum piece)."""
+        return next((float(t.beta) for t in self.optimizer.pieces() if isinstance(t, momentum)), 0.0)
 
     @property
     def needs(self) -> Needs:

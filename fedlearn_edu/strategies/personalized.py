@@ -90,6 +90,10 @@ class LocalOnly(Strategy):
     needs = Needs(server_model="none", personal=True)
     evaluates = "personal"
 
+    def __init__(self):
+        """No hyper-parameters: the server keeps no model and takes no step (no ``server_lr``, no ``optimizer``)."""
+        super().__init__()
+
     def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[dict, dict]:
         """No server state; client state ``personal`` (N copies of theta_0).
 

@@ -197,6 +197,15 @@ class ServerOptimizer:
                         f"params[{k!r}] has {shape}."
                     )
 
+    def pieces(self) -> tuple[ServerOptimizer, ...]:
+        """The transforms it is made of, in order (itself, for one piece; :class:`chain` flattens).
+
+        Returns:
+            ``(piece, ...)``: e.g. ``ServerMomentum(1.0, 0.9).pieces()`` is
+            ``(momentum(beta=0.9), sgd(lr=1.0))``.
+        """
+        return (self,)
+
     def __repr__(self) -> str:
         """``Name(hyper-parameter=value, ...)``."""
         args = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
@@ -540,6 +549,10 @@ class chain(ServerOptimizer):
             new_state.update(own)
         return direction, new_state
 
+    def pieces(self) -> tuple[ServerOptimizer, ...]:
+        """Every piece of the chain, nested chains and named optimizers flattened, in order."""
+        return tuple(p for t in self.transforms for p in t.pieces())
+
     def __repr__(self) -> str:
         """``chain(piece, ...)``."""
         return f"chain({', '.join(map(repr, self.transforms))})"
@@ -556,6 +569,10 @@ class _Named(ServerOptimizer):
     def as_chain(self) -> chain:
         """The chain this optimizer names."""
         raise NotImplementedError
+
+    def pieces(self) -> tuple[ServerOptimizer, ...]:
+        """The pieces of the chain it names."""
+        return self.as_chain().pieces()
 
     def init(self, params: Params) -> dict:
         """The chain's state (see :meth:`chain.init`).

@@ -150,3 +150,12 @@ def test_register_refuses_what_it_cannot_register(registry):
         register(type("Unnamed", (FedAvg,), {}))  # inherits FedAvg's name: would replace FedAvg
     with pytest.raises(TypeError, match="takes a Strategy subclass"):
         register(dict)
+
+
+def test_local_only_refuses_a_server_step_when_built_directly():
+    """Local-only training has no server model: ``LocalOnly(server_lr=...)`` is an error, not ignored."""
+    from fedlearn_edu import LocalOnly
+
+    with pytest.raises(TypeError):
+        LocalOnly(server_lr=0.5)
+    assert repr(LocalOnly()) == "LocalOnly(optimizer=ServerSGD(lr=1.0))"

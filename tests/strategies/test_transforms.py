@@ -315,3 +315,16 @@ def test_a_strategy_refuses_an_optimizer_that_does_not_step_downhill(opt):
     """A chain without a step (or one that steps along +g) would climb the loss: FedAvg refuses it by name."""
     with pytest.raises(ValueError, match=r"End a chain with sgd\(lr\)"):
         FedAvg(optimizer=opt)
+
+
+def test_pieces_flatten_chains_and_named_optimizers_and_fedvg_reads_its_momentum_from_them():
+    """FedVG's ``server_momentum`` is the beta of a momentum piece, wherever the chain holds it."""
+    from fedlearn_edu import FedVG
+
+    assert [type(p).__name__ for p in ServerMomentum(1.0, 0.9).pieces()] == ["momentum", "sgd"]
+    nested = chain(clip_by_global_norm(1.0), chain(momentum(0.7), sgd(0.5)))
+    assert [type(p).__name__ for p in nested.pieces()] == ["clip_by_global_norm", "momentum", "sgd"]
+    val = (torch.zeros(4, 2), torch.zeros(4, dtype=torch.long))
+    assert FedVG(val, base=FedAvg(optimizer=nested)).server_momentum == 0.7
+    assert FedVG(val, base=FedAvg(optimizer=ServerMomentum(1.0, 0.8))).server_momentum == 0.8
+    assert FedVG(val, base=FedAvg(optimizer=chain(sgd(1.0)))).server_momentum == 0.0
