@@ -259,3 +259,10 @@ def test_compositions_that_cannot_work_are_refused_at_construction(setting, oute
     ]()
     with pytest.raises(ValueError, match="cannot work"):
         Ditto(0.1, base=base) if outer == "ditto" else FedVG(val, base=base, engine="loop")
+
+
+@pytest.mark.parametrize("k", [7, 2**64])
+def test_ifca_with_more_clusters_than_clients_is_refused_by_name(fed, mlp, k):
+    """IFCA(num_clusters=2**64) used to build cluster models until memory ran out; K > N is refused up front."""
+    with pytest.raises(ValueError, match=r"num_clusters=\d+\) needs at most one cluster per client.*6 clients"):
+        simulate(fed, mlp(fed), IFCA(num_clusters=k), rounds=1, progress=False)

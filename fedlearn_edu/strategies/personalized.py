@@ -229,7 +229,16 @@ class IFCA(Strategy):
 
         Returns:
             ``({"clusters": {name: Tensor[K, ...]}, "optimizer": ...}, {"cluster": Tensor[N]})``.
+
+        Raises:
+            ValueError: more clusters than clients (``num_clusters`` > N).
         """
+        if self.num_clusters > num_clients:
+            raise ValueError(
+                f"IFCA(num_clusters={self.num_clusters}) needs at most one cluster per client, and the federation "
+                f"has {num_clients} clients; use num_clusters <= {num_clients} (the number of groups the clients "
+                "form, e.g. 2 to 4)."
+            )
         device = next(iter(params.values())).device
         others = [
             {n: v.to(device) for n, v in _reinit(model, derive_seed(seed, IFCA_SEED_TAG, j)).items()}
