@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -11,24 +10,11 @@ import pytest
 
 from fedlearn_edu import benchmark
 from fedlearn_edu.strategies import IFCA, Ditto, FedAvg, LocalOnly
-from fedlearn_edu.strategies.registry import _REGISTRY
+from tests.user_strategy import restored_registry, write_user_module
 
 RECORDS = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "classroom"
 COLUMNS = ("mean", "std", "worst10", "best10", "loss", "train_loss")
 SPECIAL = ("ditto", "ifca", "local")  # once built by name in benchmark._strategy
-PLUGIN = '''
-from fedlearn_edu.strategies import FedAvg, register
-
-
-@register
-class Halved(FedAvg):
-    """FedAvg at half its server step (a user's strategy)."""
-
-    name = "halvedbench"
-
-    def __init__(self, server_lr: float = 1.0):
-        super().__init__(server_lr=server_lr / 2)
-'''
 
 
 @pytest.fixture(scope="module")
@@ -92,13 +78,10 @@ def plugin(tmp_path, monkeypatch):
     """A user's strategy module in tmp_path, imported (the registry restored afterwards)."""
     import importlib
 
-    (tmp_path / "bench_plugin_strategies.py").write_text(PLUGIN)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.delitem(sys.modules, "bench_plugin_strategies", raising=False)
-    before = dict(_REGISTRY)
-    yield importlib.import_module("bench_plugin_strategies")
-    _REGISTRY.clear()
-    _REGISTRY.update(before)
+    with restored_registry():
+        yield importlib.import_module(
+            write_user_module(tmp_path, monkeypatch, "bench_plugin_strategies", "halvedbench")
+        )
 
 
 def test_a_users_registered_strategy_runs_in_the_benchmark_by_name(plugin, tmp_path):

@@ -2,30 +2,15 @@
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 
 from fedlearn_edu import Ditto
 from fedlearn_edu.cli import STRATEGY_FLAGS, build_parser, main
 from fedlearn_edu.strategies import STRATEGIES
-from fedlearn_edu.strategies.registry import _REGISTRY
+from tests.user_strategy import restored_registry, write_user_module
 
 RUN = ["run", "--rounds", "1", "--clients", "6", "--clients-per-round", "3", "--batch-size", "32", "--no-progress"]
 RUN += ["--engine", "loop", "--device", "cpu"]
-PLUGIN = '''
-from fedlearn_edu.strategies import FedAvg, register
-
-
-@register
-class Halved(FedAvg):
-    """FedAvg at half its server step (a user's strategy)."""
-
-    name = "halvedcli"
-
-    def __init__(self, server_lr: float = 1.0):
-        super().__init__(server_lr=server_lr / 2)
-'''
 
 
 @pytest.fixture
@@ -98,13 +83,8 @@ def test_flags_are_checked_against_the_constructors(flags, match, capsys, built)
 @pytest.fixture
 def plugin(tmp_path, monkeypatch):
     """A user's strategy module in tmp_path (the registry restored afterwards)."""
-    (tmp_path / "cli_plugin_strategies.py").write_text(PLUGIN)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.delitem(sys.modules, "cli_plugin_strategies", raising=False)
-    before = dict(_REGISTRY)
-    yield "cli_plugin_strategies"
-    _REGISTRY.clear()
-    _REGISTRY.update(before)
+    with restored_registry():
+        yield write_user_module(tmp_path, monkeypatch, "cli_plugin_strategies", "halvedcli")
 
 
 def test_a_users_strategy_runs_by_name_with_plugin(plugin, capsys, built):

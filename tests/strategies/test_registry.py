@@ -3,45 +3,25 @@
 import importlib
 import inspect
 import pkgutil
-import sys
 
 import pytest
 
 import fedlearn_edu.strategies as strategies
 from fedlearn_edu import CRAFT, IFCA, Ditto, FedAvg, FedProx, LocalOnly, make_strategy
 from fedlearn_edu.strategies import STRATEGIES, Strategy, register, strategy_parameters
-from fedlearn_edu.strategies.registry import _REGISTRY
-
-USER_MODULE = '''
-from fedlearn_edu.strategies import FedAvg, register
-
-
-@register
-class Halved(FedAvg):
-    """FedAvg at half its server step (a user's strategy)."""
-
-    name = "{name}"
-
-    def __init__(self, server_lr: float = 1.0):
-        super().__init__(server_lr=server_lr / 2)
-'''
+from tests.user_strategy import restored_registry, write_user_module
 
 
 @pytest.fixture
 def registry():
     """Restore the registry after a test that registers classes."""
-    before = dict(_REGISTRY)
-    yield
-    _REGISTRY.clear()
-    _REGISTRY.update(before)
+    with restored_registry():
+        yield
 
 
 def user_module(tmp_path, monkeypatch, module="my_strategies", name="halved"):
     """A user's strategy module written to ``tmp_path`` and importable as ``module``."""
-    (tmp_path / f"{module}.py").write_text(USER_MODULE.format(name=name))
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.delitem(sys.modules, module, raising=False)
-    return module
+    return write_user_module(tmp_path, monkeypatch, module, name)
 
 
 def test_make_strategy_builds_ditto_ifca_and_local_only():
