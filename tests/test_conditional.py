@@ -393,3 +393,21 @@ def test_compare_methods_runs_every_method_on_the_same_footing():
     np.testing.assert_allclose(hs["oracle"].client_accuracy[0], hs["fedavg"].client_accuracy[0])
     with pytest.raises(ValueError, match="Unknown method"):
         compare_methods(fed, ["fedprox"])
+
+
+def test_make_conditional_model_is_deterministic_and_leaves_the_global_rng_alone():
+    torch.manual_seed(123)
+    before = torch.random.get_rng_state()
+    a = make_conditional_model("mlp", (1, 8, 8), 10, cond_dim=4, seed=0, zero_init=False)
+    b = make_conditional_model("mlp", (1, 8, 8), 10, cond_dim=4, seed=0, zero_init=False)
+    assert torch.equal(torch.random.get_rng_state(), before)
+    for (k, va), (_, vb) in zip(a.state_dict().items(), b.state_dict().items()):
+        assert torch.equal(va, vb), k
+
+
+def test_compare_methods_leaves_the_global_rng_alone():
+    fed = shifted_federation("digits", "label", num_clusters=2, clients_per_cluster=2, samples_per_client=30, seed=0)
+    torch.manual_seed(7)
+    before = torch.random.get_rng_state()
+    compare_methods(fed, ("fedavg", "conditional"), rounds=1, model_kwargs={"hidden": (8,)}, num_eigenvalues=4)
+    assert torch.equal(torch.random.get_rng_state(), before)

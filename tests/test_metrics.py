@@ -63,3 +63,10 @@ def test_fairness_metrics_ignores_nan_and_rejects_empty():
     assert fairness_metrics([0.5, float("nan"), 1.0])["mean"] == 0.75
     with pytest.raises(ValueError):
         fairness_metrics([float("nan")])
+
+
+def test_fairness_metrics_refuses_inf_and_negative_accuracies():
+    for bad in ([0.5, math.inf], [0.5, -0.1], [0.5, 1.5]):
+        with pytest.raises(ValueError, match=r"\[0, 1\]"):
+            fairness_metrics(bad)
+    assert fairness_metrics([0.5, math.nan])["mean"] == 0.5  # NaN: a client without test data

@@ -38,3 +38,14 @@ def test_make_model_errors():
         make_model("cnn", (60,), 10)
     with pytest.raises(ValueError, match="6n\\+2"):
         make_model("resnet20", (3, 32, 32), 10, depth=21)
+
+
+def test_make_model_refuses_fractional_counts_and_empty_layers():
+    with pytest.raises(TypeError, match="num_classes"):
+        make_model("mlp", (1, 8, 8), 10.7)
+    with pytest.raises(ValueError, match="hidden"):
+        make_model("mlp", (1, 8, 8), 10, hidden=(0,))
+    with pytest.raises(TypeError, match="seed"):
+        make_model("mlp", (1, 8, 8), 10, seed=1.5)
+    with pytest.raises(ValueError, match="seed"):
+        make_model("mlp", (1, 8, 8), 10, seed=-1)

@@ -1,6 +1,8 @@
 """Strategies of the FedAvg family, the simulator, History, plots and the command line."""
 
 import dataclasses
+import math
+import re
 import subprocess
 import sys
 
@@ -8,6 +10,7 @@ import matplotlib
 import numpy as np
 import pytest
 import torch
+from torch import nn
 
 from fedlearn_edu.data import Federation
 from tests.server_steps import Server
@@ -17,7 +20,9 @@ matplotlib.use("Agg")
 from fedlearn_edu import (
     FedAvg,
     FedAvgM,
+    FedOUI,
     FedProx,
+    FedVG,
     History,
     evaluate_clients,
     federated_dataset,
@@ -29,6 +34,7 @@ from fedlearn_edu.engine import LocalTraining
 from fedlearn_edu.params import get_params
 from fedlearn_edu.plotting import plot_client_accuracy, plot_curves
 from fedlearn_edu.strategies import ClientUpdates
+from tests.tiny import poison, tiny_federation, tiny_model
 
 
 @pytest.fixture(scope="module")
@@ -209,3 +215,115 @@ def test_cli_prints_metrics_table_and_saves_plot(tmp_path):
         [sys.executable, "-m", "fedlearn_edu", "run", "--strategy", "nope"], capture_output=True, text=True, timeout=120
     )
     assert bad.returncode != 0 and "invalid choice" in bad.stderr
+
+
+@pytest.mark.parametrize("bad_value", [math.nan, math.inf], ids=["nan", "inf"])
+def test_both_engines_and_fedoui_blame_only_the_bad_client(bad_value):
+    fed = poison(tiny_federation(sizes=(23, 27, 50, 20)), 2, bad_value)
+    model = tiny_model(fed)
+    for strategy in (FedAvg(), FedOUI()):
+        for engine in ("loop", "vmap"):
+            with pytest.raises((FloatingPointError, ValueError)) as err:
+                simulate(
+                    fed, model, strategy, rounds=1, clients_per_round=4, batch_size=7, engine=engine, progress=False
+                )
+            msg = str(err.value)
+            blamed = {int(v) for v in re.findall(r"client\(?s?\)? \[?(\d+)", msg)}
+            assert blamed == {2}, f"{type(strategy).__name__}/{engine}: {msg}"
+
+
+@pytest.mark.parametrize("change", ["missing", "misspelt"])
+def test_evaluate_clients_refuses_a_wrong_parameter_dict(change):
+    fed = tiny_federation()
+    model = tiny_model(fed)
+    params = {k: v.detach().clone() for k, v in model.named_parameters()}
+    key = next(iter(params))
+    value = params.pop(key)
+    if change == "misspelt":
+        params[key + "x"] = value
+    with pytest.raises(ValueError, match=re.escape(key)):
+        evaluate_clients(model, params, fed)
+
+
+def test_simulate_refuses_fractional_and_negative_seeds():
+    fed = tiny_federation()
+    for seed, err in ((1.5, TypeError), (-1, ValueError)):
+        with pytest.raises(err, match="seed"):
+            simulate(fed, tiny_model(fed), FedAvg(), rounds=1, seed=seed, progress=False)
+
+
+def test_model_data_mismatches_are_caught_up_front_naming_model_and_data():
+    fed = tiny_federation()  # inputs (1, 4, 4), 3 classes, name "tiny"
+    cases = [
+        (make_model("mlp", (1, 8, 8), 3, hidden=(8,)), "cannot take the inputs"),
+        (make_model("mlp", (1, 4, 4), 10, hidden=(8,)), "10 logits but .* 3 classes"),
+        (make_model("mlp", (1, 4, 4), 3, hidden=(8,)).double(), "float64"),
+    ]
+    for model, match in cases:
+        with pytest.raises((ValueError, TypeError), match=match) as err:
+            simulate(fed, model, FedAvg(), rounds=1, progress=False)
+        assert "MLP" in str(err.value) and "'tiny'" in str(err.value)
+
+
+def test_fedvg_validation_set_of_the_wrong_shape_fails_before_round_1():
+    fed = tiny_federation()
+    val = (torch.rand(10, 1, 8, 8), torch.zeros(10, dtype=torch.long))
+    with pytest.raises(ValueError, match="validation set.*shape"):
+        simulate(fed, tiny_model(fed), FedVG(val), rounds=1, progress=False)
+
+
+class _BNNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(16, 8)
+        self.bn = nn.BatchNorm1d(8)
+        self.out = nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.out(torch.relu(self.bn(self.fc(x.flatten(1)))))
+
+
+@pytest.mark.parametrize("engine", ["auto", "loop", "vmap"])
+def test_batchnorm_is_rejected_once_clearly_for_every_engine(engine):
+    fed = tiny_federation()
+    with pytest.raises(ValueError, match="BatchNorm.*GroupNorm"):
+        simulate(fed, _BNNet(), FedAvg(), rounds=1, engine=engine, progress=False)
+
+
+@pytest.mark.parametrize(
+    "kwargs, err, match",
+    [
+        ({"rounds": "2"}, TypeError, "rounds"),
+        ({"rounds": math.nan}, TypeError, "rounds"),
+        ({"rounds": 2.5}, TypeError, "rounds"),
+        ({"clients_per_round": "3"}, TypeError, "clients_per_round"),
+        ({"eval_every": None}, TypeError, "eval_every"),
+        ({"lr_decay": "1"}, TypeError, "lr_decay"),
+    ],
+)
+def test_run_arguments_get_clear_messages(kwargs, err, match):
+    fed = tiny_federation()
+    with pytest.raises(err, match=match):
+        simulate(fed, tiny_model(fed), FedAvg(), progress=False, **{"rounds": 1, **kwargs})
+
+
+def test_history_curve_names_the_valid_metrics():
+    h = History(strategy="x", eval_rounds=[0], client_accuracy=np.array([[0.5, 0.7]]))
+    with pytest.raises(ValueError, match="worst10"):
+        h.curve("worst")
+    assert h.curve("mean").tolist() == [0.6]
+
+
+def test_allocator_setting_is_documented_with_its_opt_out():
+    doc = simulate.__doc__
+    assert "tune_cpu_allocator" in doc and "tune_allocator=False" in doc and "never reverted" in doc
+
+
+def test_simulate_skips_only_the_client_the_fused_check_sends_to_the_detail():
+    """A NaN client among finite ones: the driver's fused pass fails, the per-row detail drops
+    exactly that client, and the others are aggregated."""
+    fed = poison(tiny_federation(sizes=(23, 27, 50, 20)), 1, math.nan)
+    h = simulate(fed, tiny_model(fed), FedAvg(), rounds=2, clients_per_round=4, batch_size=7, on_nonfinite="skip",
+                 engine="vmap", progress=False)  # fmt: skip
+    assert [list(d) for d in h.dropped] == [[1], [1]]
+    assert all(bool(torch.isfinite(v).all()) for v in h.final_params.values())

@@ -365,3 +365,14 @@ def test_global_model_loss_matches_direct_cross_entropy():
     with torch.no_grad():
         want = torch.stack([torch.nn.functional.cross_entropy(model(x), y) for x, y in data])
     torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("rcond", [math.nan, -1.0, math.inf])
+def test_bad_rcond_raises_instead_of_a_zero_vector(rcond):
+    g = torch.randn(3, 5, generator=torch.Generator().manual_seed(0))
+    with pytest.raises(ValueError, match="rcond"):
+        craft_direction(g, torch.ones(3), rcond=rcond)
+    with pytest.raises(ValueError, match="rcond"):
+        pinv_solve(g, torch.ones(3), rcond=rcond)
+    with pytest.raises(ValueError, match="rcond"):
+        config_direction(g, rcond=rcond)

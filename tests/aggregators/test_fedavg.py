@@ -1,6 +1,8 @@
 """FedAvg's weighted mean and the conflict count (:mod:`fedlearn_edu.aggregators.fedavg`): against NumPy,
 on dicts of layers, and the errors for bad updates and weights."""
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -9,6 +11,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from fedlearn_edu import aggregators
+from fedlearn_edu.aggregators import count_conflicts, fedavg
 from fedlearn_edu.params import flatten_params
 
 finite = st.floats(-1e3, 1e3, allow_nan=False, width=64)
@@ -75,3 +78,21 @@ def test_count_conflicts_whole_and_per_layer():
     assert out == {"conflicts": 1, "conflicts_per_layer": {"l1": 1, "l2": 1}}
     flat = aggregators.count_conflicts(torch.tensor([[1.0, 1.0], [-3.0, 1.0]]), torch.tensor([1.0, 1.0]))
     assert flat["conflicts"] == 1
+
+
+def test_fedavg_refuses_integer_updates():
+    with pytest.raises(TypeError, match="deltas.*floating"):
+        fedavg(torch.tensor([[1, 2], [3, 4]]), torch.tensor([1.0, 1.0]))
+
+
+def test_fedavg_weights_near_float_max_do_not_overflow():
+    big = torch.finfo(torch.float32).max / 2
+    d = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    out = fedavg(d, torch.tensor([big, big, big]))
+    torch.testing.assert_close(out, torch.tensor([2 / 3, 2 / 3]))
+
+
+def test_count_conflicts_refuses_nan_in_the_update():
+    d = torch.tensor([[1.0, 0.0], [-1.0, 0.0]])
+    with pytest.raises(ValueError, match="update"):
+        count_conflicts(d, torch.tensor([math.nan, 1.0]))

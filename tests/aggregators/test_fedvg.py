@@ -222,3 +222,10 @@ def test_external_validation_set_from_digits():
     assert float(x.min()) >= 0 and float(x.max()) <= 1
     with pytest.raises(ValueError, match="num_samples"):
         external_validation_set("digits", (1, 8, 8), num_samples=10**6)
+
+
+def test_fedvg_weights_in_float16_are_finite():
+    norms = torch.tensor([[0.0, 0.0], [1.0, 2.0], [3.0, 0.5]], dtype=torch.float16)
+    for w in (fedvg_weights(norms), fedvg_layerwise_weights(norms)):
+        assert w.dtype == torch.float16 and bool(torch.isfinite(w).all())
+        torch.testing.assert_close(w.sum(0).float(), torch.ones(w.shape[1:]), atol=2e-3, rtol=0)
