@@ -32,8 +32,8 @@ import torch
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from fedlearn_edu import AFL, CRAFT, DAC, IFCA, Ditto, FedDyn, FedLF, Gossip, simulate
 from fedlearn_edu import aggregators as agg
-from fedlearn_edu import simulate
 from fedlearn_edu.attacks import Attack
 from fedlearn_edu.data import make_federation
 from fedlearn_edu.data import partition as part
@@ -786,3 +786,32 @@ def test_malformed_inputs_give_a_result_or_an_error_naming_the_argument(name, da
 def test_the_valid_arguments_work(name):
     fn, args = VALID[name]
     fn(**args)
+
+
+# --------------------------------------------------------------------------- constructors, by example
+# The strategies' constructors on strings and NaN: the error names the argument and shows the value's repr.
+NAN = float("nan")
+BAD_CONSTRUCTORS = [
+    (lambda: FedDyn(alpha="0.1"), TypeError, "alpha must be a real number, got '0.1'"),
+    (lambda: FedDyn(alpha=NAN), ValueError, "alpha must be finite, got nan"),
+    (lambda: AFL(lambda_lr="0.1"), TypeError, "lambda_lr must be a real number, got '0.1'"),
+    (lambda: Ditto(lam="0.1"), TypeError, "lam must be a real number, got '0.1'"),
+    (lambda: DAC(tau="30"), TypeError, "tau must be a real number, got '30'"),
+    (lambda: DAC(num_neighbours=NAN), TypeError, "num_neighbours must be an integer, got nan"),
+    (lambda: Gossip(num_neighbours=NAN), TypeError, "num_neighbours must be an integer, got nan"),
+    (lambda: IFCA(NAN), TypeError, "num_clusters must be an integer, got nan"),
+    (lambda: IFCA("2"), TypeError, "num_clusters must be an integer, got '2'"),
+    (lambda: FedLF(fairness="no"), TypeError, "fairness must be True or False, got 'no'"),
+    (lambda: CRAFT(layerwise="yes"), TypeError, "layerwise must be True or False, got 'yes'"),
+    (lambda: Gossip(edge_prob="0.5"), TypeError, "edge_prob must be a real number, got '0.5'"),
+    (lambda: STRATEGIES["fedprox"](mu="0.1"), TypeError, "mu must be a real number, got '0.1'"),
+    (lambda: STRATEGIES["qfedavg"](q=NAN), ValueError, "q must be finite, got nan"),
+    (lambda: STRATEGIES["fedfv"](alpha="0.1"), TypeError, "alpha must be a real number, got '0.1'"),
+    (lambda: STRATEGIES["fedoui"](probe_size=32.0), TypeError, "probe_size must be an integer, got 32.0"),
+]
+
+
+@pytest.mark.parametrize("make, error, match", BAD_CONSTRUCTORS, ids=[m for _, _, m in BAD_CONSTRUCTORS])
+def test_constructors_refuse_strings_and_nan_naming_the_argument_with_repr(make, error, match):
+    with pytest.raises(error, match=match.replace("(", r"\(")):
+        make()

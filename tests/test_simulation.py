@@ -17,13 +17,20 @@ from tests.server_steps import Server
 
 matplotlib.use("Agg")
 
+import copy
+
 from fedlearn_edu import (
+    IFCA,
+    Ditto,
+    FedAdam,
     FedAvg,
     FedAvgM,
+    FedDyn,
     FedOUI,
     FedProx,
     FedVG,
     History,
+    LocalOnly,
     evaluate_clients,
     federated_dataset,
     make_model,
@@ -33,7 +40,9 @@ from fedlearn_edu import (
 from fedlearn_edu.engine import LocalTraining
 from fedlearn_edu.params import get_params
 from fedlearn_edu.plotting import plot_client_accuracy, plot_curves
-from fedlearn_edu.strategies import ClientUpdates
+from fedlearn_edu.strategies import SCAFFOLD, STRATEGIES, ClientOutput, ClientUpdates
+from fedlearn_edu.utils import derive_seed
+from tests.bad_client import BAD, RUN, SEED, SMALL
 from tests.tiny import poison, tiny_federation, tiny_model
 
 
@@ -327,3 +336,167 @@ def test_simulate_skips_only_the_client_the_fused_check_sends_to_the_detail():
                  engine="vmap", progress=False)  # fmt: skip
     assert [list(d) for d in h.dropped] == [[1], [1]]
     assert all(bool(torch.isfinite(v).all()) for v in h.final_params.values())
+
+
+def _make(name, val):
+    extra = {
+        "fedvg": lambda: FedVG(val, engine="loop"),
+        "dac": lambda: STRATEGIES["dac"](num_neighbours=2),
+        "ditto": lambda: Ditto(0.5),
+        "ditto_scaffold": lambda: Ditto(0.5, base=SCAFFOLD()),
+        "fedvg_scaffold": lambda: FedVG(val, base=SCAFFOLD(), engine="loop"),
+        "ifca": lambda: IFCA(2),
+        "local": lambda: LocalOnly(),
+    }
+    return extra[name]() if name in extra else STRATEGIES[name]()
+
+
+NAMES = sorted(set(STRATEGIES) | {"ditto", "ditto_scaffold", "fedvg_scaffold", "ifca", "local"})
+
+
+def _excluding(strategy, client: int):
+    """The same strategy, except that ``client``'s update is left out of every aggregation and
+    its client state is not changed: the run "without that client's update that round"."""
+    cls = type(strategy)
+
+    class Excluding(cls):
+        def client_update(self, work, server_state, state):
+            out = cls.client_update(self, work, server_state, state)
+            row = work.client_ids == client
+            keep_old = {}
+            for k, v in out.state.items():
+                if isinstance(v, dict):
+                    keep_old[k] = {n: torch.where(_col(row, x), state[k][n], x) for n, x in v.items()}
+                else:
+                    keep_old[k] = torch.where(_col(row, v), state[k], v)
+            return ClientOutput(out.deltas, out.train_loss, out.signals, keep_old, out.recorded_loss)
+
+        def aggregate(self, server_state, updates):
+            return cls.aggregate(self, server_state, updates.subset(updates.client_ids != client))
+
+    twin = copy.copy(strategy)
+    twin.__class__ = Excluding
+    return twin
+
+
+def _col(row: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    return row.to(like.device).reshape(-1, *([1] * (like.dim() - 1)))
+
+
+def _same(a, b, path=""):
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor) and torch.equal(a, b), path
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys(), path
+        for k in a:
+            _same(a[k], b[k], f"{path}/{k}")
+    else:
+        assert a == b, path
+
+
+def test_the_bad_client_is_selected_every_round_at_another_row():
+    """The setting is what the tests below assume: client 4 is selected in all 3 rounds at row 2."""
+    g = torch.Generator().manual_seed(derive_seed(SEED, 0xC11E47))
+    picks = [torch.randperm(6, generator=g)[:4].sort().values.tolist() for _ in range(3)]
+    assert all(BAD in p and p.index(BAD) != BAD for p in picks)
+
+
+@pytest.mark.parametrize("engine", ["loop", "vmap"])
+@pytest.mark.parametrize("name", NAMES)
+def test_skip_drops_only_the_bad_client_and_equals_the_run_without_its_update(setting, name, engine):
+    """With on_nonfinite="skip", one client whose data make its update NaN is dropped (and only it)
+    by every strategy, and the run is bitwise the run on clean data where that client's update is
+    left out of every round's aggregation and its client state kept (AFL: the dropped client
+    counts as not selected, so its N/m uses the m - 1 survivors; see AFL's docstring)."""
+    fed, bad, val, model = setting
+    h = simulate(bad, model, _make(name, val), engine=engine, on_nonfinite="skip", **RUN)
+    assert h.dropped == [{BAD: "its training data hold NaN/Inf values"}] * 3
+    ref = simulate(fed, model, _excluding(_make(name, val), BAD), engine=engine, **RUN)
+    _same(h.final_params, ref.final_params, "final_params")
+    _same(h.final_state, ref.final_state, "final_state")
+    _same(h.final_server_state, ref.final_server_state, "final_server_state")
+    others = [i for i in range(6) if i != BAD]
+    np.testing.assert_array_equal(h.client_accuracy[:, others], ref.client_accuracy[:, others])
+    np.testing.assert_array_equal(h.client_loss[:, others], ref.client_loss[:, others])
+    for label in ref.other_accuracy:
+        np.testing.assert_array_equal(h.other_accuracy[label][:, others], ref.other_accuracy[label][:, others])
+    assert np.isfinite(h.train_loss).all()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_raise_names_the_bad_client_by_its_id(setting, name):
+    """With "raise" the error names client 4 (its id), not its row (2) in the round's stack."""
+    _, bad, val, model = setting
+    with pytest.raises(FloatingPointError, match=rf"Round 1: the training data of client\(s\) \[{BAD}\] hold NaN"):
+        simulate(bad, model, _make(name, val), engine="loop", **RUN)
+
+
+@pytest.mark.parametrize("strategy", [FedAvg(server_lr=1e30), FedAdam(server_lr=1e30)], ids=["fedavg", "fedadam"])
+def test_a_huge_server_step_is_blamed_on_server_lr(setting, strategy):
+    fed, _, _, model = setting
+    with pytest.raises(FloatingPointError, match=r"lower server_lr \(now 1e\+30\)") as err:
+        simulate(fed, model, strategy, **SMALL)
+    assert "lower the client lr" not in str(err.value)
+
+
+def test_a_tiny_client_lr_is_told_to_be_raised(setting):
+    fed, _, _, model = setting
+    with pytest.raises(FloatingPointError, match=r"client lr \(now 1e-45\) is too small.*raise it") as err:
+        simulate(fed, model, SCAFFOLD(), **dict(SMALL, lr=1e-45))
+    assert "lower the client lr" not in str(err.value)
+
+
+def test_a_tiny_feddyn_alpha_is_named(setting):
+    fed, _, _, model = setting
+    with pytest.raises(FloatingPointError, match=r"alpha \(now 1e-300\).*larger alpha"):
+        simulate(fed, model, FedDyn(alpha=1e-300), **SMALL)
+
+
+@pytest.mark.parametrize("strategy, named", [(FedDyn(alpha=1e6), "FedDyn's alpha"), (FedProx(mu=1e6), "FedProx's mu")])
+def test_a_huge_proximal_coefficient_is_named_not_the_lr(setting, strategy, named):
+    """FedDyn(alpha=1e6) diverged in local training and was told to lower the client lr only:
+    lr * alpha = 5e4 > 2 makes SGD on the proximal term oscillate and grow."""
+    fed, _, _, model = setting
+    with pytest.raises(FloatingPointError) as err:
+        simulate(fed, model, strategy, **dict(SMALL, lr=0.05))
+    msg = str(err.value)
+    assert f"lower {named} (now 1e+06)" in msg, msg
+    assert "lr * prox_mu = 0.05 * 1e+06 = 5e+04" in msg and "above 2" in msg, msg
+
+
+def test_a_moderate_proximal_coefficient_keeps_the_lr_advice(setting):
+    fed, _, _, model = setting
+    with pytest.raises(FloatingPointError, match=r"lower the client lr \(now 1e\+30\)") as err:
+        simulate(fed, model, FedDyn(alpha=0.01), **dict(SMALL, lr=1e30))
+    assert "alpha" not in str(err.value)
+
+
+NAN = float("nan")
+
+
+def test_checkpoint_every_nan_is_refused(setting):
+    fed, _, _, model = setting
+    with pytest.raises(TypeError, match="checkpoint_every must be an integer, got nan"):
+        simulate(fed, model, FedAvg(), checkpoint_every=NAN, **SMALL)
+
+
+def test_bad_model_and_device_are_refused_up_front(setting):
+    fed, _, _, model = setting
+    with pytest.raises(TypeError, match="model must be a torch.nn.Module.*NoneType"):
+        simulate(fed, None, FedAvg(), **SMALL)
+    with pytest.raises(ValueError, match="device='meta'"):
+        simulate(fed, model, FedAvg(), device="meta", **SMALL)
+
+
+def test_a_strategy_that_drops_a_parameter_is_named(setting):
+    fed, _, _, model = setting
+
+    class Dropping(FedAvg):
+        def aggregate(self, server_state, updates):
+            state, diag = super().aggregate(server_state, updates)
+            params = dict(state["params"])
+            params.pop("out.bias")
+            return {**state, "params": params}, diag
+
+    with pytest.raises(ValueError, match=r"missing \['out.bias'\]"):
+        simulate(fed, model, Dropping(), **SMALL)
