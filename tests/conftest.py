@@ -1,4 +1,4 @@
-"""Shared fixtures: the book, built once per test session; where the data sets are.
+"""Shared fixtures: the book, built once per test session; where the data sets are; small runs.
 
 The package looks for MNIST where ``FEDLEARN_DATA`` points (it knows no folder beside the
 repository). On this project's machines the files live in ``../shared/data``; the tests,
@@ -47,6 +47,25 @@ def mlp():
         return make_model("mlp", federation.input_shape, federation.num_classes, hidden=hidden, seed=seed)
 
     return make
+
+
+@pytest.fixture(scope="module")
+def setting():
+    """The bad-client tests' ``(fed, bad, val, model)``: six digits clients (Dirichlet 0.5) less a server
+    validation split ``val``, the same federation whose client ``tests.bad_client.BAD`` holds a NaN input
+    (``bad``), and a small seeded MLP."""
+    from fedlearn_edu import federated_dataset, make_model
+    from fedlearn_edu.data import server_validation_split
+    from fedlearn_edu.data.federation import ClientData, Federation
+    from tests.bad_client import BAD
+
+    fed = federated_dataset("digits", num_clients=6, alpha=0.5, seed=0)
+    fed, val = server_validation_split(fed, fraction=0.2, seed=0)
+    clients = [ClientData(c.train_x.clone(), c.train_y, c.test_x, c.test_y, c.info) for c in fed]
+    clients[BAD].train_x[0, 0, 0, 0] = float("nan")  # after construction: ClientData refuses NaN inputs
+    bad = Federation(clients, fed.num_classes, fed.name)
+    model = make_model("mlp", fed.input_shape, fed.num_classes, hidden=(8,), seed=0)
+    return fed, bad, val, model
 
 
 def pytest_collection_modifyitems(config, items):

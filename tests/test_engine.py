@@ -1,5 +1,8 @@
 """Local training: the loop engine against torch.optim.SGD, and the vmap engine against the loop."""
 
+import gc
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -18,6 +21,7 @@ from fedlearn_edu.engine import (
 from fedlearn_edu.models import MODELS, make_model
 from fedlearn_edu.params import get_params, unstack_params
 from fedlearn_edu.utils import tune_cpu_allocator
+from tests.tiny import poison, tiny_federation, tiny_model
 
 
 def _datasets(sizes, shape=(1, 8, 8), seed=0, dtype=torch.float64):
@@ -346,3 +350,50 @@ def test_trim_padding_computes_only_the_real_samples_of_equal_clients(monkeypatc
         torch.testing.assert_close(trimmed.params[k], full.params[k], rtol=1e-12, atol=1e-14)
     with pytest.raises(TypeError, match="trim_padding"):
         VmapEngine(trim_padding="yes")
+
+
+def finite_rows(params: dict, m: int) -> list[bool]:
+    return torch.stack([torch.isfinite(v.reshape(m, -1)).all(1) for v in params.values()]).all(0).tolist()
+
+
+@pytest.mark.parametrize("bad_value", [math.nan, math.inf], ids=["nan", "inf"])
+def test_vmap_padding_never_reads_another_clients_data(bad_value):
+    """The largest client (first in the vmap chunk, whose first sample padding used to read)
+    holds NaN/Inf: only its own row diverges, in both engines."""
+    fed = tiny_federation(sizes=(23, 27, 50, 20))  # client 2 is the largest
+    bad = 2
+    fed = poison(fed, bad, bad_value)
+    model = tiny_model(fed)
+    params = {k: v.detach() for k, v in model.named_parameters()}
+    datasets = [(c.train_x, c.train_y) for c in fed]
+    config = LocalTraining(epochs=1, batch_size=7, lr=0.1)  # 7 divides no client size: padding everywhere
+    expected = [i != bad for i in range(4)]
+    for engine in (LoopEngine(), VmapEngine()):
+        result = engine.train(model, params, datasets, config, [11, 12, 13, 14])
+        assert finite_rows(result.params, 4) == expected, engine.name
+
+
+def test_padded_schedule_pads_with_the_clients_own_samples():
+    from fedlearn_edu.engine import _padded_schedule
+
+    sizes = [5, 3, 8]
+    index, mask, steps = _padded_schedule(sizes, 2, 4, [1, 2, 3])
+    offsets = np.cumsum([0, *sizes[:-1]])
+    for j, n in enumerate(sizes):
+        own = (index[j] >= offsets[j]) & (index[j] < offsets[j] + n)
+        assert bool(own.all()), f"client {j} reads outside its own samples"
+    assert int(mask.sum()) == 2 * sum(sizes)
+
+
+def test_chunk_cache_is_keyed_by_the_model_object_not_its_id():
+    fed = tiny_federation()
+    engine = VmapEngine()
+    datasets = [(c.train_x, c.train_y) for c in fed]
+    config = LocalTraining(batch_size=5)
+    model = tiny_model(fed)
+    params = {k: v.detach() for k, v in model.named_parameters()}
+    engine.train(model, params, datasets, config, [1, 2, 3, 4])
+    assert len(engine._chunk_cache) == 1 and model in engine._chunk_cache
+    del model, params
+    gc.collect()
+    assert len(engine._chunk_cache) == 0  # a freed model leaves nothing a new one could inherit

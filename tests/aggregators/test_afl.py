@@ -113,3 +113,14 @@ def test_bad_input_is_rejected():
         project_simplex(torch.tensor([1.0, float("inf")]))
     with pytest.raises(TypeError, match="torch.Tensor"):
         project_simplex([0.1, 0.9])
+
+
+def test_huge_values_project_onto_the_simplex():
+    """[1e300, -1e300] used to give 'index -1 is out of bounds' (u_1 - (u_1 - 1) rounds to 0)."""
+    w = project_simplex(torch.tensor([1e300, -1e300], dtype=torch.float64))
+    assert w.tolist() == [1.0, 0.0]
+    rows = project_simplex(torch.tensor([[1.7e308, -1.7e308, 0.0], [0.2, 0.1, 0.0]], dtype=torch.float64))
+    assert rows[0].tolist() == [1.0, 0.0, 0.0]
+    # the ordinary row: all three in the support, theta = (0.3 - 1) / 3, w = v - theta
+    torch.testing.assert_close(rows[1], torch.tensor([13 / 30, 10 / 30, 7 / 30], dtype=torch.float64))
+    assert (rows >= 0).all() and torch.allclose(rows.sum(1), torch.ones(2, dtype=torch.float64))

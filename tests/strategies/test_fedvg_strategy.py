@@ -22,28 +22,6 @@ from tests.fedvg_inputs import perturbed_clients, validation_set
 from tests.server_steps import Server
 
 
-def test_signal_errors_are_clear():
-    model = make_model("mlp", (1, 8, 8), 10, hidden=(12,), seed=0)
-    stacked = perturbed_clients(model, 3)
-    with pytest.raises(ValueError, match="empty"):
-        validation_gradient_norms(model, stacked, (torch.zeros(0, 1, 8, 8), torch.zeros(0, dtype=torch.long)))
-    bad = {k: v.clone() for k, v in stacked.items()}
-    bad["out.bias"][2, 0] = float("nan")
-    with pytest.raises(ValueError, match="client 2"):
-        validation_gradient_norms(model, bad, validation_set(10))
-    huge = {k: v * 1e30 for k, v in stacked.items()}  # overflows: NaN/Inf gradients
-    with pytest.raises(ValueError, match="NaN or Inf"):
-        validation_gradient_norms(model, huge, validation_set(10))
-    with pytest.raises(ValueError, match="labels"):
-        validation_gradient_norms(model, stacked, (torch.zeros(4, 1, 8, 8), torch.zeros(3, dtype=torch.long)))
-    with pytest.raises(ValueError, match="norm_order"):
-        validation_gradient_norms(model, stacked, validation_set(10), norm_order=0)
-    with pytest.raises(ValueError, match="engine"):
-        validation_gradient_norms(model, stacked, validation_set(10), engine="magic")
-    with pytest.raises(ValueError, match="empty"):
-        FedVG((torch.zeros(0, 4), torch.zeros(0, dtype=torch.long)))
-
-
 def _updates(model, deltas, n, round_=1):
     m = next(iter(deltas.values())).shape[0]
     return ClientUpdates(round_, torch.arange(m), deltas, torch.tensor(n), torch.zeros(m), model)

@@ -1,11 +1,14 @@
-"""appearance_shift: per-cluster contrast, blur and noise, checked against NumPy/SciPy."""
+"""The shifts (:mod:`fedlearn_edu.data.shifts`): appearance_shift's per-cluster contrast, blur and noise
+against NumPy/SciPy; concept shifts that cannot exist are refused at once, without a hang."""
+
+import threading
 
 import numpy as np
 import pytest
 import torch
 from scipy import ndimage
 
-from fedlearn_edu.data import shifted_federation
+from fedlearn_edu.data import concept_permutations, shifted_federation
 from fedlearn_edu.data.shifts import appearance_shift
 from fedlearn_edu.signals import client_fingerprints
 
@@ -58,3 +61,32 @@ def test_the_caller_federation_is_not_modified_and_bad_values_are_refused(unshif
         appearance_shift(unshifted, contrast=[1.0, 0.0])
     with pytest.raises(ValueError, match=">= 0"):
         appearance_shift(unshifted, noise=[0.1, -0.1])
+
+
+def _returns_within(fn, seconds=20.0):
+    out = {}
+
+    def run():
+        try:
+            out["value"] = fn()
+        except Exception as err:  # noqa: BLE001 - the test inspects it
+            out["error"] = err
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(seconds)
+    assert not t.is_alive(), "hangs"
+    return out
+
+
+def test_concept_permutations_raises_at_once_when_too_few_exist():
+    out = _returns_within(lambda: concept_permutations(3, 4))
+    assert isinstance(out.get("error"), ValueError) and "only 2 exist" in str(out["error"])
+    assert len(concept_permutations(3, 3)) == 3  # identity + both derangements of 3 classes
+
+
+def test_shifted_federation_concept_on_two_classes_raises_at_once():
+    x = torch.rand(200, 1, 4, 4)
+    y = torch.arange(200) % 2
+    out = _returns_within(lambda: shifted_federation((x, y), "concept", num_clusters=3, clients_per_cluster=2))
+    assert isinstance(out.get("error"), ValueError) and "only 1 exist" in str(out["error"])

@@ -1,7 +1,13 @@
-"""Summaries over seeds: mean and sample standard deviation, and the book's mean ± 95 % half-width."""
+"""The metrics (:mod:`fedlearn_edu.metrics`): fairness over clients against direct computation, and the
+summaries over seeds (mean and sample standard deviation, the book's mean ± 95 % half-width)."""
+
+import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
 
 from fedlearn_edu.metrics import fairness_metrics, format_over_seeds, over_seeds
 
@@ -38,3 +44,29 @@ def test_format_over_seeds_reports_each_method():
         format_over_seeds(runs, metrics=("median",))
     with pytest.raises(ValueError, match=r"at least two seeds.*\['B'\]"):
         format_over_seeds({"A": runs["A"], "B": runs["B"][:1]})
+
+
+@settings(max_examples=50, deadline=None)
+@given(arrays(np.float64, st.integers(1, 60), elements=st.floats(0, 1)))
+def test_fairness_metrics_against_direct_computation(acc):
+    out = fairness_metrics(acc)
+    k = max(1, int(0.1 * acc.size))
+    s = sorted(acc)
+    assert math.isclose(out["mean"], float(np.mean(acc)), abs_tol=1e-12)
+    assert math.isclose(out["std"], float(np.std(acc)), abs_tol=1e-12)
+    assert math.isclose(out["worst10"], sum(s[:k]) / k, abs_tol=1e-12)
+    assert math.isclose(out["best10"], sum(s[-k:]) / k, abs_tol=1e-12)
+    assert out["worst10"] <= out["mean"] + 1e-12 <= out["best10"] + 2e-12
+
+
+def test_fairness_metrics_ignores_nan_and_rejects_empty():
+    assert fairness_metrics([0.5, float("nan"), 1.0])["mean"] == 0.75
+    with pytest.raises(ValueError):
+        fairness_metrics([float("nan")])
+
+
+def test_fairness_metrics_refuses_inf_and_negative_accuracies():
+    for bad in ([0.5, math.inf], [0.5, -0.1], [0.5, 1.5]):
+        with pytest.raises(ValueError, match=r"\[0, 1\]"):
+            fairness_metrics(bad)
+    assert fairness_metrics([0.5, math.nan])["mean"] == 0.5  # NaN: a client without test data
