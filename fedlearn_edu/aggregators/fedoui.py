@@ -109,7 +109,8 @@ def fit_beta(oui_values, clip: float = FIT_CLIP) -> tuple[float, float, str]:
 
     1. ``"moments"``: clip to ``[clip, 1 - clip]``, ``m = mean``, ``v = var(ddof=1)``,
        ``c = m (1 - m) / v - 1``, ``alpha = m c``, ``beta = (1 - m) c`` (see :func:`beta_moments`).
-       Invalid when m < 2 values, ``v = 0``, ``c <= 0`` (``v >= m (1 - m)``: more spread than
+       Invalid when m < 2 values, all clipped values are equal (``v = 0``, tested exactly: their
+       float variance may round to 1e-34), ``c <= 0`` (``v >= m (1 - m)``: more spread than
        any Beta with this mean allows) or anything is non-finite.
     2. ``"mle"``: maximum likelihood, ``scipy.stats.beta.fit(x, floc=0, fscale=1)`` on the
        clipped values. Skipped when m < 2 or all clipped values are equal (the Beta
@@ -136,23 +137,22 @@ def fit_beta(oui_values, clip: float = FIT_CLIP) -> tuple[float, float, str]:
     x = _as_unit_values(oui_values)
     clip = check_range(clip, "clip", 0, 0.5, high_open=True)
     x = np.clip(x, clip, 1.0 - clip)
-    if x.size < 2:
+    if x.size < 2 or np.ptp(x) == 0:  # equal values: v = 0 (their float variance may round to 1e-34)
         return math.nan, math.nan, "empirical"
     alpha, beta = beta_moments(float(x.mean()), float(x.var(ddof=1)))
     if math.isfinite(alpha) and math.isfinite(beta):
         return alpha, beta, "moments"
-    if np.ptp(x) > 0:
-        from scipy import stats
+    from scipy import stats
 
-        try:
-            with warnings.catch_warnings(), np.errstate(all="ignore"):
-                warnings.simplefilter("ignore")
-                alpha, beta, _, _ = stats.beta.fit(x, floc=0.0, fscale=1.0)
-        except Exception:  # SciPy's solver errors (FitSolverError, FitError, ...)
-            alpha, beta = math.nan, math.nan
-        alpha, beta = float(alpha), float(beta)
-        if math.isfinite(alpha) and math.isfinite(beta) and alpha > 0 and beta > 0:
-            return alpha, beta, "mle"
+    try:
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore")
+            alpha, beta, _, _ = stats.beta.fit(x, floc=0.0, fscale=1.0)
+    except Exception:  # SciPy's solver errors (FitSolverError, FitError, ...)
+        alpha, beta = math.nan, math.nan
+    alpha, beta = float(alpha), float(beta)
+    if math.isfinite(alpha) and math.isfinite(beta) and alpha > 0 and beta > 0:
+        return alpha, beta, "mle"
     return math.nan, math.nan, "empirical"
 
 
