@@ -78,8 +78,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .checks import check_int, check_positive, check_range, check_seed
-from .stats import VERDICTS, t_interval
+from ..checks import check_int, check_positive, check_range, check_seed
+from ..stats import VERDICTS, t_interval
 
 __all__ = [
     "Method",
@@ -129,7 +129,7 @@ RECORDS_URL_VAR = "FEDLEARN_BENCHMARK_URL"
 RECORDS_DIR_VAR = "FEDLEARN_BENCHMARK_RECORDS"
 RECORD_FILES = ("records.csv.gz", "runs.csv", "protocol.json")  # what :func:`load` reads
 # The records in the repository this package sits in (an editable install or a clone).
-REPO_RECORDS = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "classroom"
+REPO_RECORDS = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "classroom"
 _RECORD_COLUMNS = {
     "records.csv.gz": ("run_key", "phase", "method", "federation", "settings", "seed", "round", "mean", "worst10"),
     "runs.csv": ("run_key", "phase", "method", "federation", "seed", "status", "config"),
@@ -542,7 +542,7 @@ class FederationSpec:
     root: str | None = field(default=None, compare=False)
 
     def __post_init__(self):
-        from .data import PARTITIONS
+        from ..data import PARTITIONS
 
         if not isinstance(self.name, str) or not self.name.strip():
             raise ValueError(f"FederationSpec name must be a non-empty string, got {self.name!r}.")
@@ -568,7 +568,7 @@ class FederationSpec:
         if not isinstance(self.attack, str):
             raise TypeError(f"attack must be a kind such as 'sign_flip' or '' (none), got {self.attack!r}.")
         if self.attack:
-            from .attacks import ATTACKS, Attack, num_attackers
+            from ..attacks import ATTACKS, Attack, num_attackers
 
             if self.attack not in ATTACKS or self.attack == "model_replacement":
                 kinds = [k for k in ATTACKS if k != "model_replacement"]
@@ -617,8 +617,8 @@ CLUSTER_SHIFT = "label"
 
 def _check_names(dataset, model) -> None:
     """Raise unless ``dataset`` and ``model`` are names the package knows (no file is read)."""
-    from .data.datasets import dataset_info
-    from .models import MODELS
+    from ..data.datasets import dataset_info
+    from ..models import MODELS
 
     for what, value in (("dataset", dataset), ("model", model)):
         if not isinstance(value, str):
@@ -663,7 +663,7 @@ def _is_zero(value) -> bool:
 
 def _check_clusters(params: Mapping, num_clients: int) -> None:
     """Raise ValueError unless ``params`` define K >= 2 equal clusters of ``num_clients`` and a known shift."""
-    from .data.shifts import parse_shift
+    from ..data.shifts import parse_shift
 
     if set(params) != {"num_clusters", "shift"}:
         raise ValueError(f"partition='{CLUSTERS}' takes partition_params num_clusters and shift, got {params!r}.")
@@ -801,7 +801,7 @@ class Protocol:
     edge_cap: int = 3
 
     def __post_init__(self):
-        from .engine import ENGINES
+        from ..engine import ENGINES
 
         for name in ("tuning_seeds", "eval_seeds"):
             given = getattr(self, name)
@@ -865,12 +865,12 @@ class Protocol:
 
 
 def _version() -> str:
-    from . import __version__
+    from .. import __version__
 
     return __version__
 
 
-_PACKAGE = Path(__file__).resolve().parent
+_PACKAGE = Path(__file__).resolve().parents[1]  # fedlearn_edu
 
 
 @functools.cache
@@ -954,7 +954,7 @@ _FED_CACHE: dict = {}
 
 def _federation(spec: dict, seed: int, root):
     """The federation of one spec and seed (cached per process; never modified by a run)."""
-    from .data import federated_dataset
+    from ..data import federated_dataset
 
     key = (json.dumps(spec, sort_keys=True), seed, root)
     if key not in _FED_CACHE:
@@ -975,7 +975,7 @@ def _federation(spec: dict, seed: int, root):
 
 def _clustered_federation(spec: dict, seed: int, root):
     """The federation of a ``"clusters"`` spec and seed (cached per process like :func:`_federation`)."""
-    from .data import shifted_federation
+    from ..data import shifted_federation
 
     key = (json.dumps(spec, sort_keys=True), seed, root)
     if key not in _FED_CACHE:
@@ -997,7 +997,7 @@ def _strategy(config: dict, factory: Callable | None):
     A strategy built on a base (Ditto) gets the settings its constructor does not take through
     its base (FedAvg's ``server_lr``); builder ``"conditional"`` is FedAvg on a conditional model.
     """
-    from .strategies import FedAvg, make_strategy
+    from ..strategies import FedAvg, make_strategy
 
     settings = dict(config["settings"])
     builder = config["builder"]
@@ -1034,9 +1034,9 @@ def execute(config: dict, factory: Callable | None = None, root=None) -> dict:
     """
     import torch
 
-    from .data import add_label_noise, server_validation_split
-    from .models import make_model
-    from .simulation import simulate
+    from ..data import add_label_noise, server_validation_split
+    from ..models import make_model
+    from ..simulation import simulate
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -1056,7 +1056,7 @@ def execute(config: dict, factory: Callable | None = None, root=None) -> dict:
             noisy = int(round(spec["noisy_clients"] * fed.num_clients))
             fed = add_label_noise(fed, noisy, spec["noise_fraction"], seed=seed)
         if conditional:  # each client's fingerprint rides along with its own inputs
-            from .conditional import fingerprint_federation, make_conditional_model
+            from ..conditional import fingerprint_federation, make_conditional_model
 
             shape, length = fed.input_shape, settings["num_eigenvalues"]
             fed = fingerprint_federation(fed, length)
@@ -1067,7 +1067,7 @@ def execute(config: dict, factory: Callable | None = None, root=None) -> dict:
             model = make_model(spec["model"], fed.input_shape, fed.num_classes, seed=seed)
         attack = None
         if spec.get("attack"):  # chosen by the run's seed: other attackers on every seed
-            from .attacks import Attack
+            from ..attacks import Attack
 
             attack = Attack(spec["attack"], spec["attack_fraction"], seed=seed, **spec["attack_params"])
         history = simulate(
@@ -1094,7 +1094,7 @@ def execute(config: dict, factory: Callable | None = None, root=None) -> dict:
         }
     finally:
         torch.set_num_threads(threads)
-    from .metrics import fairness_metrics
+    from ..metrics import fairness_metrics
 
     rows = []
     for e, r in enumerate(history.eval_rounds):
@@ -1551,7 +1551,7 @@ def _preflight(cells, protocol: Protocol, root, keep: bool = False) -> None:
     package method gets its strategy built. The federations stay in this process's cache only
     with ``keep`` (the sequential engine's runs then reuse them); worker processes build their own.
     """
-    from .models import make_model
+    from ..models import make_model
 
     seed, done = protocol.tuning_seeds[0], set()
     for f, m in cells:
@@ -1867,7 +1867,7 @@ def _family_stats(out: list, baseline: str, protocol: Protocol) -> None:
     TOST p-values alike); Benjamini-Hochberg across every comparison of the guide's metrics
     (:data:`GUIDE_METRICS`) and, separately, across those of ``final``.
     """
-    from . import stats
+    from .. import stats
 
     tested = [r for r in out if r["method"] != baseline]
     for metric in TESTED_METRICS:
@@ -1969,7 +1969,7 @@ def summarize(records, protocol: Protocol | None = None, baseline: str = "fedavg
     """
     import pandas as pd
 
-    from . import stats
+    from .. import stats
 
     if not isinstance(records, pd.DataFrame):
         raise TypeError(f"records must be a pandas DataFrame of tidy records, got {type(records).__name__}.")
@@ -2430,7 +2430,7 @@ def records_folder(grid: str = "classroom", root=None, download: bool = True) ->
     import urllib.error
     import urllib.request
 
-    from .data.sources import OFFLINE_VAR, download_root, downloads_allowed
+    from ..data.sources import OFFLINE_VAR, download_root, downloads_allowed
 
     if grid not in GRIDS:
         raise ValueError(f"grid must be one of {', '.join(map(repr, GRIDS))}; got {grid!r}.")
@@ -2662,7 +2662,7 @@ def markdown_report(result: BenchmarkResult, command: str = "") -> str:
     Returns:
         The report as Markdown text.
     """
-    from . import stats
+    from .. import stats
 
     p = result.protocol
     s = result.summary()
