@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from fedlearn_edu import benchmark
-from fedlearn_edu.benchmark import sweep
+from fedlearn_edu.benchmark import records
 
 COMMITTED = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "classroom"
 
@@ -21,7 +21,7 @@ COMMITTED = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "cl
 @pytest.fixture
 def nowhere(tmp_path, monkeypatch):
     """No committed records anywhere: no repository copy, no ../benchmarks, no env folder."""
-    monkeypatch.setattr(sweep, "REPO_RECORDS", tmp_path / "no-repo")
+    monkeypatch.setattr(records, "REPO_RECORDS", tmp_path / "no-repo")
     (tmp_path / "cwd").mkdir()
     monkeypatch.chdir(tmp_path / "cwd")
     monkeypatch.delenv(benchmark.RECORDS_DIR_VAR, raising=False)

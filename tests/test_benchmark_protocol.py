@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from fedlearn_edu import benchmark
-from fedlearn_edu.benchmark import sweep
+from fedlearn_edu.benchmark import backends, execution, sweep
 
 ROUNDS = 4
 
@@ -42,7 +42,7 @@ def _synthetic(peak: float):
 
 
 def _run(monkeypatch, tmp_path, peak, methods=None, **kw):
-    monkeypatch.setattr(sweep, "execute", _synthetic(peak))
+    monkeypatch.setattr(backends, "execute", _synthetic(peak))
     methods = methods or [benchmark.Method("fedavg", tune={"server_lr": [1.0, 2.0, 4.0]})]
     kw = {"rounds": ROUNDS, "last_k": 2, "tuning_seeds": (0, 1, 2), "eval_seeds": tuple(range(3, 9)), **kw}
     return benchmark.run(methods, ["dirichlet:0.1"], out=tmp_path, engine="sequential", progress=False, **kw)
@@ -128,7 +128,7 @@ def test_default_protocol_tunes_on_three_seeds_and_evaluates_on_ten():
 
 
 def test_records_of_version_1_are_converted_and_unknown_versions_refused(tmp_path):
-    old = sweep.REPO_RECORDS.parent / "robust"
+    old = benchmark.REPO_RECORDS.parent / "robust"
     proto = json.loads((old / "protocol.json").read_text())
     if proto.get("record_version", 1) != 1:  # the committed grid was regenerated: make a version-1 copy
         for name in benchmark.RECORD_FILES:
@@ -166,7 +166,7 @@ def test_power_column_is_the_family_corrected_detectable_difference(monkeypatch,
 
 
 def test_methods_for_gives_a_federation_its_own_methods(monkeypatch, tmp_path):
-    monkeypatch.setattr(sweep, "execute", _synthetic(2.0))
+    monkeypatch.setattr(backends, "execute", _synthetic(2.0))
     methods = [
         benchmark.Method(n, strategy="fedavg", tune={"server_lr": [1.0, 2.0, 4.0]}) for n in ("fedavg", "better", "b")
     ]
@@ -261,7 +261,7 @@ QUICK = dict(engine="sequential", progress=False, rounds=2, tuning_seeds=(0,), e
 )
 def test_a_grid_that_cannot_run_is_refused_before_the_first_run(monkeypatch, tmp_path, change, error, match):
     """Each of these was accepted: every run failed in execute() and the table raised KeyError 'phase'."""
-    monkeypatch.setattr(sweep, "execute", _no_run)
+    monkeypatch.setattr(backends, "execute", _no_run)
     kw = {**QUICK, "num_samples": 200, "out": tmp_path / "out", **change}
     with pytest.raises(error, match=match) as err:
         kw = {k: v() if callable(v) else v for k, v in kw.items()}  # a spec that refuses itself
@@ -330,8 +330,8 @@ def test_protocol_target_one_and_a_short_run_s_default_window():
 def test_an_unreachable_scheduler_is_a_clear_error_quickly(monkeypatch, tmp_path):
     import time
 
-    monkeypatch.setattr(sweep, "execute", _no_run)
-    monkeypatch.setattr(sweep, "DASK_TIMEOUT", 1.0)
+    monkeypatch.setattr(backends, "execute", _no_run)
+    monkeypatch.setattr(backends, "DASK_TIMEOUT", 1.0)
     started = time.monotonic()
     with pytest.raises(ValueError, match=r"^scheduler='tcp://127.0.0.1:1': no Dask scheduler answered within 1 s"):
         benchmark.run(["fedavg"], ["dirichlet:0.5"], out=tmp_path, scheduler="tcp://127.0.0.1:1", progress=False)
@@ -348,7 +348,7 @@ def _failing(config, factory=None, root=None):
 def test_a_sweep_where_every_run_failed_says_so(monkeypatch, tmp_path):
     out = tmp_path / "out"
     _run(monkeypatch, out, 2.0)  # an earlier sweep in the same folder, whose records must not be served
-    monkeypatch.setattr(sweep, "execute", _failing)
+    monkeypatch.setattr(backends, "execute", _failing)
     methods = [benchmark.Method("other", strategy="fedavg", tune={"server_lr": [1.0, 2.0]})]
     r = benchmark.run(
         methods,
@@ -435,7 +435,7 @@ def test_a_table_shows_the_cells_every_run_of_which_failed(monkeypatch, tmp_path
         benchmark.Method("broken", strategy="fedavg", tune={"server_lr": [1.0, 2.0]}),
     ]
     r = _run(monkeypatch, tmp_path, 2.0, methods=methods)
-    monkeypatch.setattr(sweep, "execute", execute)
+    monkeypatch.setattr(backends, "execute", execute)
     r = benchmark.run(
         methods, ["dirichlet:0.1"], out=tmp_path / "b", engine="sequential", progress=False, rounds=ROUNDS, last_k=2
     )
@@ -460,17 +460,17 @@ QUICK_PROTOCOL = dict(rounds=ROUNDS, last_k=2, tuning_seeds=(0,), eval_seeds=(1,
 
 
 def test_the_check_before_the_first_run_leaves_the_sequential_runs_their_federations(monkeypatch, tmp_path):
-    monkeypatch.setattr(sweep, "_FED_CACHE", {})
+    monkeypatch.setattr(execution, "_FED_CACHE", {})
     built = []
-    real = sweep._federation
+    real = execution._federation
 
     def counting(spec, seed, root):
         built.append((spec["name"], seed))
         return real(spec, seed, root)
 
     monkeypatch.setattr(sweep, "_federation", counting)
-    monkeypatch.setattr(sweep, "execute", _synthetic(2.0))
+    monkeypatch.setattr(backends, "execute", _synthetic(2.0))
     benchmark.run(["fedavg"], ["iid"], out=tmp_path, engine="sequential", progress=False, **QUICK_PROTOCOL)
-    assert built == [("iid", 0)] and len(sweep._FED_CACHE) == 1  # kept for the runs of this process
+    assert built == [("iid", 0)] and len(execution._FED_CACHE) == 1  # kept for the runs of this process
     benchmark.run(["fedavg"], ["iid"], out=tmp_path / "j", engine="joblib", n_jobs=1, progress=False, **QUICK_PROTOCOL)
-    assert sweep._FED_CACHE == {}  # worker processes build their own: none is held here
+    assert execution._FED_CACHE == {}  # worker processes build their own: none is held here

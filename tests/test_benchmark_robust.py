@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from fedlearn_edu import benchmark
-from fedlearn_edu.benchmark import sweep
+from fedlearn_edu.benchmark import execution
 
 RECORDS = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "robust"
 COLUMNS = ("mean", "std", "worst10", "best10", "loss", "train_loss")
@@ -39,7 +39,7 @@ def test_an_attack_is_part_of_the_federation_and_of_its_key():
     assert attacked.config()["attack"] == "sign_flip"
     p = benchmark.Protocol()
     m = benchmark.METHODS["fedavg"]
-    keys = {benchmark.run_key(sweep._config(m, f, p, {"server_lr": 1.0}, 1, "eval")) for f in (plain, attacked)}
+    keys = {benchmark.run_key(execution._config(m, f, p, {"server_lr": 1.0}, 1, "eval")) for f in (plain, attacked)}
     assert len(keys) == 2
 
 
@@ -63,7 +63,7 @@ def test_an_attacked_run_differs_and_is_reproduced():
     common = {"num_clients": 4, "num_samples": 300}
     runs = {}
     for text in ("dirichlet:0.5", "dirichlet:0.5+sign_flip:0.5"):
-        cfg = sweep._config(m, benchmark.parse_federation(text, **common), p, m.candidates()[0], 1, "eval")
+        cfg = execution._config(m, benchmark.parse_federation(text, **common), p, m.candidates()[0], 1, "eval")
         runs[text] = [benchmark.execute(cfg) for _ in range(2)]
         assert all(r["status"] == "ok" for r in runs[text]), runs[text]
         assert json.dumps(runs[text][0]["rows"]) == json.dumps(runs[text][1]["rows"])  # NaN == NaN in text

@@ -1,0 +1,119 @@
+"""The protocol every run of a sweep shares: :class:`Protocol` (seeds, rounds, selection, statistics)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..checks import check_range, check_seed
+
+# The criterion's default window: the last 5 evaluations (every one of a shorter run).
+LAST_K = 5
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """The shared settings: seeds, rounds, local training, selection, edge rule and statistics.
+
+    Args:
+        tuning_seeds: seeds of the tuning runs (the pick maximises the mean over them; 3 by
+            default, so that one lucky seed does not decide).
+        eval_seeds: seeds of the evaluation runs (at least 2; disjoint from ``tuning_seeds``;
+            10 by default). The intervals are *conditional on the picks*: the tuning's own
+            variance is not in them.
+        rounds, clients_per_round, local_epochs, batch_size, lr: shared by every method.
+        last_k: the criterion and the ``lastk`` metrics average the last ``last_k`` evaluations
+            (``None``: 5, or ``rounds`` when the run is shorter).
+        target: the accuracy of ``rounds_to_target``, in ``(0, 1]``.
+        engine: :func:`~fedlearn_edu.simulate`'s engine: ``"auto"`` (vmap where it applies),
+            ``"vmap"`` or ``"loop"``.
+        alpha: the level of every test (after correction).
+        margin: the equivalence margin of the accuracy metrics (a fraction: 0.02 = 2 points);
+            a difference is *equivalent* only when a TOST against ``+-margin`` passes.
+        edge_cap: the edge rule: while a pick sits at an end of its grid in a setting the
+            method lets it extend (:attr:`Method.extend`), one more candidate is added beyond
+            that end (the grid's ratio at that end: x2 for a grid 1, 2, 4), at most ``edge_cap``
+            times per end; a pick still at an end is flagged. ``0`` turns the rule off.
+
+    Raises:
+        TypeError: ``tuning_seeds`` or ``eval_seeds`` is not a sequence.
+        ValueError: any other field of the wrong type or out of range (bools are not numbers;
+            seeds are below 2**64), seeds shared by both phases, ``last_k > rounds``, an
+            unknown ``engine``.
+    """
+
+    tuning_seeds: tuple = (0, 1, 2)
+    eval_seeds: tuple = tuple(range(3, 13))
+    rounds: int = 30
+    clients_per_round: int = 10
+    local_epochs: int = 1
+    batch_size: int = 10
+    lr: float = 0.1
+    last_k: int | None = None
+    target: float = 0.8
+    engine: str = "auto"
+    alpha: float = 0.05
+    margin: float = 0.02
+    edge_cap: int = 3
+
+    def __post_init__(self):
+        from ..engine import ENGINES
+
+        for name in ("tuning_seeds", "eval_seeds"):
+            given = getattr(self, name)
+            if isinstance(given, (str, bytes, Mapping)) or not isinstance(given, (Sequence, range, np.ndarray)):
+                raise TypeError(f"{name} must be a sequence of seeds such as (0, 1, 2), got {given!r}.")
+            seeds = tuple(given)
+            if any(not isinstance(s, (int, np.integer)) or isinstance(s, (bool, np.bool_)) for s in seeds):
+                raise ValueError(f"{name} must be non-negative integers, got {seeds!r}.")
+            for s in seeds:
+                check_seed(s, name)
+            if len(set(seeds)) != len(seeds):
+                raise ValueError(f"{name} holds a seed twice: {seeds!r}.")
+            object.__setattr__(self, name, tuple(int(s) for s in seeds))
+        if not self.tuning_seeds:
+            raise ValueError("tuning_seeds must hold at least one seed.")
+        if len(self.eval_seeds) < 2:
+            raise ValueError(f"eval_seeds must hold at least 2 seeds for an interval, got {self.eval_seeds!r}.")
+        both = set(self.tuning_seeds) & set(self.eval_seeds)
+        if both:
+            raise ValueError(f"tuning_seeds and eval_seeds must be disjoint; both hold {sorted(both)}.")
+        for name in ("rounds", "clients_per_round", "local_epochs", "batch_size", "last_k"):
+            if name == "last_k" and self.last_k is None:  # the default: the last 5 evaluations, or all of fewer
+                object.__setattr__(self, "last_k", min(LAST_K, int(self.rounds)))
+            v = getattr(self, name)
+            if not isinstance(v, (int, np.integer)) or isinstance(v, (bool, np.bool_)) or v < 1:
+                raise ValueError(f"{name} must be a positive integer, got {v!r}.")
+        if self.last_k > self.rounds:
+            raise ValueError(f"last_k={self.last_k} exceeds rounds={self.rounds}.")
+        for name, v, high, high_open in (
+            ("lr", self.lr, None, False),
+            ("target", self.target, 1.0, False),
+            ("alpha", self.alpha, 1.0, True),
+            ("margin", self.margin, 1.0, True),
+        ):
+            if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
+                raise ValueError(f"{name} must be a number, got {v!r} ({type(v).__name__}).")
+            check_range(v, name, 0.0, high, low_open=True, high_open=high_open)
+        if not isinstance(self.engine, str) or self.engine not in ("auto", *ENGINES):
+            raise ValueError(f"engine must be one of {['auto', *sorted(ENGINES)]}, got {self.engine!r}.")
+        if isinstance(self.edge_cap, bool) or not isinstance(self.edge_cap, (int, np.integer)) or self.edge_cap < 0:
+            raise ValueError(f"edge_cap must be a non-negative integer, got {self.edge_cap!r}.")
+
+    def local(self) -> dict:
+        """The settings every run of the sweep shares, as stored in a run's configuration.
+
+        Returns:
+            ``{"rounds", "clients_per_round", "local_epochs", "batch_size", "lr", "engine"}``
+            as plain ints, a float and a string.
+        """
+        return {
+            "rounds": int(self.rounds),
+            "clients_per_round": int(self.clients_per_round),
+            "local_epochs": int(self.local_epochs),
+            "batch_size": int(self.batch_size),
+            "lr": float(self.lr),
+            "engine": self.engine,
+        }
