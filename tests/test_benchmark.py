@@ -50,7 +50,7 @@ def _same(a: pd.DataFrame, b: pd.DataFrame):
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
     out = tmp_path_factory.mktemp("reference")
-    return benchmark.run(out=out, engine="sequential", **TINY)
+    return benchmark.run(out=out, backend="sequential", **TINY)
 
 
 def test_protocol_seeds_disjoint_and_recorded(reference):
@@ -175,16 +175,16 @@ def test_bad_input_names_the_argument():
 
 def test_resume_skips_done_and_redoes_corrupt(reference, tmp_path):
     out = tmp_path / "r"
-    first = benchmark.run(out=out, engine="sequential", **TINY)
+    first = benchmark.run(out=out, backend="sequential", **TINY)
     runs = sorted((out / "runs").glob("*.csv"))
     runs[0].write_text(runs[0].read_text()[:-40])  # a truncated record
     (out / "runs" / f"{runs[1].stem}.json").write_text("{")  # a half-written manifest
     (out / "runs" / f"{runs[2].stem}.json").unlink()  # killed between the two writes
-    again = benchmark.run(out=out, engine="sequential", **TINY)
+    again = benchmark.run(out=out, backend="sequential", **TINY)
     assert sorted(again.redone) == sorted(p.stem for p in runs[:3])
     _same(again.records, first.records)
     _same(again.records, reference.records)
-    third = benchmark.run(out=out, engine="sequential", **TINY)
+    third = benchmark.run(out=out, backend="sequential", **TINY)
     assert third.redone == []
     assert list(third.records.sec_per_round) == list(again.records.sec_per_round)  # nothing was rerun
 
@@ -195,7 +195,7 @@ _CHILD = textwrap.dedent(
     from fedlearn_edu import benchmark
     sys.path.insert(0, {tests!r})
     from test_benchmark import TINY
-    benchmark.run(out={out!r}, engine="sequential", **TINY)
+    benchmark.run(out={out!r}, backend="sequential", **TINY)
     """
 )
 
@@ -217,7 +217,7 @@ def test_killed_sweep_restarted_equals_uninterrupted(reference, tmp_path):
     done = len(list((out / "runs").glob("*.json")))
     assert 3 <= done < 8
     assert not (out / "records.csv.gz").exists()
-    restarted = benchmark.run(out=out, engine="sequential", **TINY)
+    restarted = benchmark.run(out=out, backend="sequential", **TINY)
     _same(restarted.records, reference.records)
 
 
@@ -228,7 +228,7 @@ def _broken(**settings):
 def test_failed_run_is_recorded_and_the_sweep_goes_on(tmp_path):
     bad = benchmark.Method("broken", factory=_broken, tune={"server_lr": [1.0]})
     grid = {**TINY, "methods": [TINY["methods"][0], bad]}
-    result = benchmark.run(out=tmp_path, engine="sequential", **grid)
+    result = benchmark.run(out=tmp_path, backend="sequential", **grid)
     failed = result.runs[result.runs.status == "failed"]
     assert set(failed.method) == {"broken"} and "always fails" in failed.error.iloc[0]
     assert (result.runs[result.runs.method == "fedavg"].status == "ok").all()
@@ -240,7 +240,7 @@ def test_failed_run_is_recorded_and_the_sweep_goes_on(tmp_path):
 def test_engines_agree_joblib_and_dask_localcluster(reference, tmp_path):
     from distributed import Client, LocalCluster
 
-    joblib_run = benchmark.run(out=tmp_path / "joblib", engine="joblib", n_jobs=2, **TINY)
+    joblib_run = benchmark.run(out=tmp_path / "joblib", backend="joblib", n_jobs=2, **TINY)
     _same(joblib_run.records, reference.records)
     with (
         LocalCluster(

@@ -45,7 +45,7 @@ def _run(monkeypatch, tmp_path, peak, methods=None, **kw):
     monkeypatch.setattr(backends, "execute", _synthetic(peak))
     methods = methods or [benchmark.Method("fedavg", tune={"server_lr": [1.0, 2.0, 4.0]})]
     kw = {"rounds": ROUNDS, "last_k": 2, "tuning_seeds": (0, 1, 2), "eval_seeds": tuple(range(3, 9)), **kw}
-    return benchmark.run(methods, ["dirichlet:0.1"], out=tmp_path, engine="sequential", progress=False, **kw)
+    return benchmark.run(methods, ["dirichlet:0.1"], out=tmp_path, backend="sequential", progress=False, **kw)
 
 
 @pytest.mark.parametrize(
@@ -175,7 +175,7 @@ def test_methods_for_gives_a_federation_its_own_methods(monkeypatch, tmp_path):
         ["dirichlet:0.1", "shards:2"],
         methods_for={"shards:2": [methods[2]]},  # FedAvg joins as the baseline
         out=tmp_path,
-        engine="sequential",
+        backend="sequential",
         progress=False,
         rounds=ROUNDS,
         last_k=2,
@@ -212,7 +212,7 @@ def _no_run(config, factory=None, root=None):
     raise AssertionError("a run started although the grid is invalid")
 
 
-QUICK = dict(engine="sequential", progress=False, rounds=2, tuning_seeds=(0,), eval_seeds=(1, 2), num_clients=4)
+QUICK = dict(backend="sequential", progress=False, rounds=2, tuning_seeds=(0,), eval_seeds=(1, 2), num_clients=4)
 
 
 @pytest.mark.parametrize(
@@ -253,8 +253,12 @@ QUICK = dict(engine="sequential", progress=False, rounds=2, tuning_seeds=(0,), e
         (dict(out=""), ValueError, "out is empty"),
         (dict(out="/proc/fedlearn-benchmark"), ValueError, "folder /proc is not writable"),
         (dict(client=123), TypeError, r"client must be a distributed.Client .* got 123"),
-        (dict(n_jobs=2), ValueError, "n_jobs=2 applies to engine='joblib' only, not engine='sequential'"),
-        (dict(engine="joblib", scheduler="tcp://127.0.0.1:1"), ValueError, "scheduler= applies to engine='dask' only"),
+        (dict(n_jobs=2), ValueError, "n_jobs=2 applies to backend='joblib' only, not backend='sequential'"),
+        (
+            dict(backend="joblib", scheduler="tcp://127.0.0.1:1"),
+            ValueError,
+            "scheduler= applies to backend='dask' only",
+        ),
         (dict(methods_for=["fedavg"]), TypeError, "methods_for must be a mapping"),
         (dict(methods_for={"dirichlet:0.5": []}), ValueError, r"methods_for\['dirichlet:0.5'\] is empty"),
     ],
@@ -271,6 +275,28 @@ def test_a_grid_that_cannot_run_is_refused_before_the_first_run(monkeypatch, tmp
         benchmark.run(methods, kw.pop("federations", ["dirichlet:0.5"]), **kw)
     assert "\n" not in str(err.value)
     assert not (tmp_path / "out").exists()  # nothing was written
+
+
+@pytest.mark.parametrize("backend", ["sequential", "joblib", "dask"])
+def test_the_backend_under_its_old_keyword_engine_is_refused_naming_backend(monkeypatch, tmp_path, backend):
+    """engine= named the process backend and collided with simulate's engine (issue 33); now it is refused."""
+    monkeypatch.setattr(backends, "execute", _no_run)
+    quick = {k: v for k, v in QUICK.items() if k != "backend"}
+    with pytest.raises(TypeError, match=rf"run\(\): engine= was renamed backend=; pass backend='{backend}'"):
+        benchmark.run(["fedavg"], ["iid"], out=tmp_path / "out", engine=backend, **quick)
+    with pytest.raises(TypeError, match=rf"run_configs\(\): engine= was renamed backend=; pass backend='{backend}'"):
+        benchmark.run_configs([], tmp_path / "out", engine=backend, progress=False)
+    assert not (tmp_path / "out").exists()
+
+
+def test_engine_is_simulates_engine_a_protocol_field_and_backend_the_process_backend(monkeypatch, tmp_path):
+    r = _run(monkeypatch, tmp_path, 2.0, engine="loop")
+    assert r.protocol.engine == "loop"
+    assert {json.loads(c)["engine"] for c in r.runs.config} == {"loop"}  # what every run's simulate gets
+    with pytest.raises(ValueError, match="Unknown backend 'loop'; choose 'sequential', 'joblib' or 'dask'"):
+        benchmark.run_configs([], tmp_path, backend="loop", progress=False)
+    with pytest.raises(TypeError, match="backend must be one of"):
+        benchmark.run(["fedavg"], ["iid"], out=tmp_path / "b", backend=1)
 
 
 def test_bad_fields_of_the_grid_objects_are_refused_by_name():
@@ -354,7 +380,7 @@ def test_a_sweep_where_every_run_failed_says_so(monkeypatch, tmp_path):
         methods,
         ["shards:2"],
         out=out,
-        engine="sequential",
+        backend="sequential",
         progress=False,
         rounds=ROUNDS,
         last_k=2,
@@ -437,7 +463,7 @@ def test_a_table_shows_the_cells_every_run_of_which_failed(monkeypatch, tmp_path
     r = _run(monkeypatch, tmp_path, 2.0, methods=methods)
     monkeypatch.setattr(backends, "execute", execute)
     r = benchmark.run(
-        methods, ["dirichlet:0.1"], out=tmp_path / "b", engine="sequential", progress=False, rounds=ROUNDS, last_k=2
+        methods, ["dirichlet:0.1"], out=tmp_path / "b", backend="sequential", progress=False, rounds=ROUNDS, last_k=2
     )
     assert list(r.summary().method) == ["fedavg"]
     rows = {line.split()[0]: line.split()[1:] for line in r.table().splitlines() if line.strip()}
@@ -470,7 +496,7 @@ def test_the_check_before_the_first_run_leaves_the_sequential_runs_their_federat
 
     monkeypatch.setattr(sweep, "_federation", counting)
     monkeypatch.setattr(backends, "execute", _synthetic(2.0))
-    benchmark.run(["fedavg"], ["iid"], out=tmp_path, engine="sequential", progress=False, **QUICK_PROTOCOL)
+    benchmark.run(["fedavg"], ["iid"], out=tmp_path, backend="sequential", progress=False, **QUICK_PROTOCOL)
     assert built == [("iid", 0)] and len(execution._FED_CACHE) == 1  # kept for the runs of this process
-    benchmark.run(["fedavg"], ["iid"], out=tmp_path / "j", engine="joblib", n_jobs=1, progress=False, **QUICK_PROTOCOL)
+    benchmark.run(["fedavg"], ["iid"], out=tmp_path / "j", backend="joblib", n_jobs=1, progress=False, **QUICK_PROTOCOL)
     assert execution._FED_CACHE == {}  # worker processes build their own: none is held here

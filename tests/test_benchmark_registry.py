@@ -93,7 +93,7 @@ def test_a_users_registered_strategy_runs_in_the_benchmark_by_name(plugin, tmp_p
         [m],
         ["dirichlet:0.5"],
         out=tmp_path / "out",
-        engine="sequential",
+        backend="sequential",
         progress=False,
         num_clients=6,
         rounds=1,

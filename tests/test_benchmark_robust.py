@@ -84,7 +84,7 @@ def test_untuned_methods_run_no_tuning_run(tmp_path):
         [benchmark.fixed_step("fedavg", 1.0), benchmark.fixed_step("median", 1.0)],
         ["dirichlet:0.5+label_flip:0.25"],
         out=tmp_path,
-        engine="sequential",
+        backend="sequential",
         num_clients=4,
         num_samples=300,
         rounds=2,

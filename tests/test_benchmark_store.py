@@ -34,7 +34,7 @@ def _configs(seeds=(1, 2)) -> list[dict]:
 
 
 def _sweep(out, configs, redone=None) -> dict:
-    return benchmark.run_configs(configs, out, engine="sequential", progress=False, redone=redone)
+    return benchmark.run_configs(configs, out, backend="sequential", progress=False, redone=redone)
 
 
 def _consistent(out) -> None:

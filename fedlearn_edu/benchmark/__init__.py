@@ -42,10 +42,10 @@ redone too. A rerun of the same sweep skips every run that is done. Sweeps shari
 ``out`` take turns on ``<out>/runs/.lock`` to check and to write a run, so none of them sees
 another's run half written.
 
-Runs execute in this process (``engine="sequential"``), in ``n_jobs`` worker processes
-(``engine="joblib"``, loky backend) or on a Dask cluster (``engine="dask"``, a
+Runs execute in this process (``backend="sequential"``), in ``n_jobs`` worker processes
+(``backend="joblib"``, loky) or on a Dask cluster (``backend="dask"``, a
 ``distributed.Client`` or a scheduler address). Each run uses one torch thread, on the CPU;
-the results are identical whichever engine ran them.
+the results are identical whichever backend ran them.
 
 The package's modules, each importing only those above it:
 

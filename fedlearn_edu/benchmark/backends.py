@@ -13,14 +13,14 @@ from .execution import _version, execute, git_commit, run_key
 from .store import _Store
 
 
-def _iterate(jobs: list, engine: str, n_jobs: int | None, client, factories: dict, root):
-    """Yield ``(index, result)`` as runs finish, whichever engine runs them."""
+def _iterate(jobs: list, backend: str, n_jobs: int | None, client, factories: dict, root):
+    """Yield ``(index, result)`` as runs finish, whichever backend runs them."""
     if not jobs:
         return
-    if engine == "sequential":
+    if backend == "sequential":
         for i, cfg in jobs:
             yield i, execute(cfg, factories.get(cfg["method"]), root)
-    elif engine == "joblib":
+    elif backend == "joblib":
         from joblib import Parallel, delayed
 
         workers = n_jobs or os.cpu_count() or 1
@@ -36,12 +36,12 @@ def _iterate(jobs: list, engine: str, n_jobs: int | None, client, factories: dic
         )
         calls = (delayed(_indexed)(i, cfg, factories.get(cfg["method"]), root) for i, cfg in jobs)
         yield from parallel(calls)
-    elif engine == "dask":
+    elif backend == "dask":
         from distributed import as_completed
 
         own = None
         if client is None:
-            raise ValueError("engine='dask' needs client= (a distributed.Client) or scheduler= (an address).")
+            raise ValueError("backend='dask' needs client= (a distributed.Client) or scheduler= (an address).")
         if isinstance(client, str):
             own = client = _connect(client)
         try:
@@ -58,7 +58,7 @@ def _iterate(jobs: list, engine: str, n_jobs: int | None, client, factories: dic
             if own is not None:
                 own.close()
     else:
-        raise ValueError(f"Unknown engine {engine!r}; choose 'sequential', 'joblib' or 'dask'.")
+        check_backend(backend)
 
 
 def _indexed(i, cfg, factory, root):
@@ -82,34 +82,79 @@ def _die_with_parent(parent: int, poll: float = 0.2) -> None:
     threading.Thread(target=watch, name="fedlearn-die-with-parent", daemon=True).start()
 
 
+# Where runs execute: this process, joblib's worker processes (loky), a Dask cluster.
+BACKENDS = ("sequential", "joblib", "dask")
+# Keyword arguments of run() and run_configs() that were renamed: the old name -> the new one.
+RENAMED = {"engine": "backend"}
+
+
+def check_backend(backend) -> str:
+    """``backend`` when it is one of :data:`BACKENDS`.
+
+    Args:
+        backend: ``"sequential"``, ``"joblib"`` or ``"dask"``.
+
+    Returns:
+        ``backend``.
+
+    Raises:
+        TypeError: ``backend`` is not a string.
+        ValueError: an unknown backend.
+    """
+    if not isinstance(backend, str):
+        raise TypeError(f"backend must be one of {list(BACKENDS)}, got {backend!r} ({type(backend).__name__}).")
+    if backend not in BACKENDS:
+        raise ValueError(f"Unknown backend {backend!r}; choose 'sequential', 'joblib' or 'dask'.")
+    return backend
+
+
+def refuse_renamed(kwargs: Mapping, where: str) -> None:
+    """Raise TypeError for keyword arguments ``where`` does not take, naming the new one of a renamed one.
+
+    Args:
+        kwargs: the keyword arguments left over.
+        where: the function's name, for the message.
+
+    Raises:
+        TypeError: ``kwargs`` is not empty.
+    """
+    for name, value in kwargs.items():
+        if name in RENAMED:
+            new = RENAMED[name]
+            note = (
+                " (engine= means simulate's 'auto'/'loop'/'vmap' engine, a Protocol field)" if name == "engine" else ""
+            )
+            raise TypeError(f"{where}(): {name}= was renamed {new}=; pass {new}={value!r}{note}.")
+        raise TypeError(f"{where}() got an unexpected keyword argument {name!r}.")
+
+
 # How long run() waits for a Dask scheduler given by its address before it gives up.
 DASK_TIMEOUT = 10.0
 
 
-def _engine(engine, n_jobs, client, scheduler) -> str:
-    """The engine after checking ``engine``, ``n_jobs``, ``client`` and ``scheduler`` together."""
+def _backend(backend, n_jobs, client, scheduler) -> str:
+    """The backend after checking ``backend``, ``n_jobs``, ``client`` and ``scheduler`` together."""
     if client is not None and scheduler is not None:
         raise ValueError("Pass client= or scheduler=, not both.")
     if client is not None and (isinstance(client, (str, bytes)) or not callable(getattr(client, "submit", None))):
         raise TypeError(f"client must be a distributed.Client (pass an address as scheduler=), got {client!r}.")
     if scheduler is not None and (not isinstance(scheduler, str) or not scheduler.strip()):
         raise TypeError(f"scheduler must be a Dask scheduler's address such as 'tcp://host:8786', got {scheduler!r}.")
-    if engine is None:
-        engine = "dask" if (client is not None or scheduler is not None) else "joblib"
-    if engine not in ("sequential", "joblib", "dask"):
-        raise ValueError(f"Unknown engine {engine!r}; choose 'sequential', 'joblib' or 'dask'.")
+    if backend is None:
+        backend = "dask" if (client is not None or scheduler is not None) else "joblib"
+    check_backend(backend)
     if n_jobs is not None:
         check_int(n_jobs, "n_jobs", 1)
-        if engine != "joblib":
-            raise ValueError(f"n_jobs={n_jobs!r} applies to engine='joblib' only, not engine={engine!r}; drop it.")
-    if engine != "dask" and (client is not None or scheduler is not None):
+        if backend != "joblib":
+            raise ValueError(f"n_jobs={n_jobs!r} applies to backend='joblib' only, not backend={backend!r}; drop it.")
+    if backend != "dask" and (client is not None or scheduler is not None):
         given = "client" if client is not None else "scheduler"
         raise ValueError(
-            f"{given}= applies to engine='dask' only, not engine={engine!r}; drop it or use engine='dask'."
+            f"{given}= applies to backend='dask' only, not backend={backend!r}; drop it or use backend='dask'."
         )
-    if engine == "dask" and client is None and scheduler is None:
-        raise ValueError("engine='dask' needs client= (a distributed.Client) or scheduler= (an address).")
-    return engine
+    if backend == "dask" and client is None and scheduler is None:
+        raise ValueError("backend='dask' needs client= (a distributed.Client) or scheduler= (an address).")
+    return backend
 
 
 def _connect(scheduler: str):
@@ -129,7 +174,7 @@ def run_configs(
     configs: Sequence[dict],
     out,
     *,
-    engine: str = "joblib",
+    backend: str = "joblib",
     n_jobs: int | None = None,
     client=None,
     factories: Mapping | None = None,
@@ -137,6 +182,7 @@ def run_configs(
     progress: bool = True,
     desc: str = "runs",
     redone: list | None = None,
+    **renamed,
 ) -> dict:
     """Run the configurations not yet done under ``out``; return ``{key: status}``.
 
@@ -150,7 +196,8 @@ def run_configs(
     Args:
         configs: the runs' configurations (duplicates, by :func:`run_key`, run once).
         out: the results folder; runs are stored under ``out/runs``.
-        engine: ``"sequential"``, ``"joblib"`` or ``"dask"``.
+        backend: where the runs execute: ``"sequential"`` (this process), ``"joblib"`` (worker
+            processes) or ``"dask"`` (a Dask cluster).
         n_jobs: worker processes for ``"joblib"`` (``None``: the CPU count).
         client: for ``"dask"``: a ``distributed.Client`` or a scheduler address.
         factories: ``{method name: factory}`` for methods outside the package.
@@ -158,10 +205,18 @@ def run_configs(
         progress: show a tqdm bar on stderr.
         desc: the bar's label.
         redone: a list to which the keys of corrupt, partial or stale runs found are appended.
+        **renamed: refused with a TypeError that names the new keyword (``engine=`` is now
+            ``backend=``).
 
     Returns:
         ``{run key: status}``, one entry per distinct configuration, in ``configs``' order.
+
+    Raises:
+        TypeError: a keyword argument it does not take (``engine=``: use ``backend=``).
+        ValueError: an unknown ``backend``.
     """
+    refuse_renamed(renamed, "run_configs")
+    check_backend(backend)
     store = _Store(out)
     meta = {"package_version": _version(), "git_commit": git_commit()}
     keys = [run_key(c) for c in configs]
@@ -184,7 +239,7 @@ def run_configs(
         bar.update(sum(s == "cached" for s in statuses.values()))
     counts = {"cached": sum(s == "cached" for s in statuses.values()), "done": 0, "failed": 0}
     try:
-        for i, result in _iterate(todo, engine, n_jobs, client, dict(factories or {}), root):
+        for i, result in _iterate(todo, backend, n_jobs, client, dict(factories or {}), root):
             key = keys[i]
             store.write(key, configs[i], result, meta)
             statuses[key] = "done" if result["status"] == "ok" else "failed"

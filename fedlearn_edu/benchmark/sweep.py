@@ -9,7 +9,7 @@ import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from .backends import _connect, _engine, run_configs
+from .backends import BACKENDS, _backend, _connect, refuse_renamed, run_configs
 from .execution import _clustered_federation, _config, _federation, _forget_federations, _plain, _strategy
 from .federations import CLUSTERS, FederationSpec, parse_federation
 from .grid import CLASSROOM_METHODS, METHODS, Method, method
@@ -109,7 +109,7 @@ def _preflight(cells, protocol: Protocol, root, keep: bool = False) -> None:
 
     Each federation is built on the first tuning seed with its model, and every candidate of a
     package method gets its strategy built. The federations stay in this process's cache only
-    with ``keep`` (the sequential engine's runs then reuse them); worker processes build their own.
+    with ``keep`` (the sequential backend's runs then reuse them); worker processes build their own.
     """
     from ..models import make_model
 
@@ -154,7 +154,7 @@ def run(
     model: str = "mlp",
     num_samples: int | None = None,
     root=None,
-    engine: str | None = None,
+    backend: str | None = None,
     n_jobs: int | None = None,
     client=None,
     scheduler: str | None = None,
@@ -176,8 +176,9 @@ def run(
         model: the model of every string federation (a name of :func:`~fedlearn_edu.make_model`).
         num_samples: the samples drawn from the dataset (``None``: all of them).
         root: the data folder (``None``: the default).
-        engine: ``"sequential"``, ``"joblib"`` (default; ``n_jobs`` processes) or ``"dask"``
-            (default when ``client`` or ``scheduler`` is given).
+        backend: where the runs execute: ``"sequential"`` (this process), ``"joblib"`` (default;
+            ``n_jobs`` worker processes) or ``"dask"`` (default when ``client`` or ``scheduler``
+            is given). Not :class:`Protocol`'s ``engine`` (simulate's ``"auto"``/``"loop"``/``"vmap"``).
         n_jobs: worker processes for ``"joblib"`` (``None``: all cores).
         client: a ``distributed.Client``.
         scheduler: a Dask scheduler address (instead of ``client``).
@@ -185,8 +186,8 @@ def run(
         methods_for: ``{federation name: methods}``: the methods of those federations instead
             of ``methods`` (``"fedavg"`` is added when missing), e.g. the personalised methods on
             a clustered federation only.
-        **protocol_kwargs: :class:`Protocol` fields (``rounds=20``, ``eval_seeds=(3, 4, 5)``
-            ...), replacing those of ``protocol`` when both are given.
+        **protocol_kwargs: :class:`Protocol` fields (``rounds=20``, ``eval_seeds=(3, 4, 5)``,
+            ``engine="loop"`` ...), replacing those of ``protocol`` when both are given.
 
     Returns:
         A :class:`BenchmarkResult` (records, picks, summary); it is also written to ``out``.
@@ -197,10 +198,11 @@ def run(
 
     Raises:
         TypeError: ``protocol`` is not a :class:`Protocol`; ``methods``, ``federations``,
-            ``methods_for``, ``out``, ``client`` or ``scheduler`` of the wrong type.
-        ValueError: no method or federation, an unknown engine or method, a federation or a
+            ``methods_for``, ``out``, ``client`` or ``scheduler`` of the wrong type; ``engine=``
+            naming a backend (``"joblib"`` ...: the keyword is ``backend=``).
+        ValueError: no method or federation, an unknown backend or method, a federation or a
             candidate setting that cannot be built, a bad ``n_jobs``, ``n_jobs`` without the
-            joblib engine, ``client``/``scheduler`` without the Dask one (or both), a scheduler
+            joblib backend, ``client``/``scheduler`` without the Dask one (or both), a scheduler
             that does not answer within :data:`DASK_TIMEOUT` seconds, federations with the same
             name, a ``methods_for`` key that names no federation of the grid, or an ``out`` that
             is empty, a file, holds a file ``runs`` or cannot be written.
@@ -210,6 +212,8 @@ def run(
         >>> result = benchmark.run(["fedavg", "craft"], ["dirichlet:0.1"], rounds=20)  # doctest: +SKIP
         >>> print(result.table())  # doctest: +SKIP
     """
+    if protocol_kwargs.get("engine") in BACKENDS:  # the process backend's keyword before it was renamed
+        refuse_renamed({"engine": protocol_kwargs["engine"]}, "run")
     if protocol is None:
         protocol = Protocol(**protocol_kwargs)
     elif protocol_kwargs:
@@ -233,13 +237,13 @@ def run(
         own[name] = _methods(names, f"methods_for[{name!r}]")
     cells = [(f, m) for f in feds for m in own.get(f.name, ms)]
     ms = list({m.name: m for _, m in cells}.values())
-    engine = _engine(engine, n_jobs, client, scheduler)
+    backend = _backend(backend, n_jobs, client, scheduler)
     factories = {m.name: m.factory for m in ms if m.factory is not None}
     roots = {f.root for f in feds}
     data_root = roots.pop() if len(roots) == 1 else None
     redone: list = []
     opts = dict(
-        engine=engine,
+        backend=backend,
         n_jobs=n_jobs,
         client=client if client is not None else scheduler,
         factories=factories,
@@ -248,7 +252,7 @@ def run(
         redone=redone,
     )
     out = _check_out(out)
-    _preflight(cells, protocol, data_root, keep=engine == "sequential")
+    _preflight(cells, protocol, data_root, keep=backend == "sequential")
     if scheduler is not None:
         opts["client"] = _connect(scheduler)
     started = time.perf_counter()
