@@ -248,7 +248,7 @@ def test_engines_agree_joblib_and_dask_localcluster(reference, tmp_path):
         ) as cluster,
         Client(cluster) as client,
     ):
-        dask_run = benchmark.run(out=tmp_path / "dask", client=client, **TINY)
+        dask_run = benchmark.run(out=tmp_path / "dask", dask_client=client, **TINY)
         assert len(client.scheduler_info()["workers"]) == 2
     _same(dask_run.records, reference.records)
 

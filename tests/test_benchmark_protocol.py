@@ -252,7 +252,7 @@ QUICK = dict(backend="sequential", progress=False, rounds=2, tuning_seeds=(0,), 
         (dict(out=b"runs"), TypeError, r"out must be a folder's path .* got b'runs'"),
         (dict(out=""), ValueError, "out is empty"),
         (dict(out="/proc/fedlearn-benchmark"), ValueError, "folder /proc is not writable"),
-        (dict(client=123), TypeError, r"client must be a distributed.Client .* got 123"),
+        (dict(dask_client=123), TypeError, r"dask_client must be a distributed.Client .* got 123"),
         (dict(n_jobs=2), ValueError, "n_jobs=2 applies to backend='joblib' only, not backend='sequential'"),
         (
             dict(backend="joblib", scheduler="tcp://127.0.0.1:1"),
@@ -286,6 +286,17 @@ def test_the_backend_under_its_old_keyword_engine_is_refused_naming_backend(monk
         benchmark.run(["fedavg"], ["iid"], out=tmp_path / "out", engine=backend, **quick)
     with pytest.raises(TypeError, match=rf"run_configs\(\): engine= was renamed backend=; pass backend='{backend}'"):
         benchmark.run_configs([], tmp_path / "out", engine=backend, progress=False)
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_dask_client_under_its_old_keyword_client_is_refused_naming_dask_client(monkeypatch, tmp_path):
+    """client= (the Dask client) is dask_client= now (issue 33); run() passed it on to Protocol, which raised."""
+    monkeypatch.setattr(backends, "execute", _no_run)
+    quick = {k: v for k, v in QUICK.items() if k != "backend"}
+    with pytest.raises(TypeError, match=r"run\(\): client= was renamed dask_client=; pass dask_client='tcp://h:1'"):
+        benchmark.run(["fedavg"], ["iid"], out=tmp_path / "out", client="tcp://h:1", **quick)
+    with pytest.raises(TypeError, match=r"run_configs\(\): client= was renamed dask_client="):
+        benchmark.run_configs([], tmp_path / "out", backend="dask", client="tcp://h:1", progress=False)
     assert not (tmp_path / "out").exists()
 
 

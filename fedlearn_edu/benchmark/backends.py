@@ -13,7 +13,7 @@ from .execution import _version, execute, git_commit, run_key
 from .store import _Store
 
 
-def _iterate(jobs: list, backend: str, n_jobs: int | None, client, factories: dict, root):
+def _iterate(jobs: list, backend: str, n_jobs: int | None, dask_client, factories: dict, root):
     """Yield ``(index, result)`` as runs finish, whichever backend runs them."""
     if not jobs:
         return
@@ -40,13 +40,13 @@ def _iterate(jobs: list, backend: str, n_jobs: int | None, client, factories: di
         from distributed import as_completed
 
         own = None
-        if client is None:
-            raise ValueError("backend='dask' needs client= (a distributed.Client) or scheduler= (an address).")
-        if isinstance(client, str):
-            own = client = _connect(client)
+        if dask_client is None:
+            raise ValueError("backend='dask' needs dask_client= (a distributed.Client) or scheduler= (an address).")
+        if isinstance(dask_client, str):
+            own = dask_client = _connect(dask_client)
         try:
             futures = [
-                client.submit(_indexed, i, cfg, factories.get(cfg["method"]), root, pure=False) for i, cfg in jobs
+                dask_client.submit(_indexed, i, cfg, factories.get(cfg["method"]), root, pure=False) for i, cfg in jobs
             ]
             for future in as_completed(futures):
                 try:
@@ -85,7 +85,7 @@ def _die_with_parent(parent: int, poll: float = 0.2) -> None:
 # Where runs execute: this process, joblib's worker processes (loky), a Dask cluster.
 BACKENDS = ("sequential", "joblib", "dask")
 # Keyword arguments of run() and run_configs() that were renamed: the old name -> the new one.
-RENAMED = {"engine": "backend"}
+RENAMED = {"engine": "backend", "client": "dask_client"}
 
 
 def check_backend(backend) -> str:
@@ -132,28 +132,32 @@ def refuse_renamed(kwargs: Mapping, where: str) -> None:
 DASK_TIMEOUT = 10.0
 
 
-def _backend(backend, n_jobs, client, scheduler) -> str:
-    """The backend after checking ``backend``, ``n_jobs``, ``client`` and ``scheduler`` together."""
-    if client is not None and scheduler is not None:
-        raise ValueError("Pass client= or scheduler=, not both.")
-    if client is not None and (isinstance(client, (str, bytes)) or not callable(getattr(client, "submit", None))):
-        raise TypeError(f"client must be a distributed.Client (pass an address as scheduler=), got {client!r}.")
+def _backend(backend, n_jobs, dask_client, scheduler) -> str:
+    """The backend after checking ``backend``, ``n_jobs``, ``dask_client`` and ``scheduler`` together."""
+    if dask_client is not None and scheduler is not None:
+        raise ValueError("Pass dask_client= or scheduler=, not both.")
+    if dask_client is not None and (
+        isinstance(dask_client, (str, bytes)) or not callable(getattr(dask_client, "submit", None))
+    ):
+        raise TypeError(
+            f"dask_client must be a distributed.Client (pass an address as scheduler=), got {dask_client!r}."
+        )
     if scheduler is not None and (not isinstance(scheduler, str) or not scheduler.strip()):
         raise TypeError(f"scheduler must be a Dask scheduler's address such as 'tcp://host:8786', got {scheduler!r}.")
     if backend is None:
-        backend = "dask" if (client is not None or scheduler is not None) else "joblib"
+        backend = "dask" if (dask_client is not None or scheduler is not None) else "joblib"
     check_backend(backend)
     if n_jobs is not None:
         check_int(n_jobs, "n_jobs", 1)
         if backend != "joblib":
             raise ValueError(f"n_jobs={n_jobs!r} applies to backend='joblib' only, not backend={backend!r}; drop it.")
-    if backend != "dask" and (client is not None or scheduler is not None):
-        given = "client" if client is not None else "scheduler"
+    if backend != "dask" and (dask_client is not None or scheduler is not None):
+        given = "dask_client" if dask_client is not None else "scheduler"
         raise ValueError(
             f"{given}= applies to backend='dask' only, not backend={backend!r}; drop it or use backend='dask'."
         )
-    if backend == "dask" and client is None and scheduler is None:
-        raise ValueError("backend='dask' needs client= (a distributed.Client) or scheduler= (an address).")
+    if backend == "dask" and dask_client is None and scheduler is None:
+        raise ValueError("backend='dask' needs dask_client= (a distributed.Client) or scheduler= (an address).")
     return backend
 
 
@@ -176,7 +180,7 @@ def run_configs(
     *,
     backend: str = "joblib",
     n_jobs: int | None = None,
-    client=None,
+    dask_client=None,
     factories: Mapping | None = None,
     root=None,
     progress: bool = True,
@@ -199,20 +203,21 @@ def run_configs(
         backend: where the runs execute: ``"sequential"`` (this process), ``"joblib"`` (worker
             processes) or ``"dask"`` (a Dask cluster).
         n_jobs: worker processes for ``"joblib"`` (``None``: the CPU count).
-        client: for ``"dask"``: a ``distributed.Client`` or a scheduler address.
+        dask_client: for ``"dask"``: a ``distributed.Client`` or a scheduler address.
         factories: ``{method name: factory}`` for methods outside the package.
         root: the data folder (``None``: the default).
         progress: show a tqdm bar on stderr.
         desc: the bar's label.
         redone: a list to which the keys of corrupt, partial or stale runs found are appended.
         **renamed: refused with a TypeError that names the new keyword (``engine=`` is now
-            ``backend=``).
+            ``backend=``, ``client=`` is ``dask_client=``).
 
     Returns:
         ``{run key: status}``, one entry per distinct configuration, in ``configs``' order.
 
     Raises:
-        TypeError: a keyword argument it does not take (``engine=``: use ``backend=``).
+        TypeError: a keyword argument it does not take (``engine=``: use ``backend=``; ``client=``:
+            use ``dask_client=``).
         ValueError: an unknown ``backend``.
     """
     refuse_renamed(renamed, "run_configs")
@@ -239,7 +244,7 @@ def run_configs(
         bar.update(sum(s == "cached" for s in statuses.values()))
     counts = {"cached": sum(s == "cached" for s in statuses.values()), "done": 0, "failed": 0}
     try:
-        for i, result in _iterate(todo, backend, n_jobs, client, dict(factories or {}), root):
+        for i, result in _iterate(todo, backend, n_jobs, dask_client, dict(factories or {}), root):
             key = keys[i]
             store.write(key, configs[i], result, meta)
             statuses[key] = "done" if result["status"] == "ok" else "failed"

@@ -156,7 +156,7 @@ def run(
     root=None,
     backend: str | None = None,
     n_jobs: int | None = None,
-    client=None,
+    dask_client=None,
     scheduler: str | None = None,
     progress: bool = True,
     methods_for: Mapping | None = None,
@@ -177,11 +177,11 @@ def run(
         num_samples: the samples drawn from the dataset (``None``: all of them).
         root: the data folder (``None``: the default).
         backend: where the runs execute: ``"sequential"`` (this process), ``"joblib"`` (default;
-            ``n_jobs`` worker processes) or ``"dask"`` (default when ``client`` or ``scheduler``
+            ``n_jobs`` worker processes) or ``"dask"`` (default when ``dask_client`` or ``scheduler``
             is given). Not :class:`Protocol`'s ``engine`` (simulate's ``"auto"``/``"loop"``/``"vmap"``).
         n_jobs: worker processes for ``"joblib"`` (``None``: all cores).
-        client: a ``distributed.Client``.
-        scheduler: a Dask scheduler address (instead of ``client``).
+        dask_client: a ``distributed.Client``.
+        scheduler: a Dask scheduler address (instead of ``dask_client``).
         progress: one progress bar over the runs of each phase.
         methods_for: ``{federation name: methods}``: the methods of those federations instead
             of ``methods`` (``"fedavg"`` is added when missing), e.g. the personalised methods on
@@ -198,11 +198,12 @@ def run(
 
     Raises:
         TypeError: ``protocol`` is not a :class:`Protocol`; ``methods``, ``federations``,
-            ``methods_for``, ``out``, ``client`` or ``scheduler`` of the wrong type; ``engine=``
-            naming a backend (``"joblib"`` ...: the keyword is ``backend=``).
+            ``methods_for``, ``out``, ``dask_client`` or ``scheduler`` of the wrong type; ``engine=``
+            naming a backend (``"joblib"`` ...: the keyword is ``backend=``) or ``client=`` (now
+            ``dask_client=``).
         ValueError: no method or federation, an unknown backend or method, a federation or a
             candidate setting that cannot be built, a bad ``n_jobs``, ``n_jobs`` without the
-            joblib backend, ``client``/``scheduler`` without the Dask one (or both), a scheduler
+            joblib backend, ``dask_client``/``scheduler`` without the Dask one (or both), a scheduler
             that does not answer within :data:`DASK_TIMEOUT` seconds, federations with the same
             name, a ``methods_for`` key that names no federation of the grid, or an ``out`` that
             is empty, a file, holds a file ``runs`` or cannot be written.
@@ -212,8 +213,10 @@ def run(
         >>> result = benchmark.run(["fedavg", "craft"], ["dirichlet:0.1"], rounds=20)  # doctest: +SKIP
         >>> print(result.table())  # doctest: +SKIP
     """
-    if protocol_kwargs.get("engine") in BACKENDS:  # the process backend's keyword before it was renamed
-        refuse_renamed({"engine": protocol_kwargs["engine"]}, "run")
+    # the keywords of the process backend and the Dask client before they were renamed
+    refuse_renamed(
+        {k: v for k, v in protocol_kwargs.items() if k == "client" or (k == "engine" and v in BACKENDS)}, "run"
+    )
     if protocol is None:
         protocol = Protocol(**protocol_kwargs)
     elif protocol_kwargs:
@@ -237,7 +240,7 @@ def run(
         own[name] = _methods(names, f"methods_for[{name!r}]")
     cells = [(f, m) for f in feds for m in own.get(f.name, ms)]
     ms = list({m.name: m for _, m in cells}.values())
-    backend = _backend(backend, n_jobs, client, scheduler)
+    backend = _backend(backend, n_jobs, dask_client, scheduler)
     factories = {m.name: m.factory for m in ms if m.factory is not None}
     roots = {f.root for f in feds}
     data_root = roots.pop() if len(roots) == 1 else None
@@ -245,7 +248,7 @@ def run(
     opts = dict(
         backend=backend,
         n_jobs=n_jobs,
-        client=client if client is not None else scheduler,
+        dask_client=dask_client if dask_client is not None else scheduler,
         factories=factories,
         root=data_root,
         progress=progress,
@@ -254,7 +257,7 @@ def run(
     out = _check_out(out)
     _preflight(cells, protocol, data_root, keep=backend == "sequential")
     if scheduler is not None:
-        opts["client"] = _connect(scheduler)
+        opts["dask_client"] = _connect(scheduler)
     started = time.perf_counter()
     try:
         picks, grids, edges, tune_cfgs, statuses = _tune(ms, feds, protocol, out, opts, cells)
@@ -268,7 +271,7 @@ def run(
         statuses.update(run_configs(eval_cfgs, out, desc="evaluation", **opts))
     finally:
         if scheduler is not None:
-            opts["client"].close()
+            opts["dask_client"].close()
     result = BenchmarkResult.collect(out, tune_cfgs + eval_cfgs, statuses, ms, feds, protocol, picks)
     result.grids, result.edges = grids, edges
     result.wall_seconds = time.perf_counter() - started
