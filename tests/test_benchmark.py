@@ -60,9 +60,9 @@ def test_protocol_seeds_disjoint_and_recorded(reference):
     assert tune == {0} and ev == {1, 2} and not tune & ev
     assert (runs.status == "ok").all() and len(runs) == 8
     with pytest.raises(ValueError, match="disjoint"):
-        benchmark.Protocol(tuning_seeds=(0, 1), eval_seeds=(1, 2))
+        benchmark.BenchmarkProtocol(tuning_seeds=(0, 1), eval_seeds=(1, 2))
     with pytest.raises(ValueError, match="at least 2"):
-        benchmark.Protocol(eval_seeds=(1,))
+        benchmark.BenchmarkProtocol(eval_seeds=(1,))
 
 
 def test_pick_is_the_best_tuning_candidate(reference):
@@ -151,7 +151,7 @@ def test_t_interval_and_verdicts():
                         evaluated="global",
                     )
                 )
-    s = benchmark.summarize(pd.DataFrame(rows), benchmark.Protocol(rounds=3, last_k=2, target=0.75))
+    s = benchmark.summarize(pd.DataFrame(rows), benchmark.BenchmarkProtocol(rounds=3, last_k=2, target=0.75))
     verdict = dict(zip(s.method, s.vs_lastk))
     assert verdict == {"fedavg": "baseline", "a": "better", "b": "inconclusive"}
     reached = dict(zip(s.method, s.reached))

@@ -22,7 +22,7 @@ from fedlearn_edu.data import cluster_ids
 
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 NEW = {"local": "personal", "gossip": "personal", "dac": "personal", "conditional": "conditional"}
-TINY = benchmark.Protocol(rounds=2, clients_per_round=4, last_k=1)
+TINY = benchmark.BenchmarkProtocol(rounds=2, clients_per_round=4, last_k=1)
 COMMON = {"num_clients": 8, "num_samples": 400}
 FEDERATIONS = (*benchmark.CLASSROOM_FEDERATIONS, "clusters:4")
 
@@ -133,7 +133,7 @@ def test_keys_are_stable(monkeypatch):
     assert benchmark.run_key(cfg) == "99a5e293ea78b15f"
     assert cfg["federation"]["partition_params"] == {"num_clusters": 4, "shift": "label"}
     assert cfg["settings"] == {"num_eigenvalues": 32, "cond_scale": 2.5, "server_lr": 1.0}
-    full = benchmark.Protocol()
+    full = benchmark.BenchmarkProtocol()
     fedavg = benchmark.METHODS["fedavg"]
     for text, key in (("dirichlet:0.1", "7f31e21c923b7df2"), ("noisy:0.8", "ae60306b327b2e14")):
         old = execution._config(fedavg, benchmark.parse_federation(text), full, {"server_lr": 1.0}, 1, "eval")
@@ -147,8 +147,8 @@ def test_the_committed_runs_configurations_are_rebuilt_unchanged(grid):
 
     runs = pd.read_csv(RESULTS / grid / "runs.csv", keep_default_na=False)
     proto = json.loads((RESULTS / grid / "protocol.json").read_text())
-    fields = {f.name for f in dataclasses.fields(benchmark.Protocol)}
-    protocol = benchmark.Protocol(
+    fields = {f.name for f in dataclasses.fields(benchmark.BenchmarkProtocol)}
+    protocol = benchmark.BenchmarkProtocol(
         **{k: (tuple(v) if isinstance(v, list) else v) for k, v in proto.items() if k in fields}
     )
     for row in runs.itertuples():

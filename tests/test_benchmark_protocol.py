@@ -118,12 +118,12 @@ def test_verdicts_are_corrected_and_counted(monkeypatch, tmp_path):
 )
 def test_bad_protocols_are_refused_with_one_clear_line(kwargs, message):
     with pytest.raises(ValueError, match=message) as err:
-        benchmark.Protocol(**kwargs)
+        benchmark.BenchmarkProtocol(**kwargs)
     assert "\n" not in str(err.value)
 
 
 def test_default_protocol_tunes_on_three_seeds_and_evaluates_on_ten():
-    p = benchmark.Protocol()
+    p = benchmark.BenchmarkProtocol()
     assert len(p.tuning_seeds) == 3 and len(p.eval_seeds) == 10 and not set(p.tuning_seeds) & set(p.eval_seeds)
 
 
@@ -223,7 +223,7 @@ QUICK = dict(backend="sequential", progress=False, rounds=2, tuning_seeds=(0,), 
         (dict(num_samples=5), ValueError, r"federations: 'dirichlet:0.5' cannot be built \(seed 0\).*5"),
         (dict(num_clients=500, num_samples=200), ValueError, "num_samples must be >= 500, got 200"),
         (dict(federations=["shards:1000"]), ValueError, "'shards:1000' cannot be built.*shards_per_client=1000"),
-        (dict(protocol=lambda: benchmark.Protocol(engine="bogus")), ValueError, "engine must be one of"),
+        (dict(protocol=lambda: benchmark.BenchmarkProtocol(engine="bogus")), ValueError, "engine must be one of"),
         (dict(eval_seeds=(1, 2**64)), ValueError, "eval_seeds must be <= 18446744073709551615"),
         (
             dict(federations=lambda: [benchmark.FederationSpec("d", partition_params={"alpha": -1})]),
@@ -290,7 +290,7 @@ def test_the_backend_under_its_old_keyword_engine_is_refused_naming_backend(monk
 
 
 def test_the_dask_client_under_its_old_keyword_client_is_refused_naming_dask_client(monkeypatch, tmp_path):
-    """client= (the Dask client) is dask_client= now (issue 33); run() passed it on to Protocol, which raised."""
+    """client= (the Dask client) is dask_client= now (issue 33); run() passed it to the protocol."""
     monkeypatch.setattr(backends, "execute", _no_run)
     quick = {k: v for k, v in QUICK.items() if k != "backend"}
     with pytest.raises(TypeError, match=r"run\(\): client= was renamed dask_client=; pass dask_client='tcp://h:1'"):
@@ -353,15 +353,15 @@ def test_bad_fields_of_the_grid_objects_are_refused_by_name():
 )
 def test_protocol_fields_are_checked_and_bools_are_not_numbers(kwargs, match):
     with pytest.raises(ValueError, match=match):
-        benchmark.Protocol(**kwargs)
+        benchmark.BenchmarkProtocol(**kwargs)
 
 
 def test_protocol_target_one_and_a_short_run_s_default_window():
-    assert benchmark.Protocol(target=1).target == 1  # 100 %: allowed here and by the CLI
-    assert benchmark.Protocol().last_k == 5
-    assert benchmark.Protocol(rounds=4).last_k == 4  # was: "last_k=5 exceeds rounds=4", a value never given
+    assert benchmark.BenchmarkProtocol(target=1).target == 1  # 100 %: allowed here and by the CLI
+    assert benchmark.BenchmarkProtocol().last_k == 5
+    assert benchmark.BenchmarkProtocol(rounds=4).last_k == 4  # was: "last_k=5 exceeds rounds=4", a value never given
     with pytest.raises(ValueError, match="last_k=5 exceeds rounds=4"):
-        benchmark.Protocol(rounds=4, last_k=5)
+        benchmark.BenchmarkProtocol(rounds=4, last_k=5)
 
 
 def test_an_unreachable_scheduler_is_a_clear_error_quickly(monkeypatch, tmp_path):
@@ -444,7 +444,7 @@ def test_summaries_tables_and_metrics_of_nothing(monkeypatch, tmp_path):
         ("protocol.json", lambda p: p.write_text("[1, 2]")),  # AttributeError
         ("protocol.json", lambda p: p.write_text('{"tuning_seeds": [0]}')),  # KeyError: 'picks'
         ("protocol.json", lambda p: p.write_text('{"picks": [{"method": "x"}]}')),  # KeyError: 'federation'
-        ("protocol.json", lambda p: p.write_text('{"picks": [], "rounds": "x"}')),  # Protocol's own error
+        ("protocol.json", lambda p: p.write_text('{"picks": [], "rounds": "x"}')),  # BenchmarkProtocol's own error
     ],
 )
 def test_load_names_the_damaged_file(monkeypatch, tmp_path, name, damage):

@@ -121,7 +121,7 @@ def test_the_readme_states_craft_on_dirichlet_skew_as_its_example_computes_it(re
         rf"CRAFT's last-5 mean accuracy minus FedAvg's is {_NUM} \+- {_NUM} points over the ten seeds "
         rf"\(p = {_P}\), \*\*(\w+)\*\*"
     )
-    seeds = benchmark.Protocol().eval_seeds  # benchmark.run's default, which the example uses
+    seeds = benchmark.BenchmarkProtocol().eval_seeds  # benchmark.run's default, which the example uses
     assert len(seeds) == 10
     rec = result.records
     part = rec[

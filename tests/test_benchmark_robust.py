@@ -37,7 +37,7 @@ def test_an_attack_is_part_of_the_federation_and_of_its_key():
         "num_samples",
     }
     assert attacked.config()["attack"] == "sign_flip"
-    p = benchmark.Protocol()
+    p = benchmark.BenchmarkProtocol()
     m = benchmark.METHODS["fedavg"]
     keys = {benchmark.run_key(execution._config(m, f, p, {"server_lr": 1.0}, 1, "eval")) for f in (plain, attacked)}
     assert len(keys) == 2
@@ -58,7 +58,7 @@ def test_bad_attacks_are_refused_by_name(text, match):
 
 
 def test_an_attacked_run_differs_and_is_reproduced():
-    p = benchmark.Protocol(rounds=3, clients_per_round=4, last_k=2)
+    p = benchmark.BenchmarkProtocol(rounds=3, clients_per_round=4, last_k=2)
     m = benchmark.fixed_step("fedavg", 1.0)
     common = {"num_clients": 4, "num_samples": 300}
     runs = {}

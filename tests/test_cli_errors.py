@@ -243,13 +243,13 @@ def test_benchmark_target_and_last_k_agree_with_the_protocol(monkeypatch, capsys
     seen = {}
 
     def fake_run(methods, federations, **kwargs):
-        fields = {f.name for f in __import__("dataclasses").fields(benchmark.Protocol)}
-        seen["protocol"] = benchmark.Protocol(**{k: v for k, v in kwargs.items() if k in fields})
+        fields = {f.name for f in __import__("dataclasses").fields(benchmark.BenchmarkProtocol)}
+        seen["protocol"] = benchmark.BenchmarkProtocol(**{k: v for k, v in kwargs.items() if k in fields})
         raise ValueError("stop here")
 
     monkeypatch.setattr(benchmark, "run", fake_run)
     _bench_error([*TINY_BENCH, "--out", str(tmp_path / "o"), "--target", "1", "--rounds", "4"], capsys)
-    # --target 1 was refused by the CLI and accepted by Protocol; --rounds 4 failed on the default --last-k 5
+    # --target 1 was refused by the CLI and accepted by BenchmarkProtocol; --rounds 4 failed on the default --last-k 5
     assert seen["protocol"].target == 1.0 and seen["protocol"].last_k == 4
     _bench_error([*TINY_BENCH, "--out", str(tmp_path / "o")], capsys)
     assert seen["protocol"].last_k == 2  # --rounds 2

@@ -11,7 +11,7 @@ The protocol (issue "which method, when"; chapter *Comparing the methods*):
    evaluations of the mean client accuracy, averaged over the tuning seeds; a failed run
    scores ``-inf``; ties go to the first candidate in the grid's order). **Edge rule:** while a
    pick sits at an end of its grid in a scale setting (:attr:`Method.extend`), the grid is
-   extended there geometrically and tuned again, at most ``Protocol.edge_cap`` times per end;
+   extended there geometrically and tuned again, at most ``BenchmarkProtocol.edge_cap`` times per end;
    picks still at an end are flagged (``BenchmarkResult.edges``).
 3. **Evaluate** the pick on the *evaluation seeds* (10 by default), disjoint from the tuning
    seeds (the records say which run was which: column ``phase``).
@@ -23,7 +23,7 @@ The protocol (issue "which method, when"; chapter *Comparing the methods*):
    FedAvg on the same seeds (:mod:`fedlearn_edu.stats`): the difference and its interval, the
    paired t-test, the effect size, an exact sign-flip permutation check, Holm's correction
    within each (federation, metric) family, Benjamini-Hochberg's across the decision guide, a
-   TOST against ``Protocol.margin`` and the minimum detectable difference. Verdicts:
+   TOST against ``BenchmarkProtocol.margin`` and the minimum detectable difference. Verdicts:
    **better/worse** (Holm-adjusted p < alpha), **equivalent** (the TOST passes), otherwise
    **inconclusive**; the intervals are conditional on the picks. Tables are never rankings.
 
@@ -51,7 +51,7 @@ The package's modules, each importing only those above it:
 
 - :mod:`~fedlearn_edu.benchmark.grid`: :class:`Method`, :data:`METHODS` and the grids' lists;
 - :mod:`~fedlearn_edu.benchmark.federations`: :class:`FederationSpec`, :func:`parse_federation`;
-- :mod:`~fedlearn_edu.benchmark.protocol`: :class:`Protocol`;
+- :mod:`~fedlearn_edu.benchmark.protocol`: :class:`BenchmarkProtocol`;
 - :mod:`~fedlearn_edu.benchmark.execution`: one run (:func:`execute`, :func:`run_key`);
 - :mod:`~fedlearn_edu.benchmark.store`: the runs stored under ``<out>/runs``;
 - :mod:`~fedlearn_edu.benchmark.backends`: where runs execute, :func:`run_configs`;
@@ -84,7 +84,7 @@ from .grid import (
     fixed_step,
     method,
 )
-from .protocol import Protocol
+from .protocol import BenchmarkProtocol
 from .records import (
     RECORD_FILES,
     RECORDS_DIR_VAR,
@@ -104,7 +104,7 @@ from .tuning import select
 __all__ = [
     "Method",
     "FederationSpec",
-    "Protocol",
+    "BenchmarkProtocol",
     "METHODS",
     "CLASSROOM_METHODS",
     "CLASSROOM_FEDERATIONS",

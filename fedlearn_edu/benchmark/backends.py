@@ -122,7 +122,9 @@ def refuse_renamed(kwargs: Mapping, where: str) -> None:
         if name in RENAMED:
             new = RENAMED[name]
             note = (
-                " (engine= means simulate's 'auto'/'loop'/'vmap' engine, a Protocol field)" if name == "engine" else ""
+                " (engine= means simulate's 'auto'/'loop'/'vmap' engine, a BenchmarkProtocol field)"
+                if name == "engine"
+                else ""
             )
             raise TypeError(f"{where}(): {name}= was renamed {new}=; pass {new}={value!r}{note}.")
         raise TypeError(f"{where}() got an unexpected keyword argument {name!r}.")

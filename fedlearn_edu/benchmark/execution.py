@@ -14,7 +14,7 @@ import numpy as np
 
 from .federations import CLUSTERS, FederationSpec
 from .grid import _CONDITIONAL, Method
-from .protocol import Protocol
+from .protocol import BenchmarkProtocol
 
 # Columns of a run's rows that are computed by the run (the rest are its settings).
 VALUE_COLUMNS = ("round", "mean", "std", "worst10", "best10", "loss", "train_loss")
@@ -92,7 +92,7 @@ def run_key(config: Mapping) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def _config(m: Method, fed: FederationSpec, protocol: Protocol, settings: dict, seed: int, phase: str) -> dict:
+def _config(m: Method, fed: FederationSpec, protocol: BenchmarkProtocol, settings: dict, seed: int, phase: str) -> dict:
     return {
         "method": m.name,
         "builder": m.builder(),

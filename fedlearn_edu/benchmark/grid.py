@@ -126,7 +126,7 @@ _STEP = [1.0, 2.0, 4.0]
 # Every method of the book with three candidates per tuned setting (its server step, and its own
 # knob where it has one), geometric, around the value its chapter found good for a few dozen
 # rounds. A pick at an end of its grid is not final: the protocol's edge rule extends the grid
-# there (Protocol.edge_cap). FedAvgM's step is tuned in units of its long-run step
+# there (BenchmarkProtocol.edge_cap). FedAvgM's step is tuned in units of its long-run step
 # effective_lr = eta_s / (1 - beta) (the step a constant update gets once the momentum has
 # built up), so that its grid is comparable with FedAvg's; the package default, eta_s = 1 with
 # beta = 0.9, is effective_lr = 10, the top of the grid.

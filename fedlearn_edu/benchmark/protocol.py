@@ -1,4 +1,4 @@
-"""The protocol every run of a sweep shares: :class:`Protocol` (seeds, rounds, selection, statistics)."""
+"""The protocol every run of a sweep shares: :class:`BenchmarkProtocol` (seeds, rounds, selection, statistics)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,12 @@ LAST_K = 5
 
 
 @dataclass(frozen=True)
-class Protocol:
+class BenchmarkProtocol:
     """The shared settings: seeds, rounds, local training, selection, edge rule and statistics.
+
+    It governs a whole sweep (tuning and evaluation seeds, the statistics), not one run, and is
+    not a strategy's protocol (:class:`~fedlearn_edu.strategies.Strategy`) nor a
+    :class:`typing.Protocol`; hence its name.
 
     Args:
         tuning_seeds: seeds of the tuning runs (the pick maximises the mean over them; 3 by

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from .execution import _plain, _version, execute, git_commit, run_key
-from .protocol import Protocol
+from .protocol import BenchmarkProtocol
 from .store import RECORD_VERSION, _atomic_write, _Store
 from .summary import format_table, summarize
 
@@ -48,7 +48,7 @@ class BenchmarkResult:
     records: object
     runs: object
     picks: dict
-    protocol: Protocol
+    protocol: BenchmarkProtocol
     failed: list = field(default_factory=list)
     redone: list = field(default_factory=list)
     wall_seconds: float = math.nan
@@ -67,7 +67,7 @@ class BenchmarkResult:
                 ``.json`` says whether a run is done).
             methods: the grid's :class:`Method` s (not read; kept for the call's symmetry).
             feds: the grid's :class:`FederationSpec` s (not read).
-            protocol: the :class:`Protocol` used.
+            protocol: the :class:`BenchmarkProtocol` used.
             picks: ``{(federation, method): settings}`` from :func:`select`.
 
         Returns:
@@ -212,7 +212,7 @@ def load(out) -> BenchmarkResult:
         A :class:`BenchmarkResult` (``wall_seconds`` is NaN: it is not stored).
 
     Records of version 1 (written before the edge rule and the corrected tests) are converted:
-    their runs and picks are read as they are, the statistics fields of :class:`Protocol` take
+    their runs and picks are read as they are, the statistics fields of :class:`BenchmarkProtocol` take
     their defaults, and ``grids``/``edges`` are empty (version 1 did not record them);
     ``record_version`` says which it was.
 
@@ -246,8 +246,10 @@ def load(out) -> BenchmarkResult:
         picks = {(p["federation"], p["method"]): p["settings"] for p in entries}
         grids = {(p["federation"], p["method"]): p["grid"] for p in entries if p.get("grid")}
         edges = {(p["federation"], p["method"]): p["edge"] for p in entries if p.get("edge")}
-        fields = {f.name for f in dataclasses.fields(Protocol)}
-        protocol = Protocol(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in proto.items() if k in fields})
+        fields = {f.name for f in dataclasses.fields(BenchmarkProtocol)}
+        protocol = BenchmarkProtocol(
+            **{k: (tuple(v) if isinstance(v, list) else v) for k, v in proto.items() if k in fields}
+        )
     frames = {}
     options = {"records.csv.gz": dict(keep_default_na=True, low_memory=False), "runs.csv": dict(keep_default_na=False)}
     for name, kw in options.items():

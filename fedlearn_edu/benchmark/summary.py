@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
-from .protocol import Protocol
+from .protocol import BenchmarkProtocol
 
 METRICS = ("final", "lastk", "worst10", "std", "rounds_to_target", "sec_per_round")
 # The metrics compared with the baseline seed by seed (paired tests, corrections, verdicts); the
@@ -23,7 +23,7 @@ def _lastk(values: np.ndarray, k: int) -> float:
     return float(np.mean(values[-k:]))
 
 
-def _per_seed(rows, protocol: Protocol) -> dict:
+def _per_seed(rows, protocol: BenchmarkProtocol) -> dict:
     rows = rows.sort_values("round")
     mean = rows["mean"].to_numpy()
     k = protocol.last_k
@@ -38,7 +38,7 @@ def _per_seed(rows, protocol: Protocol) -> dict:
     }
 
 
-def _family_stats(out: list, baseline: str, protocol: Protocol) -> None:
+def _family_stats(out: list, baseline: str, protocol: BenchmarkProtocol) -> None:
     """Corrections, verdicts and detectable differences, once every row's raw test is known.
 
     Holm within each (federation, metric) family of comparisons with the baseline (p-values and
@@ -106,7 +106,7 @@ def _check_metrics(metrics, allowed, what: str = "metrics") -> list:
 NOTHING_FINISHED = "No evaluation run finished: nothing to tabulate (every run failed or none ran)."
 
 
-def summarize(records, protocol: Protocol | None = None, baseline: str = "fedavg", confidence: float = 0.95):
+def summarize(records, protocol: BenchmarkProtocol | None = None, baseline: str = "fedavg", confidence: float = 0.95):
     """The evaluation runs' summary: one row per federation x method, with corrected verdicts.
 
     Columns: ``federation, method, settings, n_seeds, seeds, evaluated``; for every metric of
@@ -142,7 +142,7 @@ def summarize(records, protocol: Protocol | None = None, baseline: str = "fedavg
         rows (but with every column) when no evaluation run finished.
 
     Raises:
-        TypeError: ``records`` is not a DataFrame, or ``protocol`` not a :class:`Protocol`.
+        TypeError: ``records`` is not a DataFrame, or ``protocol`` not a :class:`BenchmarkProtocol`.
         ValueError: ``records`` has rows but lacks a column the summary needs.
     """
     import pandas as pd
@@ -151,9 +151,9 @@ def summarize(records, protocol: Protocol | None = None, baseline: str = "fedavg
 
     if not isinstance(records, pd.DataFrame):
         raise TypeError(f"records must be a pandas DataFrame of tidy records, got {type(records).__name__}.")
-    if protocol is not None and not isinstance(protocol, Protocol):
-        raise TypeError(f"protocol must be a benchmark.Protocol or None, got {protocol!r}.")
-    protocol = protocol or Protocol()
+    if protocol is not None and not isinstance(protocol, BenchmarkProtocol):
+        raise TypeError(f"protocol must be a benchmark.BenchmarkProtocol or None, got {protocol!r}.")
+    protocol = protocol or BenchmarkProtocol()
     if len(records) == 0:
         return pd.DataFrame(columns=_summary_columns())
     missing = [c for c in _SUMMARY_INPUTS if c not in records.columns]

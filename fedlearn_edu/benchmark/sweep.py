@@ -13,7 +13,7 @@ from .backends import BACKENDS, _backend, _connect, refuse_renamed, run_configs
 from .execution import _clustered_federation, _config, _federation, _forget_federations, _plain, _strategy
 from .federations import CLUSTERS, FederationSpec, parse_federation
 from .grid import CLASSROOM_METHODS, METHODS, Method, method
-from .protocol import Protocol
+from .protocol import BenchmarkProtocol
 from .results import BenchmarkResult
 from .tuning import _tune
 
@@ -104,7 +104,7 @@ def _check_out(out) -> Path:
     return path
 
 
-def _preflight(cells, protocol: Protocol, root, keep: bool = False) -> None:
+def _preflight(cells, protocol: BenchmarkProtocol, root, keep: bool = False) -> None:
     """Build what every run needs once, before the first run: a bad grid fails here, not in every run.
 
     Each federation is built on the first tuning seed with its model, and every candidate of a
@@ -148,7 +148,7 @@ def run(
     federations=None,
     *,
     out="benchmark_runs",
-    protocol: Protocol | None = None,
+    protocol: BenchmarkProtocol | None = None,
     dataset: str = "digits",
     num_clients: int = 20,
     model: str = "mlp",
@@ -170,7 +170,7 @@ def run(
         federations: strings for :func:`parse_federation` or :class:`FederationSpec` objects
             (default: ``["dirichlet:0.1"]``).
         out: the results folder (created; reruns skip what it holds).
-        protocol: a :class:`Protocol` (``None``: one built from ``protocol_kwargs``).
+        protocol: a :class:`BenchmarkProtocol` (``None``: one built from ``protocol_kwargs``).
         dataset: the dataset of every string federation (``"digits"``, ``"mnist"`` ...).
         num_clients: the number of clients of every string federation.
         model: the model of every string federation (a name of :func:`~fedlearn_edu.make_model`).
@@ -178,7 +178,7 @@ def run(
         root: the data folder (``None``: the default).
         backend: where the runs execute: ``"sequential"`` (this process), ``"joblib"`` (default;
             ``n_jobs`` worker processes) or ``"dask"`` (default when ``dask_client`` or ``scheduler``
-            is given). Not :class:`Protocol`'s ``engine`` (simulate's ``"auto"``/``"loop"``/``"vmap"``).
+            is given). Not :class:`BenchmarkProtocol`'s ``engine`` (simulate's ``"auto"``/``"loop"``/``"vmap"``).
         n_jobs: worker processes for ``"joblib"`` (``None``: all cores).
         dask_client: a ``distributed.Client``.
         scheduler: a Dask scheduler address (instead of ``dask_client``).
@@ -186,7 +186,7 @@ def run(
         methods_for: ``{federation name: methods}``: the methods of those federations instead
             of ``methods`` (``"fedavg"`` is added when missing), e.g. the personalised methods on
             a clustered federation only.
-        **protocol_kwargs: :class:`Protocol` fields (``rounds=20``, ``eval_seeds=(3, 4, 5)``,
+        **protocol_kwargs: :class:`BenchmarkProtocol` fields (``rounds=20``, ``eval_seeds=(3, 4, 5)``,
             ``engine="loop"`` ...), replacing those of ``protocol`` when both are given.
 
     Returns:
@@ -197,7 +197,7 @@ def run(
     methods, so that a grid no run of which could succeed is refused, not run.
 
     Raises:
-        TypeError: ``protocol`` is not a :class:`Protocol`; ``methods``, ``federations``,
+        TypeError: ``protocol`` is not a :class:`BenchmarkProtocol`; ``methods``, ``federations``,
             ``methods_for``, ``out``, ``dask_client`` or ``scheduler`` of the wrong type; ``engine=``
             naming a backend (``"joblib"`` ...: the keyword is ``backend=``) or ``client=`` (now
             ``dask_client=``).
@@ -218,11 +218,11 @@ def run(
         {k: v for k, v in protocol_kwargs.items() if k == "client" or (k == "engine" and v in BACKENDS)}, "run"
     )
     if protocol is None:
-        protocol = Protocol(**protocol_kwargs)
+        protocol = BenchmarkProtocol(**protocol_kwargs)
     elif protocol_kwargs:
         protocol = dataclasses.replace(protocol, **protocol_kwargs)
-    if not isinstance(protocol, Protocol):
-        raise TypeError(f"protocol must be a benchmark.Protocol, got {protocol!r}.")
+    if not isinstance(protocol, BenchmarkProtocol):
+        raise TypeError(f"protocol must be a benchmark.BenchmarkProtocol, got {protocol!r}.")
     ms = _methods(methods)
     common = {"dataset": dataset, "num_clients": num_clients, "model": model, "num_samples": num_samples}
     common = {k: v for k, v in common.items() if v is not None}

@@ -10,7 +10,7 @@ import numpy as np
 
 from .backends import run_configs
 from .execution import _config, _plain, run_key
-from .protocol import Protocol
+from .protocol import BenchmarkProtocol
 from .store import _Store
 from .summary import _lastk
 
@@ -21,7 +21,7 @@ def _beyond(values: list, end: int) -> float:
     return float(f"{a * a / b:.12g}")
 
 
-def _tune(ms, feds, protocol: Protocol, out, opts, cells=None) -> tuple:
+def _tune(ms, feds, protocol: BenchmarkProtocol, out, opts, cells=None) -> tuple:
     """Tuning with the edge rule -> ``(picks, grids, edges, configs, statuses)``.
 
     Runs every candidate of every method's grid on the tuning seeds, picks (:func:`select`),
@@ -85,7 +85,9 @@ def _cells(methods, federations) -> list:
     return [(f, m) for f in federations for m in methods]
 
 
-def select(tune_records, methods, federations, protocol: Protocol, grids: Mapping | None = None, cells=None) -> dict:
+def select(
+    tune_records, methods, federations, protocol: BenchmarkProtocol, grids: Mapping | None = None, cells=None
+) -> dict:
     """``{(federation, method): settings}``: the tuning pick (``None`` when every candidate failed).
 
     The criterion: the mean over the tuning seeds of the mean client accuracy averaged over the
