@@ -93,6 +93,17 @@ def test_a_sweep_resumed_after_a_code_change_reruns_its_runs(tmp_path, package_c
     assert set(_sweep(out, configs).values()) == {"cached"}
 
 
+def test_collect_gathers_a_sweep_from_the_stored_runs_alone(tmp_path):
+    """collect() took the statuses, methods and federations without reading them (issue 33); they went."""
+    configs = _configs()
+    statuses = _sweep(tmp_path, configs)
+    result = benchmark.BenchmarkResult.collect(tmp_path, [*configs, configs[0]], PROTOCOL, {})
+    assert list(result.runs.run_key) == list(statuses) and set(result.runs.status) == {"ok"}
+    assert sorted(set(result.records.seed)) == [1, 2] and result.protocol == PROTOCOL and not result.failed
+    (tmp_path / "runs" / f"{next(iter(statuses))}.json").unlink()  # the stored .json decides, not a status
+    assert list(benchmark.BenchmarkResult.collect(tmp_path, configs, PROTOCOL, {}).runs.status) == ["missing", "ok"]
+
+
 def test_a_record_that_does_not_name_its_code_is_redone(tmp_path):
     out, configs = tmp_path / "out", _configs()
     _sweep(out, configs)

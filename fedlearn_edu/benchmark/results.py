@@ -57,16 +57,12 @@ class BenchmarkResult:
     record_version: int = RECORD_VERSION
 
     @classmethod
-    def collect(cls, out, configs, statuses, methods, feds, protocol, picks):
-        """Gather the stored runs of a sweep into a result.
+    def collect(cls, out, configs, protocol, picks):
+        """Gather the stored runs of a sweep into a result (each run's stored ``.json`` says its status).
 
         Args:
             out: the results folder.
             configs: every configuration of the sweep (tuning and evaluation).
-            statuses: ``{run key: status}`` from :func:`run_configs` (not read: the stored
-                ``.json`` says whether a run is done).
-            methods: the grid's :class:`Method` s (not read; kept for the call's symmetry).
-            feds: the grid's :class:`FederationSpec` s (not read).
             protocol: the :class:`BenchmarkProtocol` used.
             picks: ``{(federation, method): settings}`` from :func:`select`.
 

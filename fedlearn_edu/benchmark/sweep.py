@@ -260,7 +260,7 @@ def run(
         opts["dask_client"] = _connect(scheduler)
     started = time.perf_counter()
     try:
-        picks, grids, edges, tune_cfgs, statuses = _tune(ms, feds, protocol, out, opts, cells)
+        picks, grids, edges, tune_cfgs, _ = _tune(ms, feds, protocol, out, opts, cells)
         eval_cfgs = []
         for (fname, mname), settings in picks.items():
             if settings is None:
@@ -268,11 +268,11 @@ def run(
             m = next(x for x in ms if x.name == mname)
             f = next(x for x in feds if x.name == fname)
             eval_cfgs += [_config(m, f, protocol, settings, seed, "eval") for seed in protocol.eval_seeds]
-        statuses.update(run_configs(eval_cfgs, out, desc="evaluation", **opts))
+        run_configs(eval_cfgs, out, desc="evaluation", **opts)
     finally:
         if scheduler is not None:
             opts["dask_client"].close()
-    result = BenchmarkResult.collect(out, tune_cfgs + eval_cfgs, statuses, ms, feds, protocol, picks)
+    result = BenchmarkResult.collect(out, tune_cfgs + eval_cfgs, protocol, picks)
     result.grids, result.edges = grids, edges
     result.wall_seconds = time.perf_counter() - started
     result.redone = redone
