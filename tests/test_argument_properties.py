@@ -655,6 +655,6 @@ def test_benchmark_grid_objects_are_built_or_refused_by_name(data):
         assert built.last_k <= built.rounds and set(built.tuning_seeds).isdisjoint(built.eval_seeds)
         built.local()
     elif cls is benchmark.FederationSpec:
-        json.dumps(execution._plain(built.config()))  # what the run's key hashes
+        json.dumps(execution._plain_record(built.config()))  # what the run's key hashes
     else:
         assert dataclasses.replace(built) == built and built.candidates()

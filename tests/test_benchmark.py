@@ -156,8 +156,21 @@ def test_t_interval_and_verdicts():
     assert verdict == {"fedavg": "baseline", "a": "better", "b": "inconclusive"}
     reached = dict(zip(s.method, s.reached))
     assert reached == {"fedavg": 0, "a": 2, "b": 0}
-    text = benchmark.format_table(s)
+    text = benchmark.format_results_table(s)
     assert "inconclusive" in text and "better" in text and "tie" not in text
+
+
+def test_the_benchmark_table_and_the_histories_table_have_their_own_names():
+    """Two format_table's (simulation's of histories, the benchmark's of a summary) and two _plain's were one name."""
+    from fedlearn_edu import simulation
+    from fedlearn_edu.benchmark import execution
+
+    assert "History" in simulation.format_table.__doc__  # the chapters' call (ch04), unchanged
+    assert not hasattr(benchmark, "format_table") and "format_results_table" in benchmark.__all__
+    assert not hasattr(execution, "_plain") and execution._plain_record((np.int64(2), {1: np.float32(0.5)})) == [
+        2,
+        {"1": 0.5},
+    ]
 
 
 def test_bad_input_names_the_argument():

@@ -418,7 +418,7 @@ def test_summaries_tables_and_metrics_of_nothing(monkeypatch, tmp_path):
 
     empty = benchmark.summarize(pd.DataFrame())  # was: KeyError: 'phase'
     assert len(empty) == 0 and "lastk_ci" in empty.columns
-    assert benchmark.format_table(empty) == benchmark.NOTHING_FINISHED + "\n"  # was: ValueError of max()
+    assert benchmark.format_results_table(empty) == benchmark.NOTHING_FINISHED + "\n"  # was: ValueError of max()
     assert benchmark.verdict_counts(empty)["tests"] == 0
     with pytest.raises(TypeError, match="records must be a pandas DataFrame"):
         benchmark.summarize([])
@@ -429,7 +429,7 @@ def test_summaries_tables_and_metrics_of_nothing(monkeypatch, tmp_path):
         r.table(["lastk", "accuracy"])  # was: KeyError: 'accuracy'
     with pytest.raises(ValueError, match="^metrics: unknown metric 'lastk'"):
         benchmark.plot_curves(r, metrics=("lastk",))
-    assert "final" in benchmark.format_table(r.summary(), "final")  # one name is a list of one
+    assert "final" in benchmark.format_results_table(r.summary(), "final")  # one name is a list of one
 
 
 @pytest.mark.parametrize(

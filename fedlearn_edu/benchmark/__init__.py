@@ -55,7 +55,7 @@ The package's modules, each importing only those above it:
 - :mod:`~fedlearn_edu.benchmark.execution`: one run (:func:`execute`, :func:`run_key`);
 - :mod:`~fedlearn_edu.benchmark.store`: the runs stored under ``<out>/runs``;
 - :mod:`~fedlearn_edu.benchmark.backends`: where runs execute, :func:`run_configs`;
-- :mod:`~fedlearn_edu.benchmark.summary`: :func:`summarize`, :func:`format_table`;
+- :mod:`~fedlearn_edu.benchmark.summary`: :func:`summarize`, :func:`format_results_table`;
 - :mod:`~fedlearn_edu.benchmark.tuning`: :func:`select` and the edge rule;
 - :mod:`~fedlearn_edu.benchmark.results`: :class:`BenchmarkResult`, :func:`load`, :func:`rerun`;
 - :mod:`~fedlearn_edu.benchmark.records`: :func:`records_folder` (the committed grids);
@@ -97,7 +97,7 @@ from .records import (
 from .report import markdown_report, plot_curves, plot_intervals, verdict_counts
 from .results import BenchmarkResult, load, rerun
 from .store import RECORD_VERSION
-from .summary import GUIDE_METRICS, METRICS, NOTHING_FINISHED, TESTED_METRICS, format_table, summarize
+from .summary import GUIDE_METRICS, METRICS, NOTHING_FINISHED, TESTED_METRICS, format_results_table, summarize
 from .sweep import run
 from .tuning import select
 
@@ -124,7 +124,7 @@ __all__ = [
     "select",
     "summarize",
     "t_interval",
-    "format_table",
+    "format_results_table",
     "BenchmarkResult",
     "METRICS",
     "TESTED_METRICS",

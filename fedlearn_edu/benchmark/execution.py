@@ -64,7 +64,8 @@ def git_commit() -> str:
     return head + ("-dirty" if dirty else "")
 
 
-def _plain(value):
+def _plain_record(value):
+    """``value`` as a run record's JSON holds it: NumPy scalars as Python's, tuples as lists, keys as strings."""
     if isinstance(value, (bool, np.bool_)):
         return bool(value)
     if isinstance(value, (int, np.integer)):
@@ -72,9 +73,9 @@ def _plain(value):
     if isinstance(value, (float, np.floating)):
         return float(value)
     if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
+        return {str(k): _plain_record(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+        return [_plain_record(v) for v in value]
     return value
 
 
@@ -88,7 +89,7 @@ def run_key(config: Mapping) -> str:
     Returns:
         16 hexadecimal characters (the start of the SHA-256 of the sorted JSON).
     """
-    text = json.dumps({"config": _plain(config), "version": _version()}, sort_keys=True)
+    text = json.dumps({"config": _plain_record(config), "version": _version()}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -96,7 +97,7 @@ def _config(m: Method, fed: FederationSpec, protocol: BenchmarkProtocol, setting
     return {
         "method": m.name,
         "builder": m.builder(),
-        "settings": _plain(settings),
+        "settings": _plain_record(settings),
         "server_validation": float(m.server_validation),
         "federation": fed.config(),
         "seed": int(seed),

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .execution import _plain, _version, execute, git_commit, run_key
+from .execution import _plain_record, _version, execute, git_commit, run_key
 from .protocol import BenchmarkProtocol
 from .store import RECORD_VERSION, _atomic_write, _Store
-from .summary import format_table, summarize
+from .summary import format_results_table, summarize
 
 _RECORD_COLUMNS = {
     "records.csv.gz": ("run_key", "phase", "method", "federation", "settings", "seed", "round", "mean", "worst10"),
@@ -125,7 +125,7 @@ class BenchmarkResult:
         return s.iloc[np.argsort([a * 10_000 + b for a, b in order], kind="stable")].reset_index(drop=True)
 
     def table(self, metrics=("lastk", "worst10")) -> str:
-        """:func:`format_table` of :meth:`summary`.
+        """:func:`format_results_table` of :meth:`summary`.
 
         Args:
             metrics: the metrics to show (names of :data:`METRICS`).
@@ -139,7 +139,7 @@ class BenchmarkResult:
             ValueError: a metric not in :data:`METRICS`.
         """
         s = self.summary()
-        table = format_table(s, metrics, failed=self._failed_cells(s))
+        table = format_results_table(s, metrics, failed=self._failed_cells(s))
         if len(s) == 0:
             failed = f"{len(self.failed)} of {len(self.runs)} runs failed." if len(self.runs) else "No run ran."
             report = self.failure_report()
@@ -195,7 +195,7 @@ class BenchmarkResult:
             "package_version": _version(),
             "git_commit": git_commit(),
         }
-        _atomic_write(out / "protocol.json", json.dumps(_plain(proto), indent=1).encode())
+        _atomic_write(out / "protocol.json", json.dumps(_plain_record(proto), indent=1).encode())
 
 
 def load(out) -> BenchmarkResult:

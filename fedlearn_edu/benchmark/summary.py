@@ -216,7 +216,7 @@ def summarize(records, protocol: BenchmarkProtocol | None = None, baseline: str 
     return pd.DataFrame(out)
 
 
-def format_table(summary, metrics=("lastk", "worst10"), percent: bool = True, failed=()) -> str:
+def format_results_table(summary, metrics=("lastk", "worst10"), percent: bool = True, failed=()) -> str:
     """The summary as text: ``mean +- half-width`` per method (rows) x federation (columns).
 
     The paired difference to FedAvg follows each cell with its verdict and Holm-adjusted

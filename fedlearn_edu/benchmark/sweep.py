@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from .backends import BACKENDS, _backend, _connect, refuse_renamed, run_configs
-from .execution import _clustered_federation, _config, _federation, _forget_federations, _plain, _strategy
+from .execution import _clustered_federation, _config, _federation, _forget_federations, _plain_record, _strategy
 from .federations import CLUSTERS, FederationSpec, parse_federation
 from .grid import CLASSROOM_METHODS, METHODS, Method, method
 from .protocol import BenchmarkProtocol
@@ -139,7 +139,7 @@ def _preflight(cells, protocol: BenchmarkProtocol, root, keep: bool = False) -> 
                 _strategy(_config(m, f, protocol, settings, seed, "tune"), None)
             except (ValueError, TypeError) as err:
                 raise type(err)(
-                    f"methods: {m.name!r} with settings {_plain(settings)!r}: {' '.join(str(err).split())}"
+                    f"methods: {m.name!r} with settings {_plain_record(settings)!r}: {' '.join(str(err).split())}"
                 ) from None
 
 

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from .backends import run_configs
-from .execution import _config, _plain, run_key
+from .execution import _config, _plain_record, run_key
 from .protocol import BenchmarkProtocol
 from .store import _Store
 from .summary import _lastk
@@ -112,12 +112,12 @@ def select(
     picks = {}
     for f, m in _cells(methods, federations) if cells is None else cells:
         if len(m.candidates()) == 1:  # nothing to tune (no tuning run)
-            picks[(f.name, m.name)] = _plain(m.candidates()[0])
+            picks[(f.name, m.name)] = _plain_record(m.candidates()[0])
             continue
         grid = (grids or {}).get((f.name, m.name), m.tune)
         best, best_score = None, -math.inf
         for settings in m.candidates(grid):
-            text = json.dumps(_plain(settings), sort_keys=True)
+            text = json.dumps(_plain_record(settings), sort_keys=True)
             scores = []
             for seed in protocol.tuning_seeds:
                 rows = (
@@ -138,5 +138,5 @@ def select(
             score = float(np.mean(scores))
             if score > best_score:
                 best, best_score = settings, score
-        picks[(f.name, m.name)] = _plain(best) if best is not None else None
+        picks[(f.name, m.name)] = _plain_record(best) if best is not None else None
     return picks
