@@ -23,7 +23,7 @@ import pytest
 from fedlearn_edu import benchmark
 from fedlearn_edu.benchmark import execution, store
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PROTOCOL = benchmark.BenchmarkProtocol(rounds=2, last_k=1, clients_per_round=2, tuning_seeds=(0,), eval_seeds=(1, 2))
 FED = benchmark.parse_federation("dirichlet:0.5", num_clients=4, num_samples=200)
 

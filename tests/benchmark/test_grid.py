@@ -20,7 +20,7 @@ from fedlearn_edu import benchmark
 from fedlearn_edu.benchmark import execution
 from fedlearn_edu.data import cluster_ids
 
-RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 NEW = {"local": "personal", "gossip": "personal", "dac": "personal", "conditional": "conditional"}
 TINY = benchmark.BenchmarkProtocol(rounds=2, clients_per_round=4, last_k=1)
 COMMON = {"num_clients": 8, "num_samples": 400}

@@ -19,7 +19,7 @@ import pytest
 
 from fedlearn_edu import benchmark
 
-RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 RECORDS = RESULTS / "classroom"
 COLUMNS = ("mean", "std", "worst10", "best10", "loss", "train_loss")
 # per grid: the methods the re-run sample is drawn from (quick ones), its seed, not the chapter's

@@ -15,7 +15,7 @@ import pytest
 from fedlearn_edu import benchmark
 from fedlearn_edu.benchmark import records
 
-COMMITTED = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "classroom"
+COMMITTED = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "classroom"
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from scipy import stats
 from fedlearn_edu import benchmark
 from fedlearn_edu.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # A tiny grid: 2 methods x 2 step candidates x 1 tuning seed + 2 x 2 evaluation seeds = 8 runs.
 TINY = dict(
     methods=[
@@ -34,7 +34,7 @@ TINY = dict(
     clients_per_round=2,
     tuning_seeds=(0,),
     eval_seeds=(1, 2),
-    edge_cap=0,  # the grids as given (tests/test_benchmark_protocol.py tests the edge rule)
+    edge_cap=0,  # the grids as given (tests/benchmark/test_protocol.py tests the edge rule)
     progress=False,
 )
 TIMING = ["sec_per_round"]  # wall-clock: the one column that differs between identical runs
@@ -204,10 +204,8 @@ def test_resume_skips_done_and_redoes_corrupt(reference, tmp_path):
 
 _CHILD = textwrap.dedent(
     """
-    import sys
     from fedlearn_edu import benchmark
-    sys.path.insert(0, {tests!r})
-    from test_benchmark import TINY
+    from tests.benchmark.test_sweep import TINY
     benchmark.run(out={out!r}, backend="sequential", **TINY)
     """
 )
@@ -216,7 +214,7 @@ _CHILD = textwrap.dedent(
 def test_killed_sweep_restarted_equals_uninterrupted(reference, tmp_path):
     out = tmp_path / "killed"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    code = _CHILD.format(tests=str(ROOT / "tests"), out=str(out))
+    code = _CHILD.format(out=str(out))
     child = subprocess.Popen([sys.executable, "-c", code], env=env, start_new_session=True)
     try:
         deadline = time.monotonic() + 60

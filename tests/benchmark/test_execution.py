@@ -13,7 +13,7 @@ from fedlearn_edu.benchmark import execution
 from fedlearn_edu.strategies import IFCA, Ditto, FedAvg, LocalOnly
 from tests.user_strategy import restored_registry, write_user_module
 
-RECORDS = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "classroom"
+RECORDS = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "classroom"
 COLUMNS = ("mean", "std", "worst10", "best10", "loss", "train_loss")
 SPECIAL = ("ditto", "ifca", "local")  # once built by name in benchmark._strategy
 

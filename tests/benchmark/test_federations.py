@@ -1,7 +1,7 @@
 """The benchmark's attack axis, and the shape of the committed robust grid (benchmarks/results/robust).
 
 Its summary and a sample of its runs are checked against the code, bit for bit, with the
-classroom grid's in tests/test_benchmark_records.py.
+classroom grid's in tests/benchmark/test_benchmark_records.py.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 from fedlearn_edu import benchmark
 from fedlearn_edu.benchmark import execution
 
-RECORDS = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "robust"
+RECORDS = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "robust"
 COLUMNS = ("mean", "std", "worst10", "best10", "loss", "train_loss")
 
 
