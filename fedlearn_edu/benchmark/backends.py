@@ -8,7 +8,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 
-from ..checks import check_int
+from ..checks import check_bool, check_instance, check_int, check_name, check_path
 from .execution import _version, execute, git_commit, run_key
 from .store import _Store
 
@@ -101,8 +101,7 @@ def check_backend(backend) -> str:
         TypeError: ``backend`` is not a string.
         ValueError: an unknown backend.
     """
-    if not isinstance(backend, str):
-        raise TypeError(f"backend must be one of {list(BACKENDS)}, got {backend!r} ({type(backend).__name__}).")
+    check_instance(backend, "backend", str, f"one of {list(BACKENDS)}")
     if backend not in BACKENDS:
         raise ValueError(f"Unknown backend {backend!r}; choose 'sequential', 'joblib' or 'dask'.")
     return backend
@@ -144,8 +143,8 @@ def _backend(backend, n_jobs, dask_client, scheduler) -> str:
         raise TypeError(
             f"dask_client must be a distributed.Client (pass an address as scheduler=), got {dask_client!r}."
         )
-    if scheduler is not None and (not isinstance(scheduler, str) or not scheduler.strip()):
-        raise TypeError(f"scheduler must be a Dask scheduler's address such as 'tcp://host:8786', got {scheduler!r}.")
+    if scheduler is not None:
+        check_name(scheduler, "scheduler", "tcp://host:8786")
     if backend is None:
         backend = "dask" if (dask_client is not None or scheduler is not None) else "joblib"
     check_backend(backend)
@@ -224,6 +223,13 @@ def run_configs(
     """
     refuse_renamed(renamed, "run_configs")
     check_backend(backend)
+    check_instance(configs, "configs", (list, tuple), "a list of run configurations (dicts)")
+    for i, config in enumerate(configs):
+        check_instance(config, f"configs[{i}]", Mapping, "a run's configuration (a dict)")
+    check_path(out, "out", "a results folder's path")
+    if n_jobs is not None:
+        check_int(n_jobs, "n_jobs", 1)
+    check_bool(progress, "progress")
     store = _Store(out)
     meta = {"package_version": _version(), "git_commit": git_commit()}
     keys = [run_key(c) for c in configs]

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..checks import check_instance, check_path
 from .federations import CLUSTERS, FederationSpec
 from .grid import _CONDITIONAL, Method
 from .protocol import BenchmarkProtocol
@@ -173,7 +174,7 @@ def _strategy(config: dict, factory: Callable | None):
 
 
 def execute(config: dict, factory: Callable | None = None, root=None) -> dict:
-    """Run one configuration; never raises (a failure is returned with its traceback).
+    """Run one configuration; a failure is returned with its traceback, not raised.
 
     Args:
         config: one run's configuration (a ``config`` of ``runs.csv``): method, builder,
@@ -193,8 +194,18 @@ def execute(config: dict, factory: Callable | None = None, root=None) -> dict:
     Returns:
         ``{"status": "ok", "rows": [...], "seconds": s, "evaluated": ...}`` or
         ``{"status": "failed", "error": "...", "traceback": "..."}``.
+
+    Raises:
+        TypeError: ``config`` is not a mapping, ``factory`` neither callable nor ``None``, or
+            ``root`` neither a path nor ``None`` (anything wrong inside ``config`` is a failed run).
     """
     import torch
+
+    check_instance(config, "config", Mapping, "a run's configuration (a dict, as in runs.csv's config column)")
+    if factory is not None:
+        check_instance(factory, "factory", Callable, "a strategy factory (a callable) or None")
+    if root is not None:
+        check_path(root, "root", "the data folder's path or None")
 
     from ..data import add_label_noise, server_validation_split
     from ..models import make_model

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..checks import check_int, check_positive, check_range
+from ..checks import check_instance, check_int, check_name, check_path, check_positive, check_range
 
 # The attack's parameters a federation string's attack gets (recorded in the run's key): the
 # scaling attack multiplies by 10, the Gaussian one sends N(0, 1) per coordinate; the rest use
@@ -44,7 +43,8 @@ class FederationSpec:
 
     Raises:
         TypeError: a field of the wrong type (a name that is not a string, a count that is not
-            an integer, parameters that are not a mapping).
+            an integer, a share that is not a real number, parameters that are not a mapping, a
+            ``root`` that is not a path).
         ValueError: an unknown dataset, model, partition or attack; ``partition_params`` the
             partition does not take or out of range (as :func:`parse_federation` checks them);
             ``num_samples`` below ``num_clients``; an ``attack_fraction`` that rounds to no
@@ -68,29 +68,33 @@ class FederationSpec:
     def __post_init__(self):
         from ..data import PARTITIONS
 
-        if not isinstance(self.name, str) or not self.name.strip():
-            raise ValueError(f"FederationSpec name must be a non-empty string, got {self.name!r}.")
+        check_name(self.name, "FederationSpec name", "dirichlet:0.1")
         _check_names(self.dataset, self.model)
-        if not isinstance(self.partition, str) or (self.partition not in PARTITIONS and self.partition != CLUSTERS):
+        check_instance(self.partition, "partition", str, "a partition's name such as 'dirichlet'")
+        if self.partition not in PARTITIONS and self.partition != CLUSTERS:
             raise ValueError(f"Unknown partition {self.partition!r}; choose one of {[*PARTITIONS, CLUSTERS]}.")
+        # numbers the run's key hashes: Python's or NumPy's (a tensor would not go into its JSON)
+        for what in ("num_clients", "num_samples"):
+            if getattr(self, what) is not None:
+                check_instance(getattr(self, what), what, (int, np.integer), "an integer")
         check_int(self.num_clients, "num_clients", 2)
         if self.num_samples is not None:
             check_int(self.num_samples, "num_samples", self.num_clients)
+        for what in ("noisy_clients", "noise_fraction", "attack_fraction"):
+            check_instance(getattr(self, what), what, _REAL, "a real number")
         check_range(self.noisy_clients, "noisy_clients", 0.0, 1.0)
         check_range(self.noise_fraction, "noise_fraction", 0.0, 1.0)
         for what in ("partition_params", "attack_params"):
-            if not isinstance(getattr(self, what), Mapping):
-                raise TypeError(f"{what} must be a mapping {{name: value}}, got {getattr(self, what)!r}.")
-        if self.root is not None and not isinstance(self.root, (str, os.PathLike)):
-            raise TypeError(f"root must be a folder's path or None, got {self.root!r}.")
+            check_instance(getattr(self, what), what, Mapping, "a mapping {name: value}")
+        if self.root is not None:
+            check_path(self.root, "root", "a folder's path or None")
         object.__setattr__(self, "partition_params", dict(self.partition_params))
         object.__setattr__(self, "attack_params", dict(self.attack_params))
         if self.partition == CLUSTERS:
             _check_clusters(self.partition_params, self.num_clients)
         else:
             _check_partition_params(self.partition, self.partition_params)
-        if not isinstance(self.attack, str):
-            raise TypeError(f"attack must be a kind such as 'sign_flip' or '' (none), got {self.attack!r}.")
+        check_instance(self.attack, "attack", str, "a kind such as 'sign_flip' or '' (none)")
         if self.attack:
             from ..attacks import ATTACKS, Attack, num_attackers
 
@@ -132,6 +136,7 @@ class FederationSpec:
         return d
 
 
+_REAL = (int, float, np.integer, np.floating)  # a real number (check_range refuses bools)
 _PARAM = {"dirichlet": "alpha", "shards": "shards_per_client", "quantity": "sigma"}
 # A federation of clusters: K groups of clients whose data differ by a shift (label shift, where
 # client-conditional FL's fingerprints see the clusters; chapter *One model, many clients*).
@@ -145,10 +150,7 @@ def _check_names(dataset, model) -> None:
     from ..models import MODELS
 
     for what, value in (("dataset", dataset), ("model", model)):
-        if not isinstance(value, str):
-            raise TypeError(
-                f"{what} must be a name such as {'digits' if what == 'dataset' else 'mlp'!r}, got {value!r}."
-            )
+        check_instance(value, what, str, f"a name such as {'digits' if what == 'dataset' else 'mlp'!r}")
     dataset_info(dataset)  # "Unknown dataset ..."
     if model.lower().replace("-", "").replace("_", "") not in MODELS:
         raise ValueError(f"Unknown model {model!r}; choose one of {sorted(MODELS)}.")
@@ -192,11 +194,12 @@ def _check_clusters(params: Mapping, num_clients: int) -> None:
     if set(params) != {"num_clusters", "shift"}:
         raise ValueError(f"partition='{CLUSTERS}' takes partition_params num_clusters and shift, got {params!r}.")
     k = params["num_clusters"]
-    if not isinstance(k, int) or isinstance(k, bool) or k < 2:
-        raise ValueError(f"num_clusters must be an integer >= 2, got {k!r}.")
+    check_instance(k, "num_clusters", int, "an integer >= 2")
+    check_int(k, "num_clusters", 2)
     if num_clients % k:
         raise ValueError(f"{num_clients} clients cannot form {k} clusters of equal size; use a divisor of num_clients.")
-    if not isinstance(params["shift"], str) or not parse_shift(params["shift"]):
+    check_instance(params["shift"], "shift", str, "a shift's name such as 'label' or 'concept'")
+    if not parse_shift(params["shift"]):
         raise ValueError(f"shift must name a shift such as 'label' or 'concept', got {params['shift']!r}.")
 
 

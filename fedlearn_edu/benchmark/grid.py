@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import product
 
-from ..checks import check_positive, check_range
+from ..checks import check_instance, check_name, check_positive, check_range
 
 
 @dataclass(frozen=True)
@@ -33,8 +33,8 @@ class Method:
             never a bounded one such as ``momentum`` or a count such as ``num_clusters``).
 
     Raises:
-        TypeError: a field of the wrong type (``fixed``/``tune`` not mappings, ``strategy`` not a
-            name, ``factory`` not callable).
+        TypeError: a field of the wrong type (``name`` or ``strategy`` not a string, ``fixed``/``tune``
+            not mappings, a candidate list not a list, ``factory`` not callable).
         ValueError: an empty name or candidate list, ``server_validation`` outside ``[0, 1)``, or
             ``extend`` naming a setting that is not tuned or has non-positive candidates. A
             strategy name or setting the strategy refuses is found by :func:`run` before its
@@ -51,24 +51,21 @@ class Method:
     extend: tuple | None = None
 
     def __post_init__(self):
-        if not isinstance(self.name, str) or not self.name:
-            raise ValueError(f"Method name must be a non-empty string, got {self.name!r}.")
+        check_name(self.name, "Method name", "fedavg")
         if self.factory is None and self.strategy is None:
             object.__setattr__(self, "strategy", self.name)
-        if self.factory is not None and not callable(self.factory):
-            raise TypeError(f"Method factory must be callable, got {self.factory!r}.")
-        if self.strategy is not None and not isinstance(self.strategy, str):
-            raise TypeError(f"Method {self.name!r}: strategy must be a strategy's name, got {self.strategy!r}.")
+        if self.factory is not None:
+            check_instance(self.factory, "Method factory", Callable, "a callable (factory(**settings) -> Strategy)")
+        if self.strategy is not None:
+            check_instance(self.strategy, f"Method {self.name!r}: strategy", str, "a strategy's name")
         for what in ("fixed", "tune"):
-            if not isinstance(getattr(self, what), Mapping):
-                raise TypeError(
-                    f"Method {self.name!r}: {what} must be a mapping {{setting: ...}}, got {getattr(self, what)!r}."
-                )
+            check_instance(getattr(self, what), f"Method {self.name!r}: {what}", Mapping, "a mapping {setting: ...}")
         check_range(self.server_validation, "server_validation", 0.0, 1.0, high_open=True)
-        if not isinstance(self.note, str):
-            raise TypeError(f"Method {self.name!r}: note must be a string, got {self.note!r}.")
+        check_instance(self.note, f"Method {self.name!r}: note", str, "a string")
         for key, values in dict(self.tune).items():
-            if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or len(values) == 0:
+            if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
+                raise TypeError(f"Method {self.name!r}: tune[{key!r}] must be a list of candidates, got {values!r}.")
+            if len(values) == 0:
                 raise ValueError(f"Method {self.name!r}: tune[{key!r}] must be a non-empty list, got {values!r}.")
         object.__setattr__(self, "fixed", dict(self.fixed))
         object.__setattr__(self, "tune", {k: list(v) for k, v in dict(self.tune).items()})
@@ -113,7 +110,8 @@ class Method:
             A new :class:`Method` (this one is unchanged).
 
         Raises:
-            ValueError: a candidate list is empty or not a list.
+            TypeError: a candidate list is not a list.
+            ValueError: a candidate list is empty.
         """
         new = {k: v for k, v in {**self.tune, **tune}.items() if v is not None}
         return dataclasses.replace(self, tune=new, extend=tuple(k for k in self.extend if k in new))

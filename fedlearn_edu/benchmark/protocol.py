@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..checks import check_range, check_seed
+from ..checks import check_choice, check_instance, check_int, check_range, check_seed
 
 # The criterion's default window: the last 5 evaluations (every one of a shorter run).
 LAST_K = 5
@@ -42,10 +42,11 @@ class BenchmarkProtocol:
             times per end; a pick still at an end is flagged. ``0`` turns the rule off.
 
     Raises:
-        TypeError: ``tuning_seeds`` or ``eval_seeds`` is not a sequence.
-        ValueError: any other field of the wrong type or out of range (bools are not numbers;
-            seeds are below 2**64), seeds shared by both phases, ``last_k > rounds``, an
-            unknown ``engine``.
+        TypeError: a field of the wrong type: ``tuning_seeds`` or ``eval_seeds`` not a sequence
+            of integers, a count not an integer, a rate not a real number (bools are neither),
+            ``engine`` not a string.
+        ValueError: a field out of range (seeds are below 2**64), seeds shared by both phases,
+            ``last_k > rounds``, an unknown ``engine``.
     """
 
     tuning_seeds: tuple = (0, 1, 2)
@@ -69,14 +70,10 @@ class BenchmarkProtocol:
             given = getattr(self, name)
             if isinstance(given, (str, bytes, Mapping)) or not isinstance(given, (Sequence, range, np.ndarray)):
                 raise TypeError(f"{name} must be a sequence of seeds such as (0, 1, 2), got {given!r}.")
-            seeds = tuple(given)
-            if any(not isinstance(s, (int, np.integer)) or isinstance(s, (bool, np.bool_)) for s in seeds):
-                raise ValueError(f"{name} must be non-negative integers, got {seeds!r}.")
-            for s in seeds:
-                check_seed(s, name)
+            seeds = tuple(check_seed(s, name) for s in given)  # TypeError for a seed that is not an integer
             if len(set(seeds)) != len(seeds):
                 raise ValueError(f"{name} holds a seed twice: {seeds!r}.")
-            object.__setattr__(self, name, tuple(int(s) for s in seeds))
+            object.__setattr__(self, name, seeds)
         if not self.tuning_seeds:
             raise ValueError("tuning_seeds must hold at least one seed.")
         if len(self.eval_seeds) < 2:
@@ -87,9 +84,7 @@ class BenchmarkProtocol:
         for name in ("rounds", "clients_per_round", "local_epochs", "batch_size", "last_k"):
             if name == "last_k" and self.last_k is None:  # the default: the last 5 evaluations, or all of fewer
                 object.__setattr__(self, "last_k", min(LAST_K, int(self.rounds)))
-            v = getattr(self, name)
-            if not isinstance(v, (int, np.integer)) or isinstance(v, (bool, np.bool_)) or v < 1:
-                raise ValueError(f"{name} must be a positive integer, got {v!r}.")
+            check_int(getattr(self, name), name, 1)
         if self.last_k > self.rounds:
             raise ValueError(f"last_k={self.last_k} exceeds rounds={self.rounds}.")
         for name, v, high, high_open in (
@@ -98,13 +93,10 @@ class BenchmarkProtocol:
             ("alpha", self.alpha, 1.0, True),
             ("margin", self.margin, 1.0, True),
         ):
-            if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
-                raise ValueError(f"{name} must be a number, got {v!r} ({type(v).__name__}).")
+            check_instance(v, name, (int, float, np.integer, np.floating), "a real number")
             check_range(v, name, 0.0, high, low_open=True, high_open=high_open)
-        if not isinstance(self.engine, str) or self.engine not in ("auto", *ENGINES):
-            raise ValueError(f"engine must be one of {['auto', *sorted(ENGINES)]}, got {self.engine!r}.")
-        if isinstance(self.edge_cap, bool) or not isinstance(self.edge_cap, (int, np.integer)) or self.edge_cap < 0:
-            raise ValueError(f"edge_cap must be a non-negative integer, got {self.edge_cap!r}.")
+        check_choice(self.engine, "engine", ["auto", *sorted(ENGINES)])
+        check_int(self.edge_cap, "edge_cap", 0)
 
     def local(self) -> dict:
         """The settings every run of the sweep shares, as stored in a run's configuration.

@@ -8,6 +8,7 @@ import json
 import os
 from pathlib import Path
 
+from ..checks import check_bool, check_instance, check_path
 from .results import _RECORD_COLUMNS
 from .store import _atomic_write
 
@@ -88,6 +89,7 @@ def records_folder(grid: str = "classroom", root=None, download: bool = True) ->
     Raises:
         FileNotFoundError: no folder holds the records and downloading is off.
         ConnectionError: a download failed (the URL is named).
+        TypeError: ``grid`` not a string, ``root`` not a path, ``download`` not a bool.
         ValueError: a downloaded file is not what it should be (the URL is named), or an
             unknown grid.
     """
@@ -96,8 +98,12 @@ def records_folder(grid: str = "classroom", root=None, download: bool = True) ->
 
     from ..data.sources import OFFLINE_VAR, download_root, downloads_allowed
 
+    check_instance(grid, "grid", str, f"one of {list(GRIDS)}")
     if grid not in GRIDS:
         raise ValueError(f"grid must be one of {', '.join(map(repr, GRIDS))}; got {grid!r}.")
+    if root is not None:
+        check_path(root, "root", "the data folder's path or None")
+    check_bool(download, "download")
 
     def sibling(path: Path) -> Path:
         return path if grid == "classroom" else path.parent / grid

@@ -7,10 +7,11 @@ import math
 
 import numpy as np
 
+from ..checks import check_instance, check_range
 from ..stats import VERDICTS
 from .execution import VALUE_COLUMNS, _version
 from .results import BenchmarkResult
-from .summary import GUIDE_METRICS, NOTHING_FINISHED, _check_metrics
+from .summary import GUIDE_METRICS, NOTHING_FINISHED, TESTED_METRICS, _check_metrics
 
 
 def plot_curves(result: BenchmarkResult, metrics=("mean", "worst10"), methods=None, confidence: float = 0.95):
@@ -28,6 +29,7 @@ def plot_curves(result: BenchmarkResult, metrics=("mean", "worst10"), methods=No
         The matplotlib figure, ``len(metrics)`` x number of federations panels.
 
     Raises:
+        TypeError: ``result`` is not a :class:`BenchmarkResult`, ``confidence`` not a number.
         ValueError: no evaluation run finished (nothing to draw: see
             :meth:`BenchmarkResult.failure_report`), or a metric that is not a record column of
             :data:`VALUE_COLUMNS`.
@@ -36,8 +38,8 @@ def plot_curves(result: BenchmarkResult, metrics=("mean", "worst10"), methods=No
     from scipy import stats
 
     metrics = _check_metrics(metrics, VALUE_COLUMNS[1:])
-    if not isinstance(result, BenchmarkResult):
-        raise TypeError(f"result must be a benchmark.BenchmarkResult, got {type(result).__name__}.")
+    check_instance(result, "result", BenchmarkResult, "a benchmark.BenchmarkResult")
+    check_range(confidence, "confidence", 0.0, 1.0, low_open=True, high_open=True)
     if len(result.records) == 0 or len(result.records[result.records["phase"] == "eval"]) == 0:
         raise ValueError(f"{NOTHING_FINISHED[:-1]}; nothing to plot. {result.failure_report()}".strip())
     ev = result.records[result.records["phase"] == "eval"]
@@ -88,14 +90,15 @@ def plot_intervals(summary, metric: str = "lastk"):
         The matplotlib figure, one panel per federation.
 
     Raises:
-        TypeError: ``metric`` is not a string.
+        TypeError: ``summary`` is not a DataFrame, or ``metric`` not a string.
         ValueError: ``metric`` is not one of those, or the summary has no row (no evaluation
             run finished).
     """
     import matplotlib.pyplot as plt
+    import pandas as pd
 
-    if not isinstance(metric, str):
-        raise TypeError(f"metric must be a metric's name such as 'lastk', got {metric!r}.")
+    check_instance(summary, "summary", pd.DataFrame, "a summarize() DataFrame")
+    check_instance(metric, "metric", str, "a metric's name such as 'lastk'")
     _check_metrics(metric, ("lastk", "final", "worst10"), "metric")
     if len(summary) == 0:
         raise ValueError(f"{NOTHING_FINISHED[:-1]}; nothing to plot.")
@@ -146,7 +149,16 @@ def verdict_counts(summary, metrics=GUIDE_METRICS, alpha: float = 0.05) -> dict:
         alpha), ``holm`` (Holm-adjusted p below alpha), ``bh`` (q below alpha), and one count
         per verdict: ``better``, ``worse``, ``equivalent``, ``inconclusive`` (the verdicts use
         Holm).
+
+    Raises:
+        TypeError: ``summary`` is not a DataFrame, ``metrics`` not names, ``alpha`` not a number.
+        ValueError: a metric not in :data:`TESTED_METRICS`, ``alpha`` outside ``(0, 1)``.
     """
+    import pandas as pd
+
+    check_instance(summary, "summary", pd.DataFrame, "a summarize() DataFrame")
+    metrics = _check_metrics(metrics, TESTED_METRICS)
+    check_range(alpha, "alpha", 0.0, 1.0, low_open=True, high_open=True)
     counts = dict.fromkeys(("tests", "uncorrected", "holm", "bh", *VERDICTS), 0)
     for metric in metrics:
         p = summary[f"p_{metric}"].to_numpy(dtype=float)
@@ -169,8 +181,14 @@ def markdown_report(result: BenchmarkResult, command: str = "") -> str:
 
     Returns:
         The report as Markdown text.
+
+    Raises:
+        TypeError: ``result`` is not a :class:`BenchmarkResult`, or ``command`` not a string.
     """
     from .. import stats
+
+    check_instance(result, "result", BenchmarkResult, "a benchmark.BenchmarkResult")
+    check_instance(command, "command", str, "the command as a string ('' for none)")
 
     p = result.protocol
     s = result.summary()

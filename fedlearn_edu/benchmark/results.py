@@ -8,12 +8,12 @@ import gzip
 import io
 import json
 import math
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from ..checks import check_instance, check_name, check_path
 from .execution import _plain_record, _version, execute, git_commit, run_key
 from .protocol import BenchmarkProtocol
 from .store import RECORD_VERSION, _atomic_write, _Store
@@ -220,9 +220,7 @@ def load(out) -> BenchmarkResult:
     """
     import pandas as pd
 
-    if not isinstance(out, (str, os.PathLike)) or isinstance(out, bytes):
-        raise TypeError(f"out must be a results folder's path, got {out!r} ({type(out).__name__}).")
-    out = Path(out)
+    out = check_path(out, "out", "a results folder's path")
     for name in ("records.csv.gz", "runs.csv", "protocol.json"):
         if not (out / name).exists():
             raise FileNotFoundError(f"{out / name} does not exist: is {str(out)!r} a benchmark results folder?")
@@ -292,8 +290,15 @@ def rerun(records, key: str, root=None) -> dict:
         :func:`execute`'s dict for that configuration.
 
     Raises:
+        TypeError: ``records`` is not a DataFrame, ``key`` not a string, ``root`` not a path.
         ValueError: no run has that key.
     """
+    import pandas as pd
+
+    check_instance(records, "records", pd.DataFrame, "a runs DataFrame (BenchmarkResult.runs)")
+    check_name(key, "key", "0123456789abcdef")
+    if root is not None:
+        check_path(root, "root", "the data folder's path or None")
     row = records[records["run_key"] == key]
     if len(row) == 0:
         raise ValueError(f"No run with key {key!r} in the records.")

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
+from ..checks import check_bool, check_instance, check_name, check_range
 from .protocol import BenchmarkProtocol
 
 METRICS = ("final", "lastk", "worst10", "std", "rounds_to_target", "sec_per_round")
@@ -142,17 +143,20 @@ def summarize(records, protocol: BenchmarkProtocol | None = None, baseline: str 
         rows (but with every column) when no evaluation run finished.
 
     Raises:
-        TypeError: ``records`` is not a DataFrame, or ``protocol`` not a :class:`BenchmarkProtocol`.
-        ValueError: ``records`` has rows but lacks a column the summary needs.
+        TypeError: ``records`` is not a DataFrame, ``protocol`` not a :class:`BenchmarkProtocol`,
+            ``baseline`` not a string or ``confidence`` not a number.
+        ValueError: ``records`` has rows but lacks a column the summary needs; ``confidence``
+            outside ``(0, 1)``.
     """
     import pandas as pd
 
     from .. import stats
 
-    if not isinstance(records, pd.DataFrame):
-        raise TypeError(f"records must be a pandas DataFrame of tidy records, got {type(records).__name__}.")
-    if protocol is not None and not isinstance(protocol, BenchmarkProtocol):
-        raise TypeError(f"protocol must be a benchmark.BenchmarkProtocol or None, got {protocol!r}.")
+    check_instance(records, "records", pd.DataFrame, "a pandas DataFrame of tidy records")
+    if protocol is not None:
+        check_instance(protocol, "protocol", BenchmarkProtocol, "a benchmark.BenchmarkProtocol or None")
+    check_name(baseline, "baseline", "fedavg")
+    check_range(confidence, "confidence", 0.0, 1.0, low_open=True, high_open=True)
     protocol = protocol or BenchmarkProtocol()
     if len(records) == 0:
         return pd.DataFrame(columns=_summary_columns())
@@ -236,13 +240,14 @@ def format_results_table(summary, metrics=("lastk", "worst10"), percent: bool = 
         summary has no row.
 
     Raises:
+        TypeError: ``summary`` is not a DataFrame, ``metrics`` not names, ``percent`` not a bool.
         ValueError: a metric not in :data:`METRICS`, or a summary without its columns.
     """
     import pandas as pd
 
     metrics = _check_metrics(metrics, METRICS)
-    if not isinstance(summary, pd.DataFrame):
-        raise TypeError(f"summary must be a summarize() DataFrame, got {type(summary).__name__}.")
+    check_instance(summary, "summary", pd.DataFrame, "a summarize() DataFrame")
+    check_bool(percent, "percent")
     if len(summary) == 0:
         return NOTHING_FINISHED + "\n"
     missing = [c for c in ("federation", "method", *metrics, *(f"{m}_ci" for m in metrics)) if c not in summary.columns]

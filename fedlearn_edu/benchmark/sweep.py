@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 import tempfile
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from ..checks import check_bool, check_instance, check_path
 from .backends import BACKENDS, _backend, _connect, refuse_renamed, run_configs
 from .execution import _clustered_federation, _config, _federation, _forget_federations, _plain_record, _strategy
 from .federations import CLUSTERS, FederationSpec, parse_federation
@@ -79,11 +79,7 @@ def _check_out(out) -> Path:
         ValueError: ``out`` is empty, is a file, has a ``runs`` that is not a folder, or cannot be
             written (read-only, or its parent folder does not exist).
     """
-    if not isinstance(out, (str, os.PathLike)) or isinstance(out, bytes):
-        raise TypeError(f"out must be a folder's path (a str or pathlib.Path), got {out!r} ({type(out).__name__}).")
-    if not str(out).strip():
-        raise ValueError("out is empty; name a results folder such as 'benchmark_runs' ('.' for this folder).")
-    path = Path(out).expanduser()
+    path = check_path(out, "out", "a folder's path").expanduser()
     if path.exists() and not path.is_dir():
         raise ValueError(f"out={str(out)!r} exists and is not a folder; name a folder.")
     if (path / "runs").exists() and not (path / "runs").is_dir():
@@ -219,21 +215,20 @@ def run(
     )
     if protocol is None:
         protocol = BenchmarkProtocol(**protocol_kwargs)
-    elif protocol_kwargs:
-        protocol = dataclasses.replace(protocol, **protocol_kwargs)
-    if not isinstance(protocol, BenchmarkProtocol):
-        raise TypeError(f"protocol must be a benchmark.BenchmarkProtocol, got {protocol!r}.")
+    else:
+        check_instance(protocol, "protocol", BenchmarkProtocol, "a benchmark.BenchmarkProtocol or None")
+        protocol = dataclasses.replace(protocol, **protocol_kwargs) if protocol_kwargs else protocol
+    check_bool(progress, "progress")
     ms = _methods(methods)
     common = {"dataset": dataset, "num_clients": num_clients, "model": model, "num_samples": num_samples}
     common = {k: v for k, v in common.items() if v is not None}
     if root is not None:
-        if not isinstance(root, (str, os.PathLike)):
-            raise TypeError(f"root must be a folder's path or None, got {root!r}.")
+        check_path(root, "root", "the data folder's path or None")
         common["root"] = str(root)
     feds = _federations(federations, common)
     own = {}
-    if methods_for is not None and not isinstance(methods_for, Mapping):
-        raise TypeError(f"methods_for must be a mapping {{federation name: methods}}, got {methods_for!r}.")
+    if methods_for is not None:
+        check_instance(methods_for, "methods_for", Mapping, "a mapping {federation name: methods}")
     for name, names in (methods_for or {}).items():
         if name not in [f.name for f in feds]:
             raise ValueError(f"methods_for names {name!r}, not a federation of the grid {[f.name for f in feds]!r}.")

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from ..checks import check_instance
 from .backends import run_configs
 from .execution import _config, _plain_record, run_key
 from .protocol import BenchmarkProtocol
@@ -108,7 +109,17 @@ def select(
 
     Returns:
         ``{(federation name, method name): settings dict or None}``.
+
+    Raises:
+        TypeError: ``tune_records`` is not a DataFrame, ``protocol`` not a
+            :class:`BenchmarkProtocol`, ``grids`` not a mapping.
     """
+    import pandas as pd
+
+    check_instance(tune_records, "tune_records", pd.DataFrame, "a DataFrame of the tuning runs' records")
+    check_instance(protocol, "protocol", BenchmarkProtocol, "a benchmark.BenchmarkProtocol")
+    if grids is not None:
+        check_instance(grids, "grids", Mapping, "a mapping {(federation, method): {setting: candidates}}")
     picks = {}
     for f, m in _cells(methods, federations) if cells is None else cells:
         if len(m.candidates()) == 1:  # nothing to tune (no tuning run)

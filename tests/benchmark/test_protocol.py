@@ -117,7 +117,9 @@ def test_verdicts_are_corrected_and_counted(monkeypatch, tmp_path):
     ],
 )
 def test_bad_protocols_are_refused_with_one_clear_line(kwargs, message):
-    with pytest.raises(ValueError, match=message) as err:
+    """A bool where a number goes is a TypeError (a ValueError before issue 33), a bad number a ValueError."""
+    wrong_type = any(isinstance(v, bool) for v in kwargs.values())
+    with pytest.raises(TypeError if wrong_type else ValueError, match=message) as err:
         benchmark.BenchmarkProtocol(**kwargs)
     assert "\n" not in str(err.value)
 
@@ -337,22 +339,23 @@ def test_bad_fields_of_the_grid_objects_are_refused_by_name():
 
 
 @pytest.mark.parametrize(
-    "kwargs, match",
+    "kwargs, error, match",
     [
-        (dict(lr=True), "lr must be a number, got True"),
-        (dict(target=True), "target must be a number, got True"),
-        (dict(target=math.nan), "target must be finite"),
-        (dict(target=1.5), r"target must be in \(0, 1\]"),
-        (dict(lr=math.inf), "lr must be finite"),
-        (dict(engine="bogus"), r"engine must be one of \['auto', 'loop', 'vmap'\], got 'bogus'"),
-        (dict(tuning_seeds=(2**64,)), "tuning_seeds must be <= 18446744073709551615"),
-        (dict(tuning_seeds=(True,)), "tuning_seeds must be non-negative integers"),
-        (dict(rounds=True), "rounds must be a positive integer"),
-        (dict(last_k=0), "last_k must be a positive integer"),
+        (dict(lr=True), TypeError, "lr must be a real number, got True"),
+        (dict(target=True), TypeError, "target must be a real number, got True"),
+        (dict(target=math.nan), ValueError, "target must be finite"),
+        (dict(target=1.5), ValueError, r"target must be in \(0, 1\]"),
+        (dict(lr=math.inf), ValueError, "lr must be finite"),
+        (dict(engine="bogus"), ValueError, r"engine must be one of \['auto', 'loop', 'vmap'\], got 'bogus'"),
+        (dict(tuning_seeds=(2**64,)), ValueError, "tuning_seeds must be <= 18446744073709551615"),
+        (dict(tuning_seeds=(True,)), TypeError, r"tuning_seeds must be an integer, got a bool \(True\)"),
+        (dict(rounds=True), TypeError, r"rounds must be an integer, got a bool \(True\)"),
+        (dict(last_k=0), ValueError, "last_k must be >= 1, got 0"),
     ],
 )
-def test_protocol_fields_are_checked_and_bools_are_not_numbers(kwargs, match):
-    with pytest.raises(ValueError, match=match):
+def test_protocol_fields_are_checked_and_bools_are_not_numbers(kwargs, error, match):
+    """A field of the wrong type is a TypeError (it was a ValueError: issue 33), one out of range a ValueError."""
+    with pytest.raises(error, match=match):
         benchmark.BenchmarkProtocol(**kwargs)
 
 
