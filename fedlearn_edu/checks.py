@@ -24,6 +24,10 @@ __all__ = [
     "check_seed",
     "check_bool",
     "check_norm_order",
+    "check_instance",
+    "check_name",
+    "check_choice",
+    "check_path",
     "as_vector",
     "as_labels",
     "check_model_data",
@@ -202,6 +206,96 @@ def check_bool(value: Any, name: str) -> bool:
     if isinstance(value, (bool, np.bool_)):
         return bool(value)
     raise TypeError(f"{name} must be True or False, got {value!r} ({type(value).__name__}).")
+
+
+def check_instance(value: Any, name: str, types, what: str):
+    """``value`` when it is an instance of ``types``.
+
+    Args:
+        value: the argument.
+        name: its name, for the message.
+        types: a class or a tuple of classes.
+        what: what it must be, for the message (``"a pandas DataFrame"``).
+
+    Returns:
+        ``value``.
+
+    Raises:
+        TypeError: ``value`` is not an instance of ``types``.
+    """
+    if not isinstance(value, types):
+        raise TypeError(f"{name} must be {what}, got {value!r} ({type(value).__name__}).")
+    return value
+
+
+def check_name(value: Any, name: str, example: str = "") -> str:
+    """``value`` as a non-empty name: a string with something besides blanks.
+
+    Args:
+        value: the argument.
+        name: its name, for the message.
+        example: an example of a valid name, for the message.
+
+    Returns:
+        ``value``.
+
+    Raises:
+        TypeError: not a string.
+        ValueError: empty or blank.
+    """
+    such = f" such as {example!r}" if example else ""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a name{such} (a string), got {value!r} ({type(value).__name__}).")
+    if not value.strip():
+        raise ValueError(f"{name} must be a non-empty string{such}, got {value!r}.")
+    return value
+
+
+def check_choice(value: Any, name: str, choices) -> str:
+    """``value`` when it is one of the strings ``choices``.
+
+    Args:
+        value: the argument.
+        name: its name, for the message.
+        choices: the allowed strings.
+
+    Returns:
+        ``value``.
+
+    Raises:
+        TypeError: not a string.
+        ValueError: not one of ``choices``.
+    """
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be one of {list(choices)}, got {value!r} ({type(value).__name__}).")
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}.")
+    return value
+
+
+def check_path(value: Any, name: str, what: str = "a folder's path"):
+    """``value`` as a :class:`pathlib.Path` (``~`` not expanded): a ``str`` or ``os.PathLike``, not bytes.
+
+    Args:
+        value: the argument.
+        name: its name, for the message.
+        what: what the path names, for the message.
+
+    Returns:
+        ``pathlib.Path(value)``.
+
+    Raises:
+        TypeError: not a path (``None``, a number, bytes).
+        ValueError: an empty string.
+    """
+    import os
+    from pathlib import Path
+
+    if isinstance(value, bytes) or not isinstance(value, (str, os.PathLike)):
+        raise TypeError(f"{name} must be {what} (a str or pathlib.Path), got {value!r} ({type(value).__name__}).")
+    if not str(value).strip():
+        raise ValueError(f"{name} is empty; name {what}.")
+    return Path(value)
 
 
 SEED_MAX = 2**64 - 1

@@ -318,7 +318,7 @@ def _benchmark(args) -> int:
     if args.jobs is not None and args.dask_scheduler:
         args.error("argument --jobs: not allowed with --dask-scheduler (the cluster has its own workers)")
     try:
-        out = benchmark._check_out(args.out)
+        out = benchmark.sweep._check_out(args.out)
     except ValueError as err:
         args.error(f"argument --out: {err}".replace("out is empty", "the folder is empty"))
     if args.fixed_step is not None:

@@ -590,7 +590,7 @@ def _benchmark_values() -> dict:
     from fedlearn_edu import benchmark
 
     return {
-        benchmark.Protocol: {
+        benchmark.BenchmarkProtocol: {
             "tuning_seeds": [(0, 1, 2), (0,), [0, 1], range(3), np.arange(2), (), (0, 0), (2**64,), (3,), 5],
             "eval_seeds": [(3, 4), tuple(range(3, 13)), (3,), [5, 6], (2**64 - 1, 7), (-1, 4), 7],
             "rounds": [1, 4, 30],
@@ -636,10 +636,11 @@ def _benchmark_values() -> dict:
 @settings(SETTINGS, max_examples=600)
 @given(data=st.data())
 def test_benchmark_grid_objects_are_built_or_refused_by_name(data):
-    """benchmark.Protocol, Method and FederationSpec: one field spoiled, the others valid."""
+    """benchmark.BenchmarkProtocol, Method and FederationSpec: one field spoiled, the others valid."""
     import dataclasses
 
     from fedlearn_edu import benchmark
+    from fedlearn_edu.benchmark import execution
 
     table = _benchmark_values()
     cls = data.draw(st.sampled_from(list(table)), label="class")
@@ -655,11 +656,11 @@ def test_benchmark_grid_objects_are_built_or_refused_by_name(data):
     except (ValueError, TypeError) as err:
         _refused_by_name(err, param, f"benchmark.{cls.__name__}({param}={value!r})")
         return
-    if cls is benchmark.Protocol:
+    if cls is benchmark.BenchmarkProtocol:
         assert built.last_k <= built.rounds and set(built.tuning_seeds).isdisjoint(built.eval_seeds)
         built.local()
     elif cls is benchmark.FederationSpec:
-        json.dumps(benchmark._plain(built.config()))  # what the run's key hashes
+        json.dumps(execution._plain_record(built.config()))  # what the run's key hashes
     else:
         assert dataclasses.replace(built) == built and built.candidates()
 

@@ -194,12 +194,12 @@ def _bench_error(argv, capsys) -> str:
 
 @pytest.fixture
 def no_benchmark_run(monkeypatch):
-    from fedlearn_edu import benchmark
+    from fedlearn_edu.benchmark import backends
 
     def fail(config, factory=None, root=None):
         raise AssertionError("a benchmark run started although the arguments are invalid")
 
-    monkeypatch.setattr(benchmark, "execute", fail)
+    monkeypatch.setattr(backends, "execute", fail)
 
 
 @pytest.mark.parametrize(
@@ -230,9 +230,9 @@ def test_benchmark_out_folders_that_cannot_hold_the_records(capsys, tmp_path, no
 
 
 def test_benchmark_unreachable_scheduler_is_one_line_quickly(capsys, tmp_path, monkeypatch, no_benchmark_run):
-    from fedlearn_edu import benchmark
+    from fedlearn_edu.benchmark import backends
 
-    monkeypatch.setattr(benchmark, "DASK_TIMEOUT", 1.0)
+    monkeypatch.setattr(backends, "DASK_TIMEOUT", 1.0)
     argv = [*TINY_BENCH, "--out", str(tmp_path / "o"), "--dask-scheduler", "tcp://127.0.0.1:1"]
     assert "no Dask scheduler answered within 1 s" in _bench_error(argv, capsys)  # was: 55 lines after 30 s
 
@@ -243,13 +243,13 @@ def test_benchmark_target_and_last_k_agree_with_the_protocol(monkeypatch, capsys
     seen = {}
 
     def fake_run(methods, federations, **kwargs):
-        fields = {f.name for f in __import__("dataclasses").fields(benchmark.Protocol)}
-        seen["protocol"] = benchmark.Protocol(**{k: v for k, v in kwargs.items() if k in fields})
+        fields = {f.name for f in __import__("dataclasses").fields(benchmark.BenchmarkProtocol)}
+        seen["protocol"] = benchmark.BenchmarkProtocol(**{k: v for k, v in kwargs.items() if k in fields})
         raise ValueError("stop here")
 
     monkeypatch.setattr(benchmark, "run", fake_run)
     _bench_error([*TINY_BENCH, "--out", str(tmp_path / "o"), "--target", "1", "--rounds", "4"], capsys)
-    # --target 1 was refused by the CLI and accepted by Protocol; --rounds 4 failed on the default --last-k 5
+    # --target 1 was refused by the CLI and accepted by BenchmarkProtocol; --rounds 4 failed on the default --last-k 5
     assert seen["protocol"].target == 1.0 and seen["protocol"].last_k == 4
     _bench_error([*TINY_BENCH, "--out", str(tmp_path / "o")], capsys)
     assert seen["protocol"].last_k == 2  # --rounds 2
@@ -259,11 +259,12 @@ def test_benchmark_target_and_last_k_agree_with_the_protocol(monkeypatch, capsys
 
 def test_benchmark_where_every_run_failed_exits_1_and_says_so(monkeypatch, capsys, tmp_path):
     from fedlearn_edu import benchmark
+    from fedlearn_edu.benchmark import backends
 
     def failing(config, factory=None, root=None):
         return {"status": "failed", "error": "RuntimeError: always", "traceback": ""}
 
-    monkeypatch.setattr(benchmark, "execute", failing)
+    monkeypatch.setattr(backends, "execute", failing)
     out = tmp_path / "o"
     assert main([*TINY_BENCH, "--jobs", "1", "--out", str(out)]) == 1  # was: 0 and a KeyError 'phase' traceback
     captured = capsys.readouterr()

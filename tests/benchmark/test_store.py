@@ -21,19 +21,20 @@ from pathlib import Path
 import pytest
 
 from fedlearn_edu import benchmark
+from fedlearn_edu.benchmark import execution, store
 
-ROOT = Path(__file__).resolve().parents[1]
-PROTOCOL = benchmark.Protocol(rounds=2, last_k=1, clients_per_round=2, tuning_seeds=(0,), eval_seeds=(1, 2))
+ROOT = Path(__file__).resolve().parents[2]
+PROTOCOL = benchmark.BenchmarkProtocol(rounds=2, last_k=1, clients_per_round=2, tuning_seeds=(0,), eval_seeds=(1, 2))
 FED = benchmark.parse_federation("dirichlet:0.5", num_clients=4, num_samples=200)
 
 
 def _configs(seeds=(1, 2)) -> list[dict]:
     fedavg = benchmark.METHODS["fedavg"]
-    return [benchmark._config(fedavg, FED, PROTOCOL, {"server_lr": 1.0}, seed, "eval") for seed in seeds]
+    return [execution._config(fedavg, FED, PROTOCOL, {"server_lr": 1.0}, seed, "eval") for seed in seeds]
 
 
 def _sweep(out, configs, redone=None) -> dict:
-    return benchmark.run_configs(configs, out, engine="sequential", progress=False, redone=redone)
+    return benchmark.run_configs(configs, out, backend="sequential", progress=False, redone=redone)
 
 
 def _consistent(out) -> None:
@@ -42,8 +43,8 @@ def _consistent(out) -> None:
     for path in runs.glob("*.json"):
         meta = json.loads(path.read_text())
         assert meta["key"] == path.stem and meta["status"] == "ok"
-        assert meta["csv_sha256"] == benchmark._sha((runs / f"{path.stem}.csv").read_bytes()), path.stem
-        assert meta["code_sha256"] == benchmark._code_sha256()
+        assert meta["csv_sha256"] == store._sha((runs / f"{path.stem}.csv").read_bytes()), path.stem
+        assert meta["code_sha256"] == execution._code_sha256()
     assert sorted(p.stem for p in runs.glob("*.csv")) == sorted(p.stem for p in runs.glob("*.json"))
 
 
@@ -54,27 +55,27 @@ def _consistent(out) -> None:
 def package_copy(tmp_path, monkeypatch):
     """The package's source copied to a folder that stands in for it (its hash recomputed)."""
     copy = tmp_path / "fedlearn_edu"
-    shutil.copytree(benchmark._PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
-    monkeypatch.setattr(benchmark, "_PACKAGE", copy)
-    benchmark._code_sha256.cache_clear()
+    shutil.copytree(execution._PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(execution, "_PACKAGE", copy)
+    execution._code_sha256.cache_clear()
     yield copy
     monkeypatch.undo()
-    benchmark._code_sha256.cache_clear()
+    execution._code_sha256.cache_clear()
 
 
 def test_the_code_hash_follows_the_source(package_copy):
-    original = benchmark._code_sha256()
-    benchmark._code_sha256.cache_clear()
-    assert benchmark._code_sha256() == original  # the same source, wherever it sits
+    original = execution._code_sha256()
+    execution._code_sha256.cache_clear()
+    assert execution._code_sha256() == original  # the same source, wherever it sits
     median = package_copy / "aggregators" / "robust.py"
     median.write_text(median.read_text() + "\n_CHANGED = 1\n")
-    assert benchmark._code_sha256() == original  # computed once per process
-    benchmark._code_sha256.cache_clear()
-    changed = benchmark._code_sha256()
+    assert execution._code_sha256() == original  # computed once per process
+    execution._code_sha256.cache_clear()
+    changed = execution._code_sha256()
     assert changed != original
     (package_copy / "new_module.py").write_text("")
-    benchmark._code_sha256.cache_clear()
-    assert benchmark._code_sha256() not in (original, changed)
+    execution._code_sha256.cache_clear()
+    assert execution._code_sha256() not in (original, changed)
 
 
 def test_a_sweep_resumed_after_a_code_change_reruns_its_runs(tmp_path, package_copy):
@@ -84,12 +85,23 @@ def test_a_sweep_resumed_after_a_code_change_reruns_its_runs(tmp_path, package_c
     assert set(_sweep(out, configs).values()) == {"cached"}  # the same code: reused
     robust = package_copy / "aggregators" / "robust.py"  # e.g. the coordinate-wise median changed
     robust.write_text(robust.read_text().replace("def ", "def  ", 1))
-    benchmark._code_sha256.cache_clear()
+    execution._code_sha256.cache_clear()
     redone: list = []
     assert _sweep(out, configs, redone) == dict.fromkeys(keys, "done")  # computed again, not served
     assert sorted(redone) == sorted(keys)
     _consistent(out)
     assert set(_sweep(out, configs).values()) == {"cached"}
+
+
+def test_collect_gathers_a_sweep_from_the_stored_runs_alone(tmp_path):
+    """collect() took the statuses, methods and federations without reading them (issue 33); they went."""
+    configs = _configs()
+    statuses = _sweep(tmp_path, configs)
+    result = benchmark.BenchmarkResult.collect(tmp_path, [*configs, configs[0]], PROTOCOL, {})
+    assert list(result.runs.run_key) == list(statuses) and set(result.runs.status) == {"ok"}
+    assert sorted(set(result.records.seed)) == [1, 2] and result.protocol == PROTOCOL and not result.failed
+    (tmp_path / "runs" / f"{next(iter(statuses))}.json").unlink()  # the stored .json decides, not a status
+    assert list(benchmark.BenchmarkResult.collect(tmp_path, configs, PROTOCOL, {}).runs.status) == ["missing", "ok"]
 
 
 def test_a_record_that_does_not_name_its_code_is_redone(tmp_path):
@@ -133,7 +145,7 @@ def test_a_manifest_that_is_not_a_record_is_redone(tmp_path, manifest):
 def paused_commit(monkeypatch):
     """Writes of a run's .json by a thread named "paused" wait between the .csv and the .json."""
     reached, go = threading.Event(), threading.Event()
-    write = benchmark._atomic_write
+    write = store._atomic_write
 
     def paused(path, data):
         if path.suffix == ".json" and threading.current_thread().name == "paused" and not go.is_set():
@@ -141,7 +153,7 @@ def paused_commit(monkeypatch):
             assert go.wait(60)
         write(path, data)
 
-    monkeypatch.setattr(benchmark, "_atomic_write", paused)
+    monkeypatch.setattr(store, "_atomic_write", paused)
     yield reached, go
     go.set()
 
@@ -151,13 +163,13 @@ def test_a_run_half_written_by_another_sweep_is_waited_for(tmp_path, paused_comm
     cfg = _configs()[0]
     key, result = benchmark.run_key(cfg), benchmark.execute(cfg)
     assert result["status"] == "ok"
-    meta = {"package_version": benchmark._version(), "git_commit": "test"}
-    writer = threading.Thread(target=benchmark._Store(tmp_path).write, args=(key, cfg, result, meta), name="paused")
+    meta = {"package_version": execution._version(), "git_commit": "test"}
+    writer = threading.Thread(target=store._Store(tmp_path).write, args=(key, cfg, result, meta), name="paused")
     writer.start()
     assert reached.wait(60)
     assert (tmp_path / "runs" / f"{key}.csv").exists() and not (tmp_path / "runs" / f"{key}.json").exists()
     seen = []
-    checker = threading.Thread(target=lambda: seen.append(benchmark._Store(tmp_path).status(key)))
+    checker = threading.Thread(target=lambda: seen.append(store._Store(tmp_path).status(key)))
     checker.start()
     checker.join(1.0)
     assert checker.is_alive() and seen == []  # waits for the commit instead of taking the run for damaged

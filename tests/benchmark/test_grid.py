@@ -7,6 +7,7 @@ runs the committed grids hold are unchanged by their arrival.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -16,18 +17,19 @@ import pytest
 import torch
 
 from fedlearn_edu import benchmark
+from fedlearn_edu.benchmark import execution
 from fedlearn_edu.data import cluster_ids
 
-RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 NEW = {"local": "personal", "gossip": "personal", "dac": "personal", "conditional": "conditional"}
-TINY = benchmark.Protocol(rounds=2, clients_per_round=4, last_k=1)
+TINY = benchmark.BenchmarkProtocol(rounds=2, clients_per_round=4, last_k=1)
 COMMON = {"num_clients": 8, "num_samples": 400}
 FEDERATIONS = (*benchmark.CLASSROOM_FEDERATIONS, "clusters:4")
 
 
 def _tiny(name: str, federation: str, seed: int = 0) -> dict:
     m = benchmark.METHODS[name]
-    return benchmark._config(m, benchmark.parse_federation(federation, **COMMON), TINY, m.candidates()[0], seed, "eval")
+    return execution._config(m, benchmark.parse_federation(federation, **COMMON), TINY, m.candidates()[0], seed, "eval")
 
 
 @pytest.mark.parametrize("federation", FEDERATIONS)
@@ -56,7 +58,7 @@ def test_the_new_methods_tune_what_they_have():
 def test_a_federation_too_small_for_the_neighbours_is_refused_by_name():
     m = benchmark.METHODS["gossip"]
     fed = benchmark.parse_federation("dirichlet:0.5", num_clients=3, num_samples=200)
-    result = benchmark.execute(benchmark._config(m, fed, TINY, m.candidates()[0], 0, "eval"))
+    result = benchmark.execute(execution._config(m, fed, TINY, m.candidates()[0], 0, "eval"))
     assert result["status"] == "failed" and "num_neighbours must be below the number of clients" in result["error"]
 
 
@@ -67,7 +69,7 @@ def test_conditional_fl_packs_each_clients_fingerprint():
 
     cfg = _tiny("conditional", "clusters:4")
     result = benchmark.execute(cfg)
-    fed = benchmark._clustered_federation(cfg["federation"], 0, None)
+    fed = execution._clustered_federation(cfg["federation"], 0, None)
     settings = cfg["settings"]
     net = make_conditional_model("mlp", fed.input_shape, 10, 32, seed=0, cond_scale=settings["cond_scale"])
     history = simulate(
@@ -89,11 +91,11 @@ def test_conditional_fl_packs_each_clients_fingerprint():
 def test_the_clustered_federation_parses_and_is_seeded():
     spec = benchmark.parse_federation("clusters:4", **COMMON)
     assert (spec.partition, spec.partition_params) == ("clusters", {"num_clusters": 4, "shift": "label"})
-    benchmark._FED_CACHE.clear()
-    first = benchmark._clustered_federation(spec.config(), 3, None)
-    benchmark._FED_CACHE.clear()
-    again = benchmark._clustered_federation(spec.config(), 3, None)
-    other = benchmark._clustered_federation(spec.config(), 4, None)
+    execution._FED_CACHE.clear()
+    first = execution._clustered_federation(spec.config(), 3, None)
+    execution._FED_CACHE.clear()
+    again = execution._clustered_federation(spec.config(), 3, None)
+    other = execution._clustered_federation(spec.config(), 4, None)
     assert first is not again and first.num_clients == 8
     ids = cluster_ids(first)
     assert sorted(np.bincount(ids)) == [2, 2, 2, 2]  # K = 4 clusters of 8 / 4 clients
@@ -124,17 +126,17 @@ def test_bad_clusters_are_refused_by_name(text, common, match):
 
 def test_keys_are_stable(monkeypatch):
     """Hard-coded keys (under a fixed version): a change to the configuration's format is noticed."""
-    monkeypatch.setattr(benchmark, "_version", lambda: "0.0.0-test")
+    monkeypatch.setattr(execution, "_version", lambda: "0.0.0-test")
     cfg = _tiny("conditional", "clusters:4")
     assert benchmark.run_key(cfg) == benchmark.run_key(_tiny("conditional", "clusters:4"))
     assert benchmark.run_key(cfg) != benchmark.run_key(_tiny("conditional", "clusters:2"))
     assert benchmark.run_key(cfg) == "99a5e293ea78b15f"
     assert cfg["federation"]["partition_params"] == {"num_clusters": 4, "shift": "label"}
     assert cfg["settings"] == {"num_eigenvalues": 32, "cond_scale": 2.5, "server_lr": 1.0}
-    full = benchmark.Protocol()
+    full = benchmark.BenchmarkProtocol()
     fedavg = benchmark.METHODS["fedavg"]
     for text, key in (("dirichlet:0.1", "7f31e21c923b7df2"), ("noisy:0.8", "ae60306b327b2e14")):
-        old = benchmark._config(fedavg, benchmark.parse_federation(text), full, {"server_lr": 1.0}, 1, "eval")
+        old = execution._config(fedavg, benchmark.parse_federation(text), full, {"server_lr": 1.0}, 1, "eval")
         assert benchmark.run_key(old) == key, text
 
 
@@ -145,8 +147,8 @@ def test_the_committed_runs_configurations_are_rebuilt_unchanged(grid):
 
     runs = pd.read_csv(RESULTS / grid / "runs.csv", keep_default_na=False)
     proto = json.loads((RESULTS / grid / "protocol.json").read_text())
-    fields = {f.name for f in benchmark.dataclasses.fields(benchmark.Protocol)}
-    protocol = benchmark.Protocol(
+    fields = {f.name for f in dataclasses.fields(benchmark.BenchmarkProtocol)}
+    protocol = benchmark.BenchmarkProtocol(
         **{k: (tuple(v) if isinstance(v, list) else v) for k, v in proto.items() if k in fields}
     )
     for row in runs.itertuples():
@@ -155,6 +157,6 @@ def test_the_committed_runs_configurations_are_rebuilt_unchanged(grid):
         spec = benchmark.parse_federation(
             row.federation, dataset=fed["dataset"], num_clients=fed["num_clients"], model=fed["model"]
         )
-        again = benchmark._config(benchmark.METHODS[row.method], spec, protocol, cfg["settings"], row.seed, row.phase)
+        again = execution._config(benchmark.METHODS[row.method], spec, protocol, cfg["settings"], row.seed, row.phase)
         assert again == cfg, (row.method, row.federation)
         assert benchmark.run_key(again) == row.run_key

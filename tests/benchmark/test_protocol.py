@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from fedlearn_edu import benchmark
+from fedlearn_edu.benchmark import backends, execution, sweep
 
 ROUNDS = 4
 
@@ -41,10 +42,10 @@ def _synthetic(peak: float):
 
 
 def _run(monkeypatch, tmp_path, peak, methods=None, **kw):
-    monkeypatch.setattr(benchmark, "execute", _synthetic(peak))
+    monkeypatch.setattr(backends, "execute", _synthetic(peak))
     methods = methods or [benchmark.Method("fedavg", tune={"server_lr": [1.0, 2.0, 4.0]})]
     kw = {"rounds": ROUNDS, "last_k": 2, "tuning_seeds": (0, 1, 2), "eval_seeds": tuple(range(3, 9)), **kw}
-    return benchmark.run(methods, ["dirichlet:0.1"], out=tmp_path, engine="sequential", progress=False, **kw)
+    return benchmark.run(methods, ["dirichlet:0.1"], out=tmp_path, backend="sequential", progress=False, **kw)
 
 
 @pytest.mark.parametrize(
@@ -116,13 +117,15 @@ def test_verdicts_are_corrected_and_counted(monkeypatch, tmp_path):
     ],
 )
 def test_bad_protocols_are_refused_with_one_clear_line(kwargs, message):
-    with pytest.raises(ValueError, match=message) as err:
-        benchmark.Protocol(**kwargs)
+    """A bool where a number goes is a TypeError (a ValueError before issue 33), a bad number a ValueError."""
+    wrong_type = any(isinstance(v, bool) for v in kwargs.values())
+    with pytest.raises(TypeError if wrong_type else ValueError, match=message) as err:
+        benchmark.BenchmarkProtocol(**kwargs)
     assert "\n" not in str(err.value)
 
 
 def test_default_protocol_tunes_on_three_seeds_and_evaluates_on_ten():
-    p = benchmark.Protocol()
+    p = benchmark.BenchmarkProtocol()
     assert len(p.tuning_seeds) == 3 and len(p.eval_seeds) == 10 and not set(p.tuning_seeds) & set(p.eval_seeds)
 
 
@@ -165,7 +168,7 @@ def test_power_column_is_the_family_corrected_detectable_difference(monkeypatch,
 
 
 def test_methods_for_gives_a_federation_its_own_methods(monkeypatch, tmp_path):
-    monkeypatch.setattr(benchmark, "execute", _synthetic(2.0))
+    monkeypatch.setattr(backends, "execute", _synthetic(2.0))
     methods = [
         benchmark.Method(n, strategy="fedavg", tune={"server_lr": [1.0, 2.0, 4.0]}) for n in ("fedavg", "better", "b")
     ]
@@ -174,7 +177,7 @@ def test_methods_for_gives_a_federation_its_own_methods(monkeypatch, tmp_path):
         ["dirichlet:0.1", "shards:2"],
         methods_for={"shards:2": [methods[2]]},  # FedAvg joins as the baseline
         out=tmp_path,
-        engine="sequential",
+        backend="sequential",
         progress=False,
         rounds=ROUNDS,
         last_k=2,
@@ -211,7 +214,7 @@ def _no_run(config, factory=None, root=None):
     raise AssertionError("a run started although the grid is invalid")
 
 
-QUICK = dict(engine="sequential", progress=False, rounds=2, tuning_seeds=(0,), eval_seeds=(1, 2), num_clients=4)
+QUICK = dict(backend="sequential", progress=False, rounds=2, tuning_seeds=(0,), eval_seeds=(1, 2), num_clients=4)
 
 
 @pytest.mark.parametrize(
@@ -222,7 +225,7 @@ QUICK = dict(engine="sequential", progress=False, rounds=2, tuning_seeds=(0,), e
         (dict(num_samples=5), ValueError, r"federations: 'dirichlet:0.5' cannot be built \(seed 0\).*5"),
         (dict(num_clients=500, num_samples=200), ValueError, "num_samples must be >= 500, got 200"),
         (dict(federations=["shards:1000"]), ValueError, "'shards:1000' cannot be built.*shards_per_client=1000"),
-        (dict(protocol=lambda: benchmark.Protocol(engine="bogus")), ValueError, "engine must be one of"),
+        (dict(protocol=lambda: benchmark.BenchmarkProtocol(engine="bogus")), ValueError, "engine must be one of"),
         (dict(eval_seeds=(1, 2**64)), ValueError, "eval_seeds must be <= 18446744073709551615"),
         (
             dict(federations=lambda: [benchmark.FederationSpec("d", partition_params={"alpha": -1})]),
@@ -251,16 +254,20 @@ QUICK = dict(engine="sequential", progress=False, rounds=2, tuning_seeds=(0,), e
         (dict(out=b"runs"), TypeError, r"out must be a folder's path .* got b'runs'"),
         (dict(out=""), ValueError, "out is empty"),
         (dict(out="/proc/fedlearn-benchmark"), ValueError, "folder /proc is not writable"),
-        (dict(client=123), TypeError, r"client must be a distributed.Client .* got 123"),
-        (dict(n_jobs=2), ValueError, "n_jobs=2 applies to engine='joblib' only, not engine='sequential'"),
-        (dict(engine="joblib", scheduler="tcp://127.0.0.1:1"), ValueError, "scheduler= applies to engine='dask' only"),
+        (dict(dask_client=123), TypeError, r"dask_client must be a distributed.Client .* got 123"),
+        (dict(n_jobs=2), ValueError, "n_jobs=2 applies to backend='joblib' only, not backend='sequential'"),
+        (
+            dict(backend="joblib", scheduler="tcp://127.0.0.1:1"),
+            ValueError,
+            "scheduler= applies to backend='dask' only",
+        ),
         (dict(methods_for=["fedavg"]), TypeError, "methods_for must be a mapping"),
         (dict(methods_for={"dirichlet:0.5": []}), ValueError, r"methods_for\['dirichlet:0.5'\] is empty"),
     ],
 )
 def test_a_grid_that_cannot_run_is_refused_before_the_first_run(monkeypatch, tmp_path, change, error, match):
     """Each of these was accepted: every run failed in execute() and the table raised KeyError 'phase'."""
-    monkeypatch.setattr(benchmark, "execute", _no_run)
+    monkeypatch.setattr(backends, "execute", _no_run)
     kw = {**QUICK, "num_samples": 200, "out": tmp_path / "out", **change}
     with pytest.raises(error, match=match) as err:
         kw = {k: v() if callable(v) else v for k, v in kw.items()}  # a spec that refuses itself
@@ -270,6 +277,39 @@ def test_a_grid_that_cannot_run_is_refused_before_the_first_run(monkeypatch, tmp
         benchmark.run(methods, kw.pop("federations", ["dirichlet:0.5"]), **kw)
     assert "\n" not in str(err.value)
     assert not (tmp_path / "out").exists()  # nothing was written
+
+
+@pytest.mark.parametrize("backend", ["sequential", "joblib", "dask"])
+def test_the_backend_under_its_old_keyword_engine_is_refused_naming_backend(monkeypatch, tmp_path, backend):
+    """engine= named the process backend and collided with simulate's engine (issue 33); now it is refused."""
+    monkeypatch.setattr(backends, "execute", _no_run)
+    quick = {k: v for k, v in QUICK.items() if k != "backend"}
+    with pytest.raises(TypeError, match=rf"run\(\): engine= was renamed backend=; pass backend='{backend}'"):
+        benchmark.run(["fedavg"], ["iid"], out=tmp_path / "out", engine=backend, **quick)
+    with pytest.raises(TypeError, match=rf"run_configs\(\): engine= was renamed backend=; pass backend='{backend}'"):
+        benchmark.run_configs([], tmp_path / "out", engine=backend, progress=False)
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_dask_client_under_its_old_keyword_client_is_refused_naming_dask_client(monkeypatch, tmp_path):
+    """client= (the Dask client) is dask_client= now (issue 33); run() passed it to the protocol."""
+    monkeypatch.setattr(backends, "execute", _no_run)
+    quick = {k: v for k, v in QUICK.items() if k != "backend"}
+    with pytest.raises(TypeError, match=r"run\(\): client= was renamed dask_client=; pass dask_client='tcp://h:1'"):
+        benchmark.run(["fedavg"], ["iid"], out=tmp_path / "out", client="tcp://h:1", **quick)
+    with pytest.raises(TypeError, match=r"run_configs\(\): client= was renamed dask_client="):
+        benchmark.run_configs([], tmp_path / "out", backend="dask", client="tcp://h:1", progress=False)
+    assert not (tmp_path / "out").exists()
+
+
+def test_engine_is_simulates_engine_a_protocol_field_and_backend_the_process_backend(monkeypatch, tmp_path):
+    r = _run(monkeypatch, tmp_path, 2.0, engine="loop")
+    assert r.protocol.engine == "loop"
+    assert {json.loads(c)["engine"] for c in r.runs.config} == {"loop"}  # what every run's simulate gets
+    with pytest.raises(ValueError, match="Unknown backend 'loop'; choose 'sequential', 'joblib' or 'dask'"):
+        benchmark.run_configs([], tmp_path, backend="loop", progress=False)
+    with pytest.raises(TypeError, match="backend must be one of"):
+        benchmark.run(["fedavg"], ["iid"], out=tmp_path / "b", backend=1)
 
 
 def test_bad_fields_of_the_grid_objects_are_refused_by_name():
@@ -299,38 +339,39 @@ def test_bad_fields_of_the_grid_objects_are_refused_by_name():
 
 
 @pytest.mark.parametrize(
-    "kwargs, match",
+    "kwargs, error, match",
     [
-        (dict(lr=True), "lr must be a number, got True"),
-        (dict(target=True), "target must be a number, got True"),
-        (dict(target=math.nan), "target must be finite"),
-        (dict(target=1.5), r"target must be in \(0, 1\]"),
-        (dict(lr=math.inf), "lr must be finite"),
-        (dict(engine="bogus"), r"engine must be one of \['auto', 'loop', 'vmap'\], got 'bogus'"),
-        (dict(tuning_seeds=(2**64,)), "tuning_seeds must be <= 18446744073709551615"),
-        (dict(tuning_seeds=(True,)), "tuning_seeds must be non-negative integers"),
-        (dict(rounds=True), "rounds must be a positive integer"),
-        (dict(last_k=0), "last_k must be a positive integer"),
+        (dict(lr=True), TypeError, "lr must be a real number, got True"),
+        (dict(target=True), TypeError, "target must be a real number, got True"),
+        (dict(target=math.nan), ValueError, "target must be finite"),
+        (dict(target=1.5), ValueError, r"target must be in \(0, 1\]"),
+        (dict(lr=math.inf), ValueError, "lr must be finite"),
+        (dict(engine="bogus"), ValueError, r"engine must be one of \['auto', 'loop', 'vmap'\], got 'bogus'"),
+        (dict(tuning_seeds=(2**64,)), ValueError, "tuning_seeds must be <= 18446744073709551615"),
+        (dict(tuning_seeds=(True,)), TypeError, r"tuning_seeds must be an integer, got a bool \(True\)"),
+        (dict(rounds=True), TypeError, r"rounds must be an integer, got a bool \(True\)"),
+        (dict(last_k=0), ValueError, "last_k must be >= 1, got 0"),
     ],
 )
-def test_protocol_fields_are_checked_and_bools_are_not_numbers(kwargs, match):
-    with pytest.raises(ValueError, match=match):
-        benchmark.Protocol(**kwargs)
+def test_protocol_fields_are_checked_and_bools_are_not_numbers(kwargs, error, match):
+    """A field of the wrong type is a TypeError (it was a ValueError: issue 33), one out of range a ValueError."""
+    with pytest.raises(error, match=match):
+        benchmark.BenchmarkProtocol(**kwargs)
 
 
 def test_protocol_target_one_and_a_short_run_s_default_window():
-    assert benchmark.Protocol(target=1).target == 1  # 100 %: allowed here and by the CLI
-    assert benchmark.Protocol().last_k == 5
-    assert benchmark.Protocol(rounds=4).last_k == 4  # was: "last_k=5 exceeds rounds=4", a value never given
+    assert benchmark.BenchmarkProtocol(target=1).target == 1  # 100 %: allowed here and by the CLI
+    assert benchmark.BenchmarkProtocol().last_k == 5
+    assert benchmark.BenchmarkProtocol(rounds=4).last_k == 4  # was: "last_k=5 exceeds rounds=4", a value never given
     with pytest.raises(ValueError, match="last_k=5 exceeds rounds=4"):
-        benchmark.Protocol(rounds=4, last_k=5)
+        benchmark.BenchmarkProtocol(rounds=4, last_k=5)
 
 
 def test_an_unreachable_scheduler_is_a_clear_error_quickly(monkeypatch, tmp_path):
     import time
 
-    monkeypatch.setattr(benchmark, "execute", _no_run)
-    monkeypatch.setattr(benchmark, "DASK_TIMEOUT", 1.0)
+    monkeypatch.setattr(backends, "execute", _no_run)
+    monkeypatch.setattr(backends, "DASK_TIMEOUT", 1.0)
     started = time.monotonic()
     with pytest.raises(ValueError, match=r"^scheduler='tcp://127.0.0.1:1': no Dask scheduler answered within 1 s"):
         benchmark.run(["fedavg"], ["dirichlet:0.5"], out=tmp_path, scheduler="tcp://127.0.0.1:1", progress=False)
@@ -347,13 +388,13 @@ def _failing(config, factory=None, root=None):
 def test_a_sweep_where_every_run_failed_says_so(monkeypatch, tmp_path):
     out = tmp_path / "out"
     _run(monkeypatch, out, 2.0)  # an earlier sweep in the same folder, whose records must not be served
-    monkeypatch.setattr(benchmark, "execute", _failing)
+    monkeypatch.setattr(backends, "execute", _failing)
     methods = [benchmark.Method("other", strategy="fedavg", tune={"server_lr": [1.0, 2.0]})]
     r = benchmark.run(
         methods,
         ["shards:2"],
         out=out,
-        engine="sequential",
+        backend="sequential",
         progress=False,
         rounds=ROUNDS,
         last_k=2,
@@ -380,7 +421,7 @@ def test_summaries_tables_and_metrics_of_nothing(monkeypatch, tmp_path):
 
     empty = benchmark.summarize(pd.DataFrame())  # was: KeyError: 'phase'
     assert len(empty) == 0 and "lastk_ci" in empty.columns
-    assert benchmark.format_table(empty) == benchmark.NOTHING_FINISHED + "\n"  # was: ValueError of max()
+    assert benchmark.format_results_table(empty) == benchmark.NOTHING_FINISHED + "\n"  # was: ValueError of max()
     assert benchmark.verdict_counts(empty)["tests"] == 0
     with pytest.raises(TypeError, match="records must be a pandas DataFrame"):
         benchmark.summarize([])
@@ -391,7 +432,7 @@ def test_summaries_tables_and_metrics_of_nothing(monkeypatch, tmp_path):
         r.table(["lastk", "accuracy"])  # was: KeyError: 'accuracy'
     with pytest.raises(ValueError, match="^metrics: unknown metric 'lastk'"):
         benchmark.plot_curves(r, metrics=("lastk",))
-    assert "final" in benchmark.format_table(r.summary(), "final")  # one name is a list of one
+    assert "final" in benchmark.format_results_table(r.summary(), "final")  # one name is a list of one
 
 
 @pytest.mark.parametrize(
@@ -406,7 +447,7 @@ def test_summaries_tables_and_metrics_of_nothing(monkeypatch, tmp_path):
         ("protocol.json", lambda p: p.write_text("[1, 2]")),  # AttributeError
         ("protocol.json", lambda p: p.write_text('{"tuning_seeds": [0]}')),  # KeyError: 'picks'
         ("protocol.json", lambda p: p.write_text('{"picks": [{"method": "x"}]}')),  # KeyError: 'federation'
-        ("protocol.json", lambda p: p.write_text('{"picks": [], "rounds": "x"}')),  # Protocol's own error
+        ("protocol.json", lambda p: p.write_text('{"picks": [], "rounds": "x"}')),  # BenchmarkProtocol's own error
     ],
 )
 def test_load_names_the_damaged_file(monkeypatch, tmp_path, name, damage):
@@ -434,9 +475,9 @@ def test_a_table_shows_the_cells_every_run_of_which_failed(monkeypatch, tmp_path
         benchmark.Method("broken", strategy="fedavg", tune={"server_lr": [1.0, 2.0]}),
     ]
     r = _run(monkeypatch, tmp_path, 2.0, methods=methods)
-    monkeypatch.setattr(benchmark, "execute", execute)
+    monkeypatch.setattr(backends, "execute", execute)
     r = benchmark.run(
-        methods, ["dirichlet:0.1"], out=tmp_path / "b", engine="sequential", progress=False, rounds=ROUNDS, last_k=2
+        methods, ["dirichlet:0.1"], out=tmp_path / "b", backend="sequential", progress=False, rounds=ROUNDS, last_k=2
     )
     assert list(r.summary().method) == ["fedavg"]
     rows = {line.split()[0]: line.split()[1:] for line in r.table().splitlines() if line.strip()}
@@ -459,17 +500,17 @@ QUICK_PROTOCOL = dict(rounds=ROUNDS, last_k=2, tuning_seeds=(0,), eval_seeds=(1,
 
 
 def test_the_check_before_the_first_run_leaves_the_sequential_runs_their_federations(monkeypatch, tmp_path):
-    monkeypatch.setattr(benchmark, "_FED_CACHE", {})
+    monkeypatch.setattr(execution, "_FED_CACHE", {})
     built = []
-    real = benchmark._federation
+    real = execution._federation
 
     def counting(spec, seed, root):
         built.append((spec["name"], seed))
         return real(spec, seed, root)
 
-    monkeypatch.setattr(benchmark, "_federation", counting)
-    monkeypatch.setattr(benchmark, "execute", _synthetic(2.0))
-    benchmark.run(["fedavg"], ["iid"], out=tmp_path, engine="sequential", progress=False, **QUICK_PROTOCOL)
-    assert built == [("iid", 0)] and len(benchmark._FED_CACHE) == 1  # kept for the runs of this process
-    benchmark.run(["fedavg"], ["iid"], out=tmp_path / "j", engine="joblib", n_jobs=1, progress=False, **QUICK_PROTOCOL)
-    assert benchmark._FED_CACHE == {}  # worker processes build their own: none is held here
+    monkeypatch.setattr(sweep, "_federation", counting)
+    monkeypatch.setattr(backends, "execute", _synthetic(2.0))
+    benchmark.run(["fedavg"], ["iid"], out=tmp_path, backend="sequential", progress=False, **QUICK_PROTOCOL)
+    assert built == [("iid", 0)] and len(execution._FED_CACHE) == 1  # kept for the runs of this process
+    benchmark.run(["fedavg"], ["iid"], out=tmp_path / "j", backend="joblib", n_jobs=1, progress=False, **QUICK_PROTOCOL)
+    assert execution._FED_CACHE == {}  # worker processes build their own: none is held here

@@ -19,7 +19,7 @@ import pytest
 
 from fedlearn_edu import benchmark
 
-RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 RECORDS = RESULTS / "classroom"
 COLUMNS = ("mean", "std", "worst10", "best10", "loss", "train_loss")
 # per grid: the methods the re-run sample is drawn from (quick ones), its seed, not the chapter's
@@ -121,7 +121,7 @@ def test_the_readme_states_craft_on_dirichlet_skew_as_its_example_computes_it(re
         rf"CRAFT's last-5 mean accuracy minus FedAvg's is {_NUM} \+- {_NUM} points over the ten seeds "
         rf"\(p = {_P}\), \*\*(\w+)\*\*"
     )
-    seeds = benchmark.Protocol().eval_seeds  # benchmark.run's default, which the example uses
+    seeds = benchmark.BenchmarkProtocol().eval_seeds  # benchmark.run's default, which the example uses
     assert len(seeds) == 10
     rec = result.records
     part = rec[

@@ -13,14 +13,15 @@ import pandas as pd
 import pytest
 
 from fedlearn_edu import benchmark
+from fedlearn_edu.benchmark import records
 
-COMMITTED = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "classroom"
+COMMITTED = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "classroom"
 
 
 @pytest.fixture
 def nowhere(tmp_path, monkeypatch):
     """No committed records anywhere: no repository copy, no ../benchmarks, no env folder."""
-    monkeypatch.setattr(benchmark, "REPO_RECORDS", tmp_path / "no-repo")
+    monkeypatch.setattr(records, "REPO_RECORDS", tmp_path / "no-repo")
     (tmp_path / "cwd").mkdir()
     monkeypatch.chdir(tmp_path / "cwd")
     monkeypatch.delenv(benchmark.RECORDS_DIR_VAR, raising=False)

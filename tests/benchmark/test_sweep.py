@@ -19,7 +19,7 @@ from scipy import stats
 from fedlearn_edu import benchmark
 from fedlearn_edu.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # A tiny grid: 2 methods x 2 step candidates x 1 tuning seed + 2 x 2 evaluation seeds = 8 runs.
 TINY = dict(
     methods=[
@@ -34,7 +34,7 @@ TINY = dict(
     clients_per_round=2,
     tuning_seeds=(0,),
     eval_seeds=(1, 2),
-    edge_cap=0,  # the grids as given (tests/test_benchmark_protocol.py tests the edge rule)
+    edge_cap=0,  # the grids as given (tests/benchmark/test_protocol.py tests the edge rule)
     progress=False,
 )
 TIMING = ["sec_per_round"]  # wall-clock: the one column that differs between identical runs
@@ -50,7 +50,7 @@ def _same(a: pd.DataFrame, b: pd.DataFrame):
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
     out = tmp_path_factory.mktemp("reference")
-    return benchmark.run(out=out, engine="sequential", **TINY)
+    return benchmark.run(out=out, backend="sequential", **TINY)
 
 
 def test_protocol_seeds_disjoint_and_recorded(reference):
@@ -60,9 +60,9 @@ def test_protocol_seeds_disjoint_and_recorded(reference):
     assert tune == {0} and ev == {1, 2} and not tune & ev
     assert (runs.status == "ok").all() and len(runs) == 8
     with pytest.raises(ValueError, match="disjoint"):
-        benchmark.Protocol(tuning_seeds=(0, 1), eval_seeds=(1, 2))
+        benchmark.BenchmarkProtocol(tuning_seeds=(0, 1), eval_seeds=(1, 2))
     with pytest.raises(ValueError, match="at least 2"):
-        benchmark.Protocol(eval_seeds=(1,))
+        benchmark.BenchmarkProtocol(eval_seeds=(1,))
 
 
 def test_pick_is_the_best_tuning_candidate(reference):
@@ -151,13 +151,26 @@ def test_t_interval_and_verdicts():
                         evaluated="global",
                     )
                 )
-    s = benchmark.summarize(pd.DataFrame(rows), benchmark.Protocol(rounds=3, last_k=2, target=0.75))
+    s = benchmark.summarize(pd.DataFrame(rows), benchmark.BenchmarkProtocol(rounds=3, last_k=2, target=0.75))
     verdict = dict(zip(s.method, s.vs_lastk))
     assert verdict == {"fedavg": "baseline", "a": "better", "b": "inconclusive"}
     reached = dict(zip(s.method, s.reached))
     assert reached == {"fedavg": 0, "a": 2, "b": 0}
-    text = benchmark.format_table(s)
+    text = benchmark.format_results_table(s)
     assert "inconclusive" in text and "better" in text and "tie" not in text
+
+
+def test_the_benchmark_table_and_the_histories_table_have_their_own_names():
+    """Two format_table's (simulation's of histories, the benchmark's of a summary) and two _plain's were one name."""
+    from fedlearn_edu import simulation
+    from fedlearn_edu.benchmark import execution
+
+    assert "History" in simulation.format_table.__doc__  # the chapters' call (ch04), unchanged
+    assert not hasattr(benchmark, "format_table") and "format_results_table" in benchmark.__all__
+    assert not hasattr(execution, "_plain") and execution._plain_record((np.int64(2), {1: np.float32(0.5)})) == [
+        2,
+        {"1": 0.5},
+    ]
 
 
 def test_bad_input_names_the_argument():
@@ -175,27 +188,25 @@ def test_bad_input_names_the_argument():
 
 def test_resume_skips_done_and_redoes_corrupt(reference, tmp_path):
     out = tmp_path / "r"
-    first = benchmark.run(out=out, engine="sequential", **TINY)
+    first = benchmark.run(out=out, backend="sequential", **TINY)
     runs = sorted((out / "runs").glob("*.csv"))
     runs[0].write_text(runs[0].read_text()[:-40])  # a truncated record
     (out / "runs" / f"{runs[1].stem}.json").write_text("{")  # a half-written manifest
     (out / "runs" / f"{runs[2].stem}.json").unlink()  # killed between the two writes
-    again = benchmark.run(out=out, engine="sequential", **TINY)
+    again = benchmark.run(out=out, backend="sequential", **TINY)
     assert sorted(again.redone) == sorted(p.stem for p in runs[:3])
     _same(again.records, first.records)
     _same(again.records, reference.records)
-    third = benchmark.run(out=out, engine="sequential", **TINY)
+    third = benchmark.run(out=out, backend="sequential", **TINY)
     assert third.redone == []
     assert list(third.records.sec_per_round) == list(again.records.sec_per_round)  # nothing was rerun
 
 
 _CHILD = textwrap.dedent(
     """
-    import sys
     from fedlearn_edu import benchmark
-    sys.path.insert(0, {tests!r})
-    from test_benchmark import TINY
-    benchmark.run(out={out!r}, engine="sequential", **TINY)
+    from tests.benchmark.test_sweep import TINY
+    benchmark.run(out={out!r}, backend="sequential", **TINY)
     """
 )
 
@@ -203,7 +214,7 @@ _CHILD = textwrap.dedent(
 def test_killed_sweep_restarted_equals_uninterrupted(reference, tmp_path):
     out = tmp_path / "killed"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    code = _CHILD.format(tests=str(ROOT / "tests"), out=str(out))
+    code = _CHILD.format(out=str(out))
     child = subprocess.Popen([sys.executable, "-c", code], env=env, start_new_session=True)
     try:
         deadline = time.monotonic() + 60
@@ -217,7 +228,7 @@ def test_killed_sweep_restarted_equals_uninterrupted(reference, tmp_path):
     done = len(list((out / "runs").glob("*.json")))
     assert 3 <= done < 8
     assert not (out / "records.csv.gz").exists()
-    restarted = benchmark.run(out=out, engine="sequential", **TINY)
+    restarted = benchmark.run(out=out, backend="sequential", **TINY)
     _same(restarted.records, reference.records)
 
 
@@ -228,7 +239,7 @@ def _broken(**settings):
 def test_failed_run_is_recorded_and_the_sweep_goes_on(tmp_path):
     bad = benchmark.Method("broken", factory=_broken, tune={"server_lr": [1.0]})
     grid = {**TINY, "methods": [TINY["methods"][0], bad]}
-    result = benchmark.run(out=tmp_path, engine="sequential", **grid)
+    result = benchmark.run(out=tmp_path, backend="sequential", **grid)
     failed = result.runs[result.runs.status == "failed"]
     assert set(failed.method) == {"broken"} and "always fails" in failed.error.iloc[0]
     assert (result.runs[result.runs.method == "fedavg"].status == "ok").all()
@@ -240,7 +251,7 @@ def test_failed_run_is_recorded_and_the_sweep_goes_on(tmp_path):
 def test_engines_agree_joblib_and_dask_localcluster(reference, tmp_path):
     from distributed import Client, LocalCluster
 
-    joblib_run = benchmark.run(out=tmp_path / "joblib", engine="joblib", n_jobs=2, **TINY)
+    joblib_run = benchmark.run(out=tmp_path / "joblib", backend="joblib", n_jobs=2, **TINY)
     _same(joblib_run.records, reference.records)
     with (
         LocalCluster(
@@ -248,7 +259,7 @@ def test_engines_agree_joblib_and_dask_localcluster(reference, tmp_path):
         ) as cluster,
         Client(cluster) as client,
     ):
-        dask_run = benchmark.run(out=tmp_path / "dask", client=client, **TINY)
+        dask_run = benchmark.run(out=tmp_path / "dask", dask_client=client, **TINY)
         assert len(client.scheduler_info()["workers"]) == 2
     _same(dask_run.records, reference.records)
 

@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 
 from fedlearn_edu import benchmark
+from fedlearn_edu.benchmark import execution
 from fedlearn_edu.strategies import IFCA, Ditto, FedAvg, LocalOnly
 from tests.user_strategy import restored_registry, write_user_module
 
-RECORDS = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "classroom"
+RECORDS = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "classroom"
 COLUMNS = ("mean", "std", "worst10", "best10", "loss", "train_loss")
 SPECIAL = ("ditto", "ifca", "local")  # once built by name in benchmark._strategy
 
@@ -46,11 +47,11 @@ def test_the_committed_keys_and_strategies_of_ditto_ifca_and_local_are_unchanged
         spec = benchmark.parse_federation(
             fed["name"], dataset=fed["dataset"], num_clients=fed["num_clients"], model=fed["model"]
         )
-        again = benchmark._config(
+        again = execution._config(
             benchmark.METHODS[method], spec, result.protocol, config["settings"], config["seed"], phase
         )
         assert again == config and benchmark.run_key(again) == run.run_key
-        assert repr(benchmark._strategy(config, None)) == repr(_old_strategy(config))
+        assert repr(execution._strategy(config, None)) == repr(_old_strategy(config))
 
 
 @pytest.mark.parametrize("method", SPECIAL)
@@ -67,10 +68,10 @@ def test_a_committed_ditto_ifca_and_local_run_is_reproduced_bit_for_bit(result, 
 def test_the_builder_has_no_name_special_cases_but_conditional():
     import inspect
 
-    source = inspect.getsource(benchmark._strategy)
+    source = inspect.getsource(execution._strategy)
     assert not any(f'"{name}"' in source for name in SPECIAL)
     with pytest.raises(TypeError, match="local takes no argument 'server_lr'"):
-        benchmark._strategy({"builder": "local", "settings": {"server_lr": 1.0}}, None)
+        execution._strategy({"builder": "local", "settings": {"server_lr": 1.0}}, None)
 
 
 @pytest.fixture
@@ -86,13 +87,13 @@ def plugin(tmp_path, monkeypatch):
 
 def test_a_users_registered_strategy_runs_in_the_benchmark_by_name(plugin, tmp_path):
     m = benchmark.Method("mine", strategy="halvedbench", tune={"server_lr": [2.0]})
-    built = benchmark._strategy({"builder": m.builder(), "settings": {"server_lr": 2.0}}, None)
+    built = execution._strategy({"builder": m.builder(), "settings": {"server_lr": 2.0}}, None)
     assert type(built) is plugin.Halved and built.server_lr == 1.0
     r = benchmark.run(
         [m],
         ["dirichlet:0.5"],
         out=tmp_path / "out",
-        engine="sequential",
+        backend="sequential",
         progress=False,
         num_clients=6,
         rounds=1,

@@ -1,7 +1,7 @@
 """The benchmark's attack axis, and the shape of the committed robust grid (benchmarks/results/robust).
 
 Its summary and a sample of its runs are checked against the code, bit for bit, with the
-classroom grid's in tests/test_benchmark_records.py.
+classroom grid's in tests/benchmark/test_benchmark_records.py.
 """
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from fedlearn_edu import benchmark
+from fedlearn_edu.benchmark import execution
 
-RECORDS = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "robust"
+RECORDS = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "robust"
 COLUMNS = ("mean", "std", "worst10", "best10", "loss", "train_loss")
 
 
@@ -36,9 +37,9 @@ def test_an_attack_is_part_of_the_federation_and_of_its_key():
         "num_samples",
     }
     assert attacked.config()["attack"] == "sign_flip"
-    p = benchmark.Protocol()
+    p = benchmark.BenchmarkProtocol()
     m = benchmark.METHODS["fedavg"]
-    keys = {benchmark.run_key(benchmark._config(m, f, p, {"server_lr": 1.0}, 1, "eval")) for f in (plain, attacked)}
+    keys = {benchmark.run_key(execution._config(m, f, p, {"server_lr": 1.0}, 1, "eval")) for f in (plain, attacked)}
     assert len(keys) == 2
 
 
@@ -57,12 +58,12 @@ def test_bad_attacks_are_refused_by_name(text, match):
 
 
 def test_an_attacked_run_differs_and_is_reproduced():
-    p = benchmark.Protocol(rounds=3, clients_per_round=4, last_k=2)
+    p = benchmark.BenchmarkProtocol(rounds=3, clients_per_round=4, last_k=2)
     m = benchmark.fixed_step("fedavg", 1.0)
     common = {"num_clients": 4, "num_samples": 300}
     runs = {}
     for text in ("dirichlet:0.5", "dirichlet:0.5+sign_flip:0.5"):
-        cfg = benchmark._config(m, benchmark.parse_federation(text, **common), p, m.candidates()[0], 1, "eval")
+        cfg = execution._config(m, benchmark.parse_federation(text, **common), p, m.candidates()[0], 1, "eval")
         runs[text] = [benchmark.execute(cfg) for _ in range(2)]
         assert all(r["status"] == "ok" for r in runs[text]), runs[text]
         assert json.dumps(runs[text][0]["rows"]) == json.dumps(runs[text][1]["rows"])  # NaN == NaN in text
@@ -83,7 +84,7 @@ def test_untuned_methods_run_no_tuning_run(tmp_path):
         [benchmark.fixed_step("fedavg", 1.0), benchmark.fixed_step("median", 1.0)],
         ["dirichlet:0.5+label_flip:0.25"],
         out=tmp_path,
-        engine="sequential",
+        backend="sequential",
         num_clients=4,
         num_samples=300,
         rounds=2,
