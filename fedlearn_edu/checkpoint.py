@@ -15,13 +15,23 @@ import os
 import warnings
 from collections.abc import Mapping
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
 from .checks import check_int
 from .data.federation import Federation
 
-__all__ = ["CHECKPOINT_VERSION", "check_checkpoint_args", "check_states", "fingerprint", "run_settings", "save", "load"]
+__all__ = [
+    "CHECKPOINT_VERSION",
+    "check_checkpoint_args",
+    "check_states",
+    "fingerprint",
+    "run_settings",
+    "loadable",
+    "save",
+    "load",
+]
 
 # 3: fingerprints of every tensor that affects the run; 2: the strategy's explicit server state
 # (with a sum of the training data); 1: parameters + strategy.state_dict()
@@ -95,6 +105,26 @@ def check_checkpoint_args(checkpoint, resume, checkpoint_every) -> str | None:
             "pass another path."
         ) from None
     return path
+
+
+def loadable(obj):
+    """``obj`` with NumPy arrays/scalars turned into tensors/Python numbers (for ``weights_only`` loading).
+
+    Args:
+        obj: nested dicts, lists and tuples of tensors, NumPy values and plain values.
+
+    Returns:
+        The same nesting (new containers) holding only what ``torch.load(..., weights_only=True)`` reads.
+    """
+    if isinstance(obj, dict):
+        return {k: loadable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(loadable(v) for v in obj)
+    if isinstance(obj, np.ndarray):
+        return torch.from_numpy(obj)
+    if isinstance(obj, np.generic):
+        return obj.item()
+    return obj
 
 
 def _temporary(path: str) -> str:

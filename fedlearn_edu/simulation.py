@@ -18,18 +18,14 @@ One round t:
 from __future__ import annotations
 
 import copy
-import math
 import os
 import time
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.func import functional_call
 
 from . import checkpoint as _ckpt
 from .aggregators import count_conflicts
@@ -47,311 +43,17 @@ from .checks import (
 from .data.federation import Federation
 from .data.noise import reverse_labels
 from .engine import MAX_EPOCHS, LocalTraining, make_engine
-from .metrics import METRIC_NAMES, fairness_metrics
-from .params import Params, get_params, select_rows
+from .evaluation import _TestSet, evaluate_clients, evaluate_models, evaluation_due
+from .history import DIAGNOSTICS, History, format_table
+from .params import Params, get_params, map_tensors, select_rows, to_device
 from .round import DATA_REASON, UPDATE_REASON, bad_clients
 from .secagg import check_secure_aggregation
 from .strategies.base import ClientUpdates, ClientWork, Strategy
 from .utils import derive_seed, resolve_device
 
-__all__ = ["simulate", "History", "evaluate_clients", "ON_NONFINITE", "DIAGNOSTICS"]
+__all__ = ["simulate", "History", "evaluate_clients", "format_table", "ON_NONFINITE", "DIAGNOSTICS"]
 
 ON_NONFINITE = ("raise", "skip")
-# Per-round diagnostics computed on request (simulate's ``diagnostics``, a strategy's own):
-# "conflicts" -- how many selected clients' updates have a negative inner product with the
-# applied update, whole model and per layer group (an extra pass over all the updates).
-DIAGNOSTICS = ("conflicts",)
-
-
-@dataclass
-class History:
-    """What a simulation recorded.
-
-    Attributes:
-        strategy: the strategy's name.
-        eval_rounds: ``list[int]`` rounds at which the global model was evaluated
-            (0 = the initial model).
-        client_accuracy: ``ndarray[E, N]`` accuracy of the global model on each of the N
-            clients' local test splits, one row per evaluation.
-        client_loss: ``ndarray[E, N]`` mean cross-entropy, same layout.
-        train_loss: ``list[float]`` per round, mean local training loss of the selected clients.
-        selected: ``list[ndarray[m]]`` per round, the selected client ids.
-        diagnostics: ``list[dict]`` per round, what the strategy reported (e.g. ``weights``)
-            plus, when recorded, ``conflicts`` (clients whose update has a negative inner
-            product with the applied update) and ``conflicts_per_layer``.
-        config: the simulation's settings; ``config["diagnostics"]`` names the optional
-            diagnostics recorded (see ``simulate``'s ``diagnostics``).
-        seconds: wall-clock time of the run.
-        final_params: the last global parameters (on the CPU); IFCA: the stacked cluster models;
-            decentralised methods: the N client models; ``None`` for local-only training.
-        evaluated: which model ``client_accuracy`` is of: ``"global"``, ``"personal"`` (each
-            client's own model), ``"cluster"`` (each client's cluster model) or ``"average"``
-            (AFL with ``iterate="average"``: the averaged iterate of Mohri et al.).
-        other_accuracy: ``{model: ndarray[E, N]}`` accuracies of the other models the
-            strategy evaluates (Ditto: ``{"global": ...}``; AFL's averaged iterate: ``{"last": ...}``).
-        model_index: ``ndarray[E, N]`` for stacked models: the model client i used at each
-            evaluation (IFCA: its cluster); ``None`` for one global model.
-        dropped: per round, ``{client id: reason}`` of the clients dropped by
-            ``on_nonfinite="skip"`` (empty when none); the reason names the bad part (its data,
-            the update, a new client-state entry or a signal: :mod:`fedlearn_edu.round`).
-        final_state: the strategy's client state at the end, ``{name: Tensor[N, ...]}`` (CPU).
-        final_server_state: the strategy's server state at the end (CPU; see
-            :meth:`~fedlearn_edu.strategies.Strategy.init_state`).
-        attackers: ``ndarray[k]`` the ids of the attacking clients of ``simulate(..., attack=)``
-            (``None`` without an attack).
-    """
-
-    strategy: str
-    eval_rounds: list = field(default_factory=list)
-    client_accuracy: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
-    client_loss: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
-    train_loss: list = field(default_factory=list)
-    selected: list = field(default_factory=list)
-    diagnostics: list = field(default_factory=list)
-    config: dict = field(default_factory=dict)
-    seconds: float = 0.0
-    final_params: Params | None = None
-    evaluated: str = "global"
-    other_accuracy: dict = field(default_factory=dict)
-    model_index: np.ndarray | None = None
-    dropped: list = field(default_factory=list)
-    final_state: dict = field(default_factory=dict)
-    final_server_state: dict = field(default_factory=dict)
-    attackers: np.ndarray | None = None
-
-    def metrics(self, index: int = -1) -> dict[str, float]:
-        """Fairness metrics (mean, std, worst10, best10) at evaluation ``index`` (default: last).
-
-        Args:
-            index: the row of ``client_accuracy`` (Python indexing: -1 is the last evaluation).
-
-        Returns:
-            ``{"round": eval_rounds[index], "mean": ..., "std": ..., "worst10": ..., "best10": ...}``.
-
-        Raises:
-            ValueError: the History holds no evaluation.
-        """
-        if len(self.eval_rounds) == 0:
-            raise ValueError("This History holds no evaluation yet.")
-        out = fairness_metrics(self.client_accuracy[index])
-        return {"round": self.eval_rounds[index], **out}
-
-    def curve(self, metric: str = "mean") -> np.ndarray:
-        """``ndarray[E]``: a fairness metric at every evaluation round.
-
-        Args:
-            metric: one of ``"mean"``, ``"std"``, ``"worst10"``, ``"best10"``.
-
-        Returns:
-            ``ndarray[E]``, one value per row of ``client_accuracy``.
-
-        Raises:
-            ValueError: ``metric`` is not one of those.
-        """
-        if metric not in METRIC_NAMES:
-            raise ValueError(f"Unknown metric {metric!r}; choose one of {sorted(METRIC_NAMES)}.")
-        return np.array([fairness_metrics(row)[metric] for row in self.client_accuracy])
-
-    def best(self, metric: str = "mean") -> float:
-        """Best value of ``metric`` over the evaluations (max; min for ``std``).
-
-        Args:
-            metric: one of ``"mean"``, ``"std"``, ``"worst10"``, ``"best10"``.
-
-        Returns:
-            The maximum of :meth:`curve` (the minimum for ``"std"``), a float.
-
-        Raises:
-            ValueError: ``metric`` is not one of those.
-        """
-        c = self.curve(metric)
-        return float(c.min() if metric == "std" else c.max())
-
-    @property
-    def conflicts(self) -> np.ndarray:
-        """``ndarray[T]``: per round, how many selected clients conflict with the applied update.
-
-        Recorded only on request: ``simulate(..., diagnostics=("conflicts",))``.
-        """
-        if "conflicts" not in self.config.get("diagnostics", DIAGNOSTICS):
-            raise ValueError(
-                "This run did not record conflict counts: pass diagnostics=('conflicts',) to simulate "
-                "(they cost an extra pass over every update, so they are computed only on request)."
-            )
-        return np.array([d["conflicts"] for d in self.diagnostics])
-
-    def summary(self) -> str:
-        """A text table of the fairness metrics at each evaluation (at most ~8 rows)."""
-        return format_table({self.strategy: self}, every=True)
-
-    def to_state(self) -> dict:
-        """The History as tensors and plain containers (what a checkpoint stores)."""
-        return {
-            "strategy": self.strategy,
-            "eval_rounds": list(self.eval_rounds),
-            "client_accuracy": torch.as_tensor(self.client_accuracy),
-            "client_loss": torch.as_tensor(self.client_loss),
-            "train_loss": list(self.train_loss),
-            "selected": [torch.as_tensor(s) for s in self.selected],
-            "diagnostics": _plain(self.diagnostics),
-            "evaluated": self.evaluated,
-            "other_accuracy": {k: torch.as_tensor(v) for k, v in self.other_accuracy.items()},
-            "model_index": None if self.model_index is None else torch.as_tensor(self.model_index),
-            "dropped": [dict(d) for d in self.dropped],
-        }
-
-    @classmethod
-    def from_state(cls, state: dict, config: dict) -> History:
-        """Inverse of :meth:`to_state`.
-
-        Args:
-            state: a dict as :meth:`to_state` returns it (tensors become NumPy arrays again).
-            config: the run's settings, stored as ``History.config`` (not part of ``state``).
-
-        Returns:
-            The :class:`History`; ``seconds``, ``final_params`` and the final states keep their
-            defaults (``to_state`` does not store them).
-        """
-        return cls(
-            strategy=state["strategy"],
-            eval_rounds=list(state["eval_rounds"]),
-            client_accuracy=state["client_accuracy"].numpy(),
-            client_loss=state["client_loss"].numpy(),
-            train_loss=list(state["train_loss"]),
-            selected=[s.numpy() for s in state["selected"]],
-            diagnostics=list(state["diagnostics"]),
-            config=config,
-            evaluated=state["evaluated"],
-            other_accuracy={k: v.numpy() for k, v in state["other_accuracy"].items()},
-            model_index=None if state["model_index"] is None else state["model_index"].numpy(),
-            dropped=[dict(d) for d in state["dropped"]],
-        )
-
-
-def _plain(obj):
-    """``obj`` with NumPy arrays/scalars turned into tensors/Python numbers (for ``weights_only`` loading)."""
-    if isinstance(obj, dict):
-        return {k: _plain(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_plain(v) for v in obj)
-    if isinstance(obj, np.ndarray):
-        return torch.from_numpy(obj)
-    if isinstance(obj, np.generic):
-        return obj.item()
-    return obj
-
-
-def _map_tensors(fn, obj):
-    """``fn`` applied to every tensor in a nested dict/list/tuple (other values unchanged)."""
-    if isinstance(obj, Tensor):
-        return fn(obj)
-    if isinstance(obj, dict):
-        return {k: _map_tensors(fn, v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_map_tensors(fn, v) for v in obj)
-    return obj
-
-
-def _to(obj, device):
-    """Every tensor in a nested dict/list/tuple moved to ``device``."""
-    return _map_tensors(lambda t: t.to(device), obj)
-
-
-def format_table(histories: dict[str, History], every: bool = False) -> str:
-    """Text table of fairness metrics.
-
-    Args:
-        histories: ``{label: History}``.
-        every: one row per evaluation (at most ~8 per run) instead of the final one.
-
-    Returns:
-        The table as text.
-    """
-    w = max([12, *(len(name) + 2 for name in histories)])
-    head = f"{'strategy':<{w}}{'round':>6}{'mean':>8}{'std':>8}{'worst10':>9}{'best10':>8}"
-    lines = [head, "-" * len(head)]
-    for name, h in histories.items():
-        n = len(h.eval_rounds)
-        idx = [n - 1]
-        if every:
-            stride = max(1, math.ceil(n / 8))
-            idx = sorted(set(range(0, n, stride)) | {n - 1})
-        for i in idx:
-            m = h.metrics(i)
-            lines.append(
-                f"{name:<{w}}{m['round']:>6}{m['mean']:>8.3f}{m['std']:>8.3f}{m['worst10']:>9.3f}{m['best10']:>8.3f}"
-            )
-    return "\n".join(lines)
-
-
-class _TestSet:
-    """All clients' local test splits concatenated once, with the owner of every sample."""
-
-    def __init__(self, federation: Federation, device: torch.device):
-        self.x = torch.cat([c.test_x for c in federation]).to(device)
-        self.y = torch.cat([c.test_y for c in federation]).to(device)
-        self.owner = torch.cat([torch.full((c.num_test,), i, dtype=torch.long) for i, c in enumerate(federation)]).to(
-            device
-        )
-        self.counts = torch.bincount(self.owner, minlength=len(federation)).double()
-        self.num_clients = len(federation)
-
-
-@torch.no_grad()
-def evaluate_clients(
-    model: nn.Module,
-    params: Params,
-    federation: Federation,
-    batch_size: int = 2048,
-    which: Tensor | None = None,
-    _test: _TestSet | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Accuracy and mean loss, on every client's local test split, of the model that client uses.
-
-    Args:
-        model: the architecture (used through ``functional_call``).
-        params: one model ``{name: Tensor}`` used by every client (``which=None``), or K
-            stacked models ``{name: Tensor[K, ...]}``.
-        federation: the clients.
-        batch_size: test samples per forward pass.
-        which: ``Tensor[N]`` (int64): client i uses model ``which[i]`` of the stacked
-            ``params`` (``torch.arange(N)``: each client its own personal model; IFCA: the
-            cluster ids).
-
-    Returns:
-        ``(accuracy: ndarray[N], loss: ndarray[N])``; NaN for a client without test samples.
-    """
-    names = {n for n, _ in model.named_parameters()}
-    missing, unknown = sorted(names - set(params)), sorted(set(params) - names - {n for n, _ in model.named_buffers()})
-    if missing or unknown:
-        raise ValueError(
-            f"params must hold exactly the model's parameters: missing {missing[:5]}, unknown {unknown[:5]} "
-            f"(a missing or misspelt key would silently use the module's own tensor)."
-        )
-    device = next(iter(params.values())).device
-    test = _test or _TestSet(federation, device)
-    if which is not None and tuple(which.shape) != (test.num_clients,):
-        raise ValueError(f"which must be Tensor[N] with N = {test.num_clients} clients; got {tuple(which.shape)}.")
-    correct = torch.zeros(test.num_clients, dtype=torch.float64, device=device)
-    loss = torch.zeros(test.num_clients, dtype=torch.float64, device=device)
-    # One group of test samples per model: all samples for one global model, else the samples
-    # of the clients that use model j.
-    groups = [None] if which is None else torch.unique(which).tolist()
-    sample_model = None if which is None else which.to(device)[test.owner]
-    for j in groups:
-        p = params if j is None else {k: v[j] for k, v in params.items()}
-        idx = None if j is None else (sample_model == j).nonzero().flatten()
-        x, y, owner = (test.x, test.y, test.owner) if idx is None else (test.x[idx], test.y[idx], test.owner[idx])
-        for start in range(0, y.shape[0], batch_size):
-            sl = slice(start, start + batch_size)
-            logits = functional_call(model, p, (x[sl],))
-            correct.index_add_(0, owner[sl], (logits.argmax(1) == y[sl]).double())
-            loss.index_add_(0, owner[sl], F.cross_entropy(logits, y[sl], reduction="none").double())
-    counts = test.counts.to(device)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        acc = (correct / counts).cpu().numpy()
-        mean_loss = (loss / counts).cpu().numpy()
-    return acc, mean_loss
 
 
 def check_run_arguments(
@@ -488,7 +190,7 @@ def server_step(
             was finite (the server step, not local training, is at fault).
     """
     new_state, diag = strategy.aggregate(server_state, updates)
-    new_state = _map_tensors(Tensor.detach, new_state)
+    new_state = map_tensors(Tensor.detach, new_state)
     new_params = strategy.server_params(new_state) or {}
     _check_same_model(strategy.server_params(server_state) or {}, new_params, name, updates.round)
     bad = nonfinite_keys(new_params)
@@ -678,7 +380,7 @@ def simulate(
     test = _TestSet(federation, dev)
     sampler = torch.Generator().manual_seed(derive_seed(seed, 0xC11E47))
     server_state, client_state = strategy.init_state(params0, net, num_clients, seed)
-    server_state = _to(server_state, dev)  # all of it on the run's device, as after a resume
+    server_state = to_device(server_state, dev)  # all of it on the run's device, as after a resume
     engine_name = getattr(runner, "name", type(runner).__name__)
     config = dict(
         rounds=rounds,
@@ -708,29 +410,20 @@ def simulate(
         _ckpt.check_states(checkpoint, saved, server_state, client_state, strategy.server_params(server_state))
         if saved["round"] > rounds:
             raise ValueError(f"The checkpoint {checkpoint!r} is at round {saved['round']}, past rounds={rounds}.")
-        server_state = _to(saved["server_state"], dev)
-        client_state = _to(saved["client_state"], dev)
+        server_state = to_device(saved["server_state"], dev)
+        client_state = to_device(saved["client_state"], dev)
         sampler.set_state(saved["sampler"])
         history = History.from_state(saved["history"], config)
         history.attackers = attacked
         if attack is not None and attack.needs_previous:
-            previous = _to(saved.get("attack_state", {}).get("previous"), dev)
+            previous = to_device(saved.get("attack_state", {}).get("previous"), dev)
         first = saved["round"] + 1
         if history.eval_rounds[-1] % eval_every and first <= rounds:
-            _drop_last_evaluation(history)  # the earlier run's final evaluation, off this run's grid
+            history.drop_last_evaluation()  # the earlier run's final evaluation, off this run's grid
 
     def record(t: int) -> None:
-        models = strategy.eval_models(net, server_state, client_state, train_sets)
-        for i, (label, (p, which)) in enumerate(models.items()):
-            acc, loss = evaluate_clients(net, p, federation, which=which, _test=test)
-            if i == 0:
-                history.client_accuracy = _append_row(history.client_accuracy, acc)
-                history.client_loss = _append_row(history.client_loss, loss)
-                if which is not None:
-                    history.model_index = _append_row(history.model_index, which.cpu().numpy())
-            else:
-                history.other_accuracy[label] = _append_row(history.other_accuracy.get(label), acc)
-        history.eval_rounds.append(t)
+        results = evaluate_models(strategy, net, server_state, client_state, train_sets, federation, test)
+        history.add_evaluation(t, results)
 
     start = time.perf_counter()
     if first == 1:
@@ -774,7 +467,7 @@ def simulate(
             _write_rows(client_state, dev_ids, out.state)
             history.train_loss.append(float(recorded.mean()))
             history.diagnostics.append(diag)
-        if t % eval_every == 0 or t == rounds:
+        if evaluation_due(t, eval_every, rounds):
             record(t)
             if progress and hasattr(bar, "set_postfix"):
                 bar.set_postfix(mean_acc=f"{np.nanmean(history.client_accuracy[-1]):.3f}")
@@ -783,19 +476,19 @@ def simulate(
                 "version": CHECKPOINT_VERSION,
                 "settings": settings,
                 "round": t,
-                "server_state": _to(_plain(server_state), "cpu"),
-                "client_state": _to(client_state, "cpu"),
+                "server_state": to_device(_ckpt.loadable(server_state), "cpu"),
+                "client_state": to_device(client_state, "cpu"),
                 "sampler": sampler.get_state(),
                 "history": history.to_state(),
             }
             if previous is not None:  # an optional entry: the layout of every other run is unchanged
-                payload["attack_state"] = {"previous": _to(previous, "cpu")}
+                payload["attack_state"] = {"previous": to_device(previous, "cpu")}
             _ckpt.save(checkpoint, payload)
     history.seconds = time.perf_counter() - start
     final = strategy.server_params(server_state)
     history.final_params = None if final is None else {k: v.cpu() for k, v in final.items()}
-    history.final_state = _to(client_state, "cpu")
-    history.final_server_state = _to(server_state, "cpu")
+    history.final_state = to_device(client_state, "cpu")
+    history.final_server_state = to_device(server_state, "cpu")
     return history
 
 
@@ -835,20 +528,6 @@ def _diagnostics(requested, strategy: Strategy) -> tuple[str, ...]:
     if unknown:
         raise ValueError(f"Unknown diagnostics {unknown}; choose from {DIAGNOSTICS}.")
     return tuple(n for n in DIAGNOSTICS if n in names)
-
-
-def _append_row(rows: np.ndarray | None, row: np.ndarray) -> np.ndarray:
-    row = np.asarray(row)[None]
-    return row if rows is None or rows.size == 0 else np.concatenate([rows, row])
-
-
-def _drop_last_evaluation(history: History) -> None:
-    history.eval_rounds.pop()
-    history.client_accuracy = history.client_accuracy[:-1]
-    history.client_loss = history.client_loss[:-1]
-    if history.model_index is not None:
-        history.model_index = history.model_index[:-1]
-    history.other_accuracy = {k: v[:-1] for k, v in history.other_accuracy.items()}
 
 
 def _write_rows(tree: dict, index: Tensor, rows: dict) -> None:
