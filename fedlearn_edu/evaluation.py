@@ -22,11 +22,26 @@ from .data.federation import Federation
 from .params import Params
 from .strategies.base import Strategy
 
-__all__ = ["evaluate_clients", "evaluate_models", "evaluation_due"]
+__all__ = ["evaluate_clients", "evaluate_models", "evaluation_due", "PooledTestSplits"]
 
 
-class _TestSet:
-    """All clients' local test splits concatenated once, with the owner of every sample."""
+class PooledTestSplits:
+    """All clients' local test splits concatenated once, with the owner of every sample.
+
+    Built once per run and passed to :func:`evaluate_clients` / :func:`evaluate_models` (their
+    ``_test``), so that an evaluation does not concatenate the splits again.
+
+    Args:
+        federation: the N clients.
+        device: where the samples are kept.
+
+    Attributes:
+        x: ``Tensor[S, ...]`` the test inputs of every client, client by client.
+        y: ``Tensor[S]`` their labels.
+        owner: ``Tensor[S]`` (int64) the client of each sample.
+        counts: ``Tensor[N]`` (float64) the number of test samples of each client.
+        num_clients: N.
+    """
 
     def __init__(self, federation: Federation, device: torch.device):
         self.x = torch.cat([c.test_x for c in federation]).to(device)
@@ -45,7 +60,7 @@ def evaluate_clients(
     federation: Federation,
     batch_size: int = 2048,
     which: Tensor | None = None,
-    _test: _TestSet | None = None,
+    _test: PooledTestSplits | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Accuracy and mean loss, on every client's local test split, of the model that client uses.
 
@@ -70,7 +85,7 @@ def evaluate_clients(
             f"(a missing or misspelt key would silently use the module's own tensor)."
         )
     device = next(iter(params.values())).device
-    test = _test or _TestSet(federation, device)
+    test = _test or PooledTestSplits(federation, device)
     if which is not None and tuple(which.shape) != (test.num_clients,):
         raise ValueError(f"which must be Tensor[N] with N = {test.num_clients} clients; got {tuple(which.shape)}.")
     correct = torch.zeros(test.num_clients, dtype=torch.float64, device=device)
@@ -102,7 +117,7 @@ def evaluate_models(
     client_state: dict,
     train_sets: Sequence[tuple[Tensor, Tensor]],
     federation: Federation,
-    _test: _TestSet | None = None,
+    _test: PooledTestSplits | None = None,
 ) -> dict[str, tuple[np.ndarray, np.ndarray, Tensor | None]]:
     """Every model the strategy evaluates, on every client of ``federation`` (a round's evaluation).
 

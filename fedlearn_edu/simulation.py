@@ -28,30 +28,40 @@ import torch
 from torch import Tensor, nn
 
 from . import checkpoint as _ckpt
-from .aggregators import count_conflicts
 from .attacks import Attack
 from .checkpoint import CHECKPOINT_VERSION
 from .checks import (
     check_bool,
-    check_float,
     check_int,
     check_model_data,
     check_seed,
     check_trainable,
-    nonfinite_keys,
 )
 from .data.federation import Federation
 from .data.noise import reverse_labels
-from .engine import MAX_EPOCHS, LocalTraining, make_engine
-from .evaluation import _TestSet, evaluate_clients, evaluate_models, evaluation_due
+from .engine import make_engine
+from .evaluation import PooledTestSplits, evaluate_clients, evaluate_models, evaluation_due
 from .history import DIAGNOSTICS, History, format_table
-from .params import Params, get_params, map_tensors, select_rows, to_device
-from .round import DATA_REASON, UPDATE_REASON, bad_clients
+from .params import Params, get_params, select_rows, to_device
+from .round import check_lr_decay, keep_finite, local_training, nonfinite_error, round_config, server_step
 from .secagg import check_secure_aggregation
 from .strategies.base import ClientUpdates, ClientWork, Strategy
 from .utils import derive_seed, resolve_device
 
-__all__ = ["simulate", "History", "evaluate_clients", "format_table", "ON_NONFINITE", "DIAGNOSTICS"]
+# History, evaluate_clients, format_table and the round's pieces were defined here before: still importable from here
+__all__ = [
+    "simulate",
+    "History",
+    "evaluate_clients",
+    "format_table",
+    "ON_NONFINITE",
+    "DIAGNOSTICS",
+    "check_run_arguments",
+    "check_lr_decay",
+    "local_training",
+    "round_config",
+    "server_step",
+]
 
 ON_NONFINITE = ("raise", "skip")
 
@@ -100,131 +110,6 @@ def check_run_arguments(
             raise ValueError(
                 f"val_data of {type(strategy).__name__} (the server validation set) has labels outside "
                 f"[0, {federation.num_classes - 1}] (data set {data_name!r})."
-            )
-
-
-def check_lr_decay(lr_decay) -> float:
-    """Check the client learning-rate decay (``simulate``'s and the Flower server's ``lr_decay``).
-
-    Args:
-        lr_decay: a number in ``(0, 1]``.
-
-    Returns:
-        ``lr_decay`` as a float.
-
-    Raises:
-        TypeError: not a number.
-        ValueError: outside ``(0, 1]``.
-    """
-    lr_decay = check_float(lr_decay, "lr_decay")
-    if not 0 < lr_decay <= 1:
-        raise ValueError(f"lr_decay must be in (0, 1], got {lr_decay}.")
-    return lr_decay
-
-
-def local_training(
-    local_epochs: int, batch_size: int, lr: float, lr_decay: float, momentum: float, weight_decay: float
-) -> tuple[LocalTraining, float]:
-    """The clients' settings of a run, checked (``simulate``'s and the Flower server's arguments).
-
-    Args:
-        local_epochs: local epochs per round (:class:`~fedlearn_edu.engine.LocalTraining` checks
-            this and the other local settings).
-        batch_size: local mini-batch size.
-        lr: the client learning rate of round 1.
-        lr_decay: the client rate of round t is ``lr * lr_decay**(t - 1)``; in ``(0, 1]``.
-        momentum: local SGD momentum.
-        weight_decay: local weight decay.
-
-    Returns:
-        ``(LocalTraining, lr_decay)``.
-
-    Raises:
-        TypeError, ValueError: a setting of the wrong type or out of range.
-    """
-    local_epochs = check_int(local_epochs, "local_epochs", 1, MAX_EPOCHS)  # the caller's name (LocalTraining's: epochs)
-    return LocalTraining(local_epochs, batch_size, lr, momentum, weight_decay), check_lr_decay(lr_decay)
-
-
-def round_config(strategy: Strategy, base: LocalTraining, lr_decay: float, round: int) -> LocalTraining:
-    """The local-training hyper-parameters of round ``round`` (1-based), for every caller.
-
-    The client rate decays as ``lr * lr_decay**(round - 1)``, then the strategy may change the
-    config (:meth:`~fedlearn_edu.strategies.Strategy.configure_local`: FedProx's mu).
-
-    Args:
-        strategy: the run's strategy.
-        base: the run's :class:`~fedlearn_edu.engine.LocalTraining`.
-        lr_decay: the decay in ``(0, 1]``.
-        round: t, an integer >= 1.
-
-    Returns:
-        The round's :class:`~fedlearn_edu.engine.LocalTraining`.
-
-    Raises:
-        TypeError, ValueError: ``lr_decay`` outside ``(0, 1]`` (:func:`check_lr_decay`; not blamed on
-            the rate it would make), ``round`` not an integer >= 1.
-    """
-    lr_decay, round = check_lr_decay(lr_decay), check_int(round, "round", 1)
-    return strategy.configure_local(base.replace(lr=base.lr * lr_decay ** (round - 1)))
-
-
-def server_step(
-    strategy: Strategy, server_state: dict, updates: ClientUpdates, name: str, conflicts: bool = True
-) -> tuple[dict, dict]:
-    """One aggregation: ``strategy.aggregate`` plus (``conflicts``) the conflict counts of the applied update.
-
-    Args:
-        strategy: the run's strategy.
-        server_state: the server state at round t (not modified).
-        updates: the round's (finite) updates.
-        name: the strategy's name, for messages.
-        conflicts: count the clients whose update conflicts with the applied one (one-model
-            strategies only).
-
-    Returns:
-        ``(server state at t + 1, its tensors detached; the round's diagnostics on the CPU)``.
-
-    Raises:
-        FloatingPointError: the server parameters became NaN/Inf although every client update
-            was finite (the server step, not local training, is at fault).
-    """
-    new_state, diag = strategy.aggregate(server_state, updates)
-    new_state = map_tensors(Tensor.detach, new_state)
-    new_params = strategy.server_params(new_state) or {}
-    _check_same_model(strategy.server_params(server_state) or {}, new_params, name, updates.round)
-    bad = nonfinite_keys(new_params)
-    if bad:
-        hint = strategy.nonfinite_hint() or (
-            f"the step is too large for them. Lower server_lr (now {strategy.server_lr:g}) or use a bounded "
-            "server optimizer."
-        )
-        raise FloatingPointError(
-            f"Round {updates.round}: every client update was finite, but the server step of {name} made the "
-            f"global parameters {bad[:3]} NaN/Inf: {hint}"
-        )
-    diag = {k: (v.detach().cpu() if isinstance(v, Tensor) else v) for k, v in diag.items()}
-    if conflicts and strategy.needs.server_model == "one":
-        params = strategy.server_params(server_state)
-        diag.update(
-            count_conflicts(updates.deltas, {k: new_params[k] - params[k] for k in params}, check=not updates.checked)
-        )
-    return new_state, diag
-
-
-def _check_same_model(old: Params, new: Params, name: str, t: int) -> None:
-    """The server step must return every parameter, each of its shape (a clear error, not a KeyError later)."""
-    missing, unknown = sorted(set(old) - set(new)), sorted(set(new) - set(old))
-    if missing or unknown:
-        raise ValueError(
-            f"Round {t}: {name}'s aggregate returned a server model with other parameters than the model's "
-            f"(missing {missing[:5]}, unknown {unknown[:5]}): it must return every parameter."
-        )
-    for k, v in old.items():
-        if tuple(new[k].shape) != tuple(v.shape):
-            raise ValueError(
-                f"Round {t}: {name}'s aggregate changed the shape of {k!r} from {tuple(v.shape)} to "
-                f"{tuple(new[k].shape)}."
             )
 
 
@@ -377,7 +262,7 @@ def simulate(
     train_sets = [(c.train_x.to(dev), c.train_y.to(dev)) for c in federation]
     bad_data = {i for i, (x, _) in enumerate(train_sets) if x.is_floating_point() and not bool(torch.isfinite(x).all())}
     num_samples = federation.num_train_samples
-    test = _TestSet(federation, dev)
+    test = PooledTestSplits(federation, dev)
     sampler = torch.Generator().manual_seed(derive_seed(seed, 0xC11E47))
     server_state, client_state = strategy.init_state(params0, net, num_clients, seed)
     server_state = to_device(server_state, dev)  # all of it on the run's device, as after a resume
@@ -433,39 +318,28 @@ def simulate(
         ids = torch.randperm(num_clients, generator=sampler)[:m].sort().values
         config_t = round_config(strategy, base_config, lr_decay, t)
         work = ClientWork.for_round(t, ids, train_sets, config_t, net, runner, seed, num_samples)
-        dev_ids = ids.to(dev)
-        rows = select_rows(client_state, dev_ids)
-        out = strategy.client_update(work, server_state, rows)
+        out = strategy.client_update(work, server_state, select_rows(client_state, ids.to(dev)))
         if attack is not None and not attack.data_level:
             theta_t = strategy.server_params(server_state)
             out.deltas = attack.apply(out.deltas, ids, attackers, t, theta_t, strategy.server_lr, previous)
             if attack.needs_previous:
                 previous = {k: v.detach().clone() for k, v in theta_t.items()}
-        keep, dropped = bad_clients(ids, out.deltas, out.state, out.signals, bad_data=bad_data)
-        if dropped and on_nonfinite == "raise":
-            blown_up = _blown_up(strategy, server_state, params0)
-            why = _nonfinite_message(t, dropped, work.config, blown_up, strategy.server_lr, strategy)
-            raise FloatingPointError(why)
-        # the policy has scanned the updates (the bad rows go next): the aggregators need not again
-        updates = ClientUpdates(
-            t, ids, out.deltas, num_samples[ids], out.train_loss, net, out.signals, work.config, checked=True
-        )
+        updates = ClientUpdates(t, ids, out.deltas, num_samples[ids], out.train_loss, net, out.signals, work.config)
         recorded = out.train_loss if out.recorded_loss is None else out.recorded_loss
-        if dropped:
-            updates = updates.subset(keep)
-            recorded = recorded[keep.to(recorded.device)]
-            out.state = select_rows(out.state, keep.to(dev))
-            dev_ids = dev_ids[keep.to(dev)]
+        kept = keep_finite(updates, out.state, recorded, bad_data=bad_data)  # marks the kept updates checked
+        if kept.dropped and on_nonfinite == "raise":
+            raise nonfinite_error(t, kept.dropped, work.config, strategy, server_state, params0)
         history.selected.append(ids.numpy())
-        history.dropped.append(dropped)
-        if updates.num_clients == 0:
-            warnings.warn(f"Round {t}: every selected client was dropped ({dropped}); the round is skipped.")
+        history.dropped.append(kept.dropped)
+        if kept.updates.num_clients == 0:
+            warnings.warn(f"Round {t}: every selected client was dropped ({kept.dropped}); the round is skipped.")
             history.train_loss.append(float("nan"))
             history.diagnostics.append({})
         else:
-            server_state, diag = server_step(strategy, server_state, updates, name, conflicts="conflicts" in wanted)
-            _write_rows(client_state, dev_ids, out.state)
-            history.train_loss.append(float(recorded.mean()))
+            conflicts = "conflicts" in wanted
+            server_state, diag = server_step(strategy, server_state, kept.updates, name, conflicts=conflicts)
+            _write_rows(client_state, kept.updates.client_ids, kept.state)
+            history.train_loss.append(float(kept.recorded_loss.mean()))
             history.diagnostics.append(diag)
         if evaluation_due(t, eval_every, rounds):
             record(t)
@@ -537,61 +411,3 @@ def _write_rows(tree: dict, index: Tensor, rows: dict) -> None:
             _write_rows(tree[k], index, v)
         else:
             tree[k][index.to(tree[k].device)] = v.detach()
-
-
-TINY_LR = 1e-12  # a client lr below this vanishes in float32 steps; SCAFFOLD's control update divides by it
-
-
-def _blown_up(strategy: Strategy, server_state: dict, params0: Params) -> float | None:
-    """``max |theta_t| / max |theta_0|`` when the server's model grew more than 1e4-fold (else ``None``)."""
-    params = strategy.server_params(server_state) if strategy.needs.server_model == "one" else None
-    if not params:
-        return None
-    now = max(float(v.detach().abs().max()) for v in params.values() if v.numel())
-    start = max(float(v.detach().abs().max()) for v in params0.values() if v.numel())
-    return now / max(start, 1e-12) if now > 1e4 * max(start, 1e-12) else None
-
-
-def _nonfinite_message(
-    t: int,
-    dropped: dict,
-    config: LocalTraining,
-    blown_up: float | None = None,
-    server_lr: float | None = None,
-    strategy: Strategy | None = None,
-) -> str:
-    lr, mu = config.lr, config.prox_mu
-    data = [i for i, why in dropped.items() if why == DATA_REASON]
-    by_reason: dict[str, list] = {}  # the other clients, by the part that was bad (update first)
-    for i, why in dropped.items():
-        if why != DATA_REASON:
-            by_reason.setdefault(why, []).append(i)
-    parts = []
-    if data:
-        parts.append(f"the training data of client(s) {data[:5]} hold NaN/Inf values: clean the data")
-    if by_reason:
-        diverged = by_reason.pop(UPDATE_REASON, [])
-        what = [f"local training of client(s) {diverged[:5]} diverged (NaN/Inf in the update)"] if diverged else []
-        what += [f"client(s) {ids[:5]}: {why}" for why, ids in by_reason.items()]
-        what = ", ".join(what)
-        if blown_up is not None:
-            fix = (
-                f"the server step had already blown the global model up ({blown_up:.2g} times its initial size) "
-                f"before local training: lower server_lr (now {server_lr:g})"
-            )
-        elif lr * mu > 2 and mu > 1:  # SGD on (mu/2)||w - theta_t||^2 multiplies w - theta_t by 1 - lr mu
-            argument = getattr(strategy, "prox_argument", "")
-            who = f"{type(strategy).__name__}'s {argument}" if argument else "prox_mu"
-            fix = (
-                f"lr * prox_mu = {lr:g} * {mu:g} = {lr * mu:.3g} is above 2, where local SGD on the proximal term "
-                f"oscillates and grows: lower {who} (now {mu:g}) or the client lr"
-            )
-        elif lr < TINY_LR:
-            fix = (
-                f"the client lr (now {lr:g}) is too small: steps vanish in float32 and updates that divide by "
-                "the step size (SCAFFOLD's control variates) overflow; raise it"
-            )
-        else:
-            fix = f"lower the client lr (now {lr:g}) or the number of local epochs"
-        parts.append(f"{what}: {fix}")
-    return f"Round {t}: " + "; ".join(parts) + ", or pass on_nonfinite='skip' to drop such clients for the round."

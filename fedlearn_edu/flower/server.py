@@ -58,7 +58,7 @@ from ..checks import check_int, check_positive, check_range, check_seed
 from ..evaluation import evaluation_due
 from ..metrics import fairness_metrics
 from ..params import Params, get_params
-from ..simulation import local_training
+from ..round import local_training
 from ..strategies.base import Strategy
 from ..utils import derive_seed
 from . import bridge
