@@ -28,7 +28,7 @@ import torch
 from torch import Tensor, nn
 
 from . import checkpoint as _ckpt
-from .attacks import Attack
+from .attacks import Attack, AttackState
 from .checkpoint import CHECKPOINT_VERSION
 from .checks import (
     check_bool,
@@ -38,7 +38,6 @@ from .checks import (
     check_trainable,
 )
 from .data.federation import Federation
-from .data.noise import reverse_labels
 from .engine import make_engine
 from .evaluation import PooledTestSplits, evaluate_clients, evaluate_models, evaluation_due
 from .history import DIAGNOSTICS, History, format_table
@@ -244,11 +243,11 @@ def simulate(
         raise ValueError(f"on_nonfinite must be one of {ON_NONFINITE}, got {on_nonfinite!r}.")
     checkpoint = _ckpt.check_checkpoint_args(checkpoint, resume, checkpoint_every)
     wanted = _diagnostics(diagnostics, strategy)
-    attackers = _check_attack(attack, strategy, len(federation))
+    attack_state = _start_attack(attack, strategy, len(federation))
     if secure_aggregation:
         check_secure_aggregation(strategy)
-    if attack is not None and attack.data_level:
-        federation = reverse_labels(federation, attackers.tolist())
+    if attack is not None:
+        federation = attack.poison(federation, attack_state)  # label flipping: the attackers' labels reversed
     base_config, lr_decay = local_training(local_epochs, batch_size, lr, lr_decay, momentum, weight_decay)
     dev = resolve_device(device)
     net = copy.deepcopy(model).to(dev)  # the caller's model is neither moved nor modified
@@ -286,10 +285,9 @@ def simulate(
         config["secure_aggregation"] = True
     settings = None if checkpoint is None else _ckpt.run_settings(config, federation, net, strategy)
     history = History(strategy=name, config=config, evaluated=strategy.evaluates)
-    attacked = None if attack is None else attackers.numpy()
+    attacked = None if attack is None else attack_state.attackers.numpy()
     history.attackers = attacked
     first = 1
-    previous = None  # theta_{t-1}, for an attack that sends the last global update (stale free-riders)
     if resume and os.path.exists(checkpoint):
         saved = _ckpt.load(checkpoint, settings)
         _ckpt.check_states(checkpoint, saved, server_state, client_state, strategy.server_params(server_state))
@@ -300,8 +298,8 @@ def simulate(
         sampler.set_state(saved["sampler"])
         history = History.from_state(saved["history"], config)
         history.attackers = attacked
-        if attack is not None and attack.needs_previous:
-            previous = to_device(saved.get("attack_state", {}).get("previous"), dev)
+        if attack is not None and attack.needs_previous:  # theta_{t-1} of the stale free-riders
+            attack_state = attack_state._replace(previous=to_device(saved.get("attack_state", {}).get("previous"), dev))
         first = saved["round"] + 1
         if history.eval_rounds[-1] % eval_every and first <= rounds:
             history.drop_last_evaluation()  # the earlier run's final evaluation, off this run's grid
@@ -319,11 +317,9 @@ def simulate(
         config_t = round_config(strategy, base_config, lr_decay, t)
         work = ClientWork.for_round(t, ids, train_sets, config_t, net, runner, seed, num_samples)
         out = strategy.client_update(work, server_state, select_rows(client_state, ids.to(dev)))
-        if attack is not None and not attack.data_level:
+        if attack is not None:
             theta_t = strategy.server_params(server_state)
-            out.deltas = attack.apply(out.deltas, ids, attackers, t, theta_t, strategy.server_lr, previous)
-            if attack.needs_previous:
-                previous = {k: v.detach().clone() for k, v in theta_t.items()}
+            out.deltas, attack_state = attack.update(out.deltas, ids, attack_state, t, theta_t, strategy.server_lr)
         updates = ClientUpdates(t, ids, out.deltas, num_samples[ids], out.train_loss, net, out.signals, work.config)
         recorded = out.train_loss if out.recorded_loss is None else out.recorded_loss
         kept = keep_finite(updates, out.state, recorded, bad_data=bad_data)  # marks the kept updates checked
@@ -355,8 +351,8 @@ def simulate(
                 "sampler": sampler.get_state(),
                 "history": history.to_state(),
             }
-            if previous is not None:  # an optional entry: the layout of every other run is unchanged
-                payload["attack_state"] = {"previous": to_device(previous, "cpu")}
+            if attack_state is not None and attack_state.previous is not None:  # optional: other runs unchanged
+                payload["attack_state"] = {"previous": to_device(attack_state.previous, "cpu")}
             _ckpt.save(checkpoint, payload)
     history.seconds = time.perf_counter() - start
     final = strategy.server_params(server_state)
@@ -375,19 +371,13 @@ def _check_lr_fits(lr: float, params: Params) -> None:
             )
 
 
-def _check_attack(attack, strategy: Strategy, num_clients: int) -> Tensor | None:
-    """The attackers' ids of ``attack`` (``None`` without one), after checking it fits the strategy."""
+def _start_attack(attack, strategy: Strategy, num_clients: int) -> AttackState | None:
+    """The attack's state before round 1 (``None`` without an attack), after checking it fits the strategy."""
     if attack is None:
         return None
     if not isinstance(attack, Attack):
         raise TypeError(f"attack must be a fedlearn_edu.attacks.Attack (or None), got {type(attack).__name__}.")
-    if attack.kind in ("model_replacement", "stale_free_rider") and strategy.needs.server_model != "one":
-        what = "model-replacement" if attack.kind == "model_replacement" else "stale free-rider"
-        raise ValueError(
-            f"The {what} attack aims at one global model; {strategy.name} keeps "
-            f"{'K cluster models' if strategy.needs.server_model == 'clusters' else 'none'}."
-        )
-    return attack.attackers(num_clients)
+    return attack.init(num_clients, strategy)
 
 
 def _diagnostics(requested, strategy: Strategy) -> tuple[str, ...]:
