@@ -29,7 +29,6 @@ from torch import Tensor, nn
 
 from . import checkpoint as _ckpt
 from .attacks import Attack, AttackState
-from .checkpoint import CHECKPOINT_VERSION
 from .checks import (
     check_bool,
     check_int,
@@ -228,21 +227,10 @@ def simulate(
         >>> h.client_accuracy.shape
         (3, 10)
     """
-    if not isinstance(strategy, Strategy):
-        raise TypeError(f"strategy must be a fedlearn_edu Strategy (e.g. FedAvg()), got {type(strategy).__name__}.")
-    if not isinstance(model, nn.Module):
-        raise TypeError(
-            f"model must be a torch.nn.Module (e.g. make_model('mlp', ...)), got {type(model).__name__}: {model!r}."
-        )
-    check_run_arguments(
-        federation, rounds, clients_per_round, eval_every, lr_decay, model=model, seed=seed, strategy=strategy
+    _check_run(federation, model, strategy, rounds, clients_per_round, eval_every, lr_decay, seed)
+    progress, secure_aggregation, checkpoint, wanted = _check_options(
+        progress, secure_aggregation, on_nonfinite, checkpoint, resume, checkpoint_every, diagnostics, strategy
     )
-    progress = check_bool(progress, "progress")
-    secure_aggregation = check_bool(secure_aggregation, "secure_aggregation")
-    if on_nonfinite not in ON_NONFINITE:
-        raise ValueError(f"on_nonfinite must be one of {ON_NONFINITE}, got {on_nonfinite!r}.")
-    checkpoint = _ckpt.check_checkpoint_args(checkpoint, resume, checkpoint_every)
-    wanted = _diagnostics(diagnostics, strategy)
     attack_state = _start_attack(attack, strategy, len(federation))
     if secure_aggregation:
         check_secure_aggregation(strategy)
@@ -265,7 +253,6 @@ def simulate(
     sampler = torch.Generator().manual_seed(derive_seed(seed, 0xC11E47))
     server_state, client_state = strategy.init_state(params0, net, num_clients, seed)
     server_state = to_device(server_state, dev)  # all of it on the run's device, as after a resume
-    engine_name = getattr(runner, "name", type(runner).__name__)
     config = dict(
         rounds=rounds,
         clients_per_round=m,
@@ -275,7 +262,7 @@ def simulate(
         eval_every=eval_every,
         seed=seed,
         device=str(dev),
-        engine=engine_name,
+        engine=getattr(runner, "name", type(runner).__name__),
         strategy=repr(strategy),
         diagnostics=wanted,
     )
@@ -284,25 +271,13 @@ def simulate(
     if secure_aggregation:
         config["secure_aggregation"] = True
     settings = None if checkpoint is None else _ckpt.run_settings(config, federation, net, strategy)
-    history = History(strategy=name, config=config, evaluated=strategy.evaluates)
-    attacked = None if attack is None else attack_state.attackers.numpy()
-    history.attackers = attacked
+    attackers = None if attack is None else attack_state.attackers.numpy()
+    history = History(strategy=name, config=config, evaluated=strategy.evaluates, attackers=attackers)
     first = 1
     if resume and os.path.exists(checkpoint):
-        saved = _ckpt.load(checkpoint, settings)
-        _ckpt.check_states(checkpoint, saved, server_state, client_state, strategy.server_params(server_state))
-        if saved["round"] > rounds:
-            raise ValueError(f"The checkpoint {checkpoint!r} is at round {saved['round']}, past rounds={rounds}.")
-        server_state = to_device(saved["server_state"], dev)
-        client_state = to_device(saved["client_state"], dev)
-        sampler.set_state(saved["sampler"])
-        history = History.from_state(saved["history"], config)
-        history.attackers = attacked
-        if attack is not None and attack.needs_previous:  # theta_{t-1} of the stale free-riders
-            attack_state = attack_state._replace(previous=to_device(saved.get("attack_state", {}).get("previous"), dev))
-        first = saved["round"] + 1
-        if history.eval_rounds[-1] % eval_every and first <= rounds:
-            history.drop_last_evaluation()  # the earlier run's final evaluation, off this run's grid
+        server_state, client_state, history, attack_state, first = _ckpt.resume_run(
+            checkpoint, settings, server_state, client_state, strategy, sampler, history, attack_state, dev
+        )
 
     def record(t: int) -> None:
         results = evaluate_models(strategy, net, server_state, client_state, train_sets, federation, test)
@@ -342,24 +317,41 @@ def simulate(
             if progress and hasattr(bar, "set_postfix"):
                 bar.set_postfix(mean_acc=f"{np.nanmean(history.client_accuracy[-1]):.3f}")
         if checkpoint is not None and (t % checkpoint_every == 0 or t == rounds):
-            payload = {
-                "version": CHECKPOINT_VERSION,
-                "settings": settings,
-                "round": t,
-                "server_state": to_device(_ckpt.loadable(server_state), "cpu"),
-                "client_state": to_device(client_state, "cpu"),
-                "sampler": sampler.get_state(),
-                "history": history.to_state(),
-            }
-            if attack_state is not None and attack_state.previous is not None:  # optional: other runs unchanged
-                payload["attack_state"] = {"previous": to_device(attack_state.previous, "cpu")}
-            _ckpt.save(checkpoint, payload)
+            _ckpt.save_run(checkpoint, settings, t, server_state, client_state, sampler, history, attack_state)
     history.seconds = time.perf_counter() - start
     final = strategy.server_params(server_state)
     history.final_params = None if final is None else {k: v.cpu() for k, v in final.items()}
     history.final_state = to_device(client_state, "cpu")
     history.final_server_state = to_device(server_state, "cpu")
     return history
+
+
+def _check_run(federation, model, strategy, rounds, clients_per_round, eval_every, lr_decay, seed) -> None:
+    """``simulate``'s strategy and model types, then :func:`check_run_arguments`."""
+    if not isinstance(strategy, Strategy):
+        raise TypeError(f"strategy must be a fedlearn_edu Strategy (e.g. FedAvg()), got {type(strategy).__name__}.")
+    if not isinstance(model, nn.Module):
+        raise TypeError(
+            f"model must be a torch.nn.Module (e.g. make_model('mlp', ...)), got {type(model).__name__}: {model!r}."
+        )
+    check_run_arguments(
+        federation, rounds, clients_per_round, eval_every, lr_decay, model=model, seed=seed, strategy=strategy
+    )
+
+
+def _check_options(
+    progress, secure_aggregation, on_nonfinite, checkpoint, resume, checkpoint_every, diagnostics, strategy: Strategy
+) -> tuple[bool, bool, str | None, tuple[str, ...]]:
+    """``simulate``'s flags, NaN policy, checkpoint and diagnostics, checked.
+
+    Returns ``(progress, secure_aggregation, checkpoint path or None, diagnostics recorded)``.
+    """
+    progress = check_bool(progress, "progress")
+    secure_aggregation = check_bool(secure_aggregation, "secure_aggregation")
+    if on_nonfinite not in ON_NONFINITE:
+        raise ValueError(f"on_nonfinite must be one of {ON_NONFINITE}, got {on_nonfinite!r}.")
+    checkpoint = _ckpt.check_checkpoint_args(checkpoint, resume, checkpoint_every)
+    return progress, secure_aggregation, checkpoint, _diagnostics(diagnostics, strategy)
 
 
 def _check_lr_fits(lr: float, params: Params) -> None:
