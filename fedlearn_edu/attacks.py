@@ -287,7 +287,9 @@ class Attack:
             server_lr: eta_s (``"model_replacement"``).
 
         Returns:
-            ``(deltas, state)`` at round t + 1.
+            ``(deltas, state)``: the round's updates as the server receives them
+            ``{name: Tensor[m, ...]}`` (the input itself when no selected client attacks), and
+            the attack's state for round t + 1.
 
         Raises:
             ValueError: as :meth:`apply`.
