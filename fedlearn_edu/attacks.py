@@ -4,8 +4,21 @@ An :class:`Attack` names a kind, the fraction of the N clients that attack (chos
 its own seed: ``round(fraction N)`` clients, :meth:`Attack.attackers`) and the kind's
 parameters. A fraction that rounds to no attacker or to all N clients is refused
 (:func:`num_attackers`): the run would be the clean federation labelled as attacked, or
-have no honest client to attack (or, for ALIE, to imitate). The driver applies it;
-``History.attackers`` records who attacked.
+have no honest client to attack (or, for ALIE, to imitate). ``History.attackers`` records
+who attacked.
+
+An attack is a transform of the clients' output with its own state, as a server optimizer
+is a transform of the direction: :meth:`Attack.init` starts its :class:`AttackState` (the
+attackers, and theta_{t-1} for the stale free-rider), :meth:`Attack.poison` gives the
+federation the clients train on (label flipping), and each round :meth:`Attack.update` maps
+the round's updates and the state to the updates the server receives and the next state.
+:func:`~fedlearn_edu.simulate` only calls them (and checkpoints the state)::
+
+    state = attack.init(num_clients, strategy)
+    federation = attack.poison(federation, state)
+    for t in rounds:
+        out = strategy.client_update(...)
+        out.deltas, state = attack.update(out.deltas, ids, state, t, theta_t, strategy.server_lr)
 
 * ``"label_flip"`` (data level): the attackers train on ``y -> C - 1 - y``
   (:func:`fedlearn_edu.data.reverse_labels`; test labels stay clean);
@@ -40,15 +53,18 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from statistics import NormalDist
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
 from .checks import check_float, check_int, check_positive, check_range, check_seed
+from .data.federation import Federation
+from .data.noise import reverse_labels
 from .params import Params
 from .utils import derive_seed
 
-__all__ = ["Attack", "ATTACKS", "alie_z", "num_attackers"]
+__all__ = ["Attack", "AttackState", "ATTACKS", "alie_z", "num_attackers"]
 
 ATTACKS = (
     "label_flip",
@@ -129,6 +145,20 @@ def alie_z(n: int, f: int) -> float:
     return NormalDist().inv_cdf((n - s) / n)
 
 
+class AttackState(NamedTuple):
+    """What an attack carries from round to round (:meth:`Attack.init`, :meth:`Attack.update`).
+
+    Attributes:
+        attackers: ``Tensor[k]`` (int64) the attacking clients' sorted ids.
+        previous: theta_{t-1} ``{name: Tensor}``, the global model before the last round, for
+            the stale free-rider (``None`` for the other kinds, and before round 2);
+            ``simulate`` checkpoints it.
+    """
+
+    attackers: Tensor
+    previous: Params | None = None
+
+
 @dataclass(frozen=True)
 class Attack:
     """A fraction of attacking clients and what they do (see the module docstring).
@@ -196,6 +226,80 @@ class Attack:
         k = num_attackers(self.fraction, num_clients)
         g = torch.Generator().manual_seed(derive_seed(self.seed, _TAG_CHOICE))
         return torch.randperm(num_clients, generator=g)[:k].sort().values
+
+    def init(self, num_clients: int, strategy=None) -> AttackState:
+        """The attack's state before round 1: its attackers among ``num_clients`` clients.
+
+        Args:
+            num_clients: N.
+            strategy: the run's strategy; the model-replacement and stale free-rider attacks
+                aim at one global model (``strategy.needs.server_model == "one"``).
+
+        Returns:
+            ``AttackState(attackers=self.attackers(num_clients), previous=None)``.
+
+        Raises:
+            ValueError: an attack on one global model with a strategy that keeps K cluster
+                models or none; a fraction that gives no attacker or N of them (:func:`num_attackers`).
+        """
+        kept = "one" if strategy is None else strategy.needs.server_model
+        if self.kind in ("model_replacement", "stale_free_rider") and kept != "one":
+            what = "model-replacement" if self.kind == "model_replacement" else "stale free-rider"
+            raise ValueError(
+                f"The {what} attack aims at one global model; {strategy.name} keeps "
+                f"{'K cluster models' if kept == 'clusters' else 'none'}."
+            )
+        return AttackState(self.attackers(num_clients))
+
+    def poison(self, federation: Federation, state: AttackState) -> Federation:
+        """The federation the clients train on: the attackers' labels reversed (``"label_flip"``).
+
+        Args:
+            federation: the clients.
+            state: the attack's state (:meth:`init`).
+
+        Returns:
+            :func:`~fedlearn_edu.data.reverse_labels` of the attackers for the data-level kind,
+            else ``federation`` itself.
+        """
+        return reverse_labels(federation, state.attackers.tolist()) if self.data_level else federation
+
+    def update(
+        self,
+        deltas: Params,
+        client_ids: Tensor,
+        state: AttackState,
+        round: int,
+        server_params: Params | None = None,
+        server_lr: float = 1.0,
+    ) -> tuple[Params, AttackState]:
+        """One round of the attack: the updates the server receives, and the attack's next state.
+
+        :meth:`apply` with the state's attackers and theta_{t-1}; the stale free-rider then keeps
+        theta_t for the next round. A data-level attack returns its inputs.
+
+        Args:
+            deltas: ``{name: Tensor[m, ...]}`` the round's m honest updates (not modified).
+            client_ids: ``Tensor[m]`` their ids.
+            state: the attack's state at round t.
+            round: t.
+            server_params: theta_t (``strategy.server_params(server_state)``).
+            server_lr: eta_s (``"model_replacement"``).
+
+        Returns:
+            ``(deltas, state)``: the round's updates as the server receives them
+            ``{name: Tensor[m, ...]}`` (the input itself when no selected client attacks), and
+            the attack's state for round t + 1.
+
+        Raises:
+            ValueError: as :meth:`apply`.
+        """
+        if self.data_level:
+            return deltas, state
+        out = self.apply(deltas, client_ids, state.attackers, round, server_params, server_lr, state.previous)
+        if self.needs_previous:
+            state = state._replace(previous={k: v.detach().clone() for k, v in server_params.items()})
+        return out, state
 
     def describe(self) -> str:
         """A one-line description (what ``History.config["attack"]`` records).

@@ -15,13 +15,26 @@ import os
 import warnings
 from collections.abc import Mapping
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
 from .checks import check_int
 from .data.federation import Federation
+from .params import to_device
 
-__all__ = ["CHECKPOINT_VERSION", "check_checkpoint_args", "check_states", "fingerprint", "run_settings", "save", "load"]
+__all__ = [
+    "CHECKPOINT_VERSION",
+    "check_checkpoint_args",
+    "check_states",
+    "fingerprint",
+    "run_settings",
+    "loadable",
+    "save",
+    "load",
+    "save_run",
+    "resume_run",
+]
 
 # 3: fingerprints of every tensor that affects the run; 2: the strategy's explicit server state
 # (with a sum of the training data); 1: parameters + strategy.state_dict()
@@ -95,6 +108,26 @@ def check_checkpoint_args(checkpoint, resume, checkpoint_every) -> str | None:
             "pass another path."
         ) from None
     return path
+
+
+def loadable(obj):
+    """``obj`` with NumPy arrays/scalars turned into tensors/Python numbers (for ``weights_only`` loading).
+
+    Args:
+        obj: nested dicts, lists and tuples of tensors, NumPy values and plain values.
+
+    Returns:
+        The same nesting (new containers) holding only what ``torch.load(..., weights_only=True)`` reads.
+    """
+    if isinstance(obj, dict):
+        return {k: loadable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(loadable(v) for v in obj)
+    if isinstance(obj, np.ndarray):
+        return torch.from_numpy(obj)
+    if isinstance(obj, np.generic):
+        return obj.item()
+    return obj
 
 
 def _temporary(path: str) -> str:
@@ -410,3 +443,88 @@ def load(path, settings: dict) -> dict:
                 f"{theirs!r}, this run's is {value!r}. Use the same settings, or another file."
             )
     return saved
+
+
+def save_run(
+    path, settings: dict, round: int, server_state: dict, client_state: dict, sampler, history, attack_state=None
+) -> None:
+    """Save :func:`~fedlearn_edu.simulate`'s run after round ``round`` (everything the next round needs).
+
+    The payload (format :data:`CHECKPOINT_VERSION`): ``version``, ``settings``, ``round``, the
+    server and client state (on the CPU), the sampler's RNG state and ``history.to_state()``;
+    plus ``attack_state: {"previous": theta_{t-1}}`` when the attack keeps one (the stale
+    free-rider; an optional entry, so every other run's layout is unchanged). Written by :func:`save`.
+
+    Args:
+        path: the checkpoint file.
+        settings: :func:`run_settings` of the run.
+        round: t, the last round done.
+        server_state: the server state at round t + 1.
+        client_state: the client state ``{name: Tensor[N, ...]}``.
+        sampler: the run's client-sampling ``torch.Generator``.
+        history: the run's :class:`~fedlearn_edu.history.History` so far.
+        attack_state: the attack's :class:`~fedlearn_edu.attacks.AttackState`, or ``None``.
+
+    Raises:
+        OSError: the file could not be written (:func:`save`).
+    """
+    payload = {
+        "version": CHECKPOINT_VERSION,
+        "settings": settings,
+        "round": round,
+        "server_state": to_device(loadable(server_state), "cpu"),
+        "client_state": to_device(client_state, "cpu"),
+        "sampler": sampler.get_state(),
+        "history": history.to_state(),
+    }
+    previous = None if attack_state is None else attack_state.previous
+    if previous is not None:
+        payload["attack_state"] = {"previous": to_device(previous, "cpu")}
+    save(path, payload)
+
+
+def resume_run(
+    path, settings: dict, server_state: dict, client_state: dict, strategy, sampler, history, attack_state, device
+):
+    """Continue :func:`~fedlearn_edu.simulate`'s run from the checkpoint :func:`save_run` wrote.
+
+    Loads and checks the file (:func:`load`, :func:`check_states`), sets ``sampler`` to its
+    saved state (in place) and rebuilds the History; an earlier run's final evaluation that is
+    off this run's ``eval_every`` grid is dropped (this run evaluates its own last round).
+
+    Args:
+        path: the checkpoint file.
+        settings: :func:`run_settings` of this run.
+        server_state: this run's server state at round 0 (checked against the file's).
+        client_state: this run's client state at round 0 (checked against the file's).
+        strategy: the run's strategy (where its model lives in ``server_state``).
+        sampler: this run's client-sampling ``torch.Generator`` (set in place).
+        history: this run's new History: its ``config`` (``rounds``, ``eval_every``) and
+            ``attackers`` are kept.
+        attack_state: this run's :class:`~fedlearn_edu.attacks.AttackState` at round 0, or ``None``.
+        device: the run's device (the states are moved there).
+
+    Returns:
+        ``(server_state, client_state, history, attack_state, first)``: the states after the
+        checkpoint's round, on ``device``, and the first round still to run.
+
+    Raises:
+        ValueError: what :func:`load` and :func:`check_states` refuse, or a checkpoint past ``rounds``.
+    """
+    rounds, eval_every = history.config["rounds"], history.config["eval_every"]
+    saved = load(path, settings)
+    check_states(path, saved, server_state, client_state, strategy.server_params(server_state))
+    if saved["round"] > rounds:
+        raise ValueError(f"The checkpoint {path!r} is at round {saved['round']}, past rounds={rounds}.")
+    sampler.set_state(saved["sampler"])
+    attackers = history.attackers
+    history = type(history).from_state(saved["history"], history.config)
+    history.attackers = attackers
+    previous = saved.get("attack_state", {}).get("previous")
+    if attack_state is not None and previous is not None:  # the stale free-rider's theta_{t-1}
+        attack_state = attack_state._replace(previous=to_device(previous, device))
+    first = saved["round"] + 1
+    if history.eval_rounds[-1] % eval_every and first <= rounds:
+        history.drop_last_evaluation()  # the earlier run's final evaluation, off this run's grid
+    server_state, client_state = to_device(saved["server_state"], device), to_device(saved["client_state"], device)
+    return server_state, client_state, history, attack_state, first

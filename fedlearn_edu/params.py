@@ -31,6 +31,8 @@ __all__ = [
     "repeat_params",
     "select_rows",
     "tree_leaves",
+    "map_tensors",
+    "to_device",
 ]
 
 
@@ -188,3 +190,35 @@ def tree_leaves(tree: Mapping):
     """
     for v in tree.values():
         yield from (tree_leaves(v) if isinstance(v, Mapping) else (v,))
+
+
+def map_tensors(fn: Callable[[Tensor], Tensor], obj):
+    """``fn`` applied to every tensor in a nested dict/list/tuple (other values unchanged).
+
+    Args:
+        fn: a function of one tensor.
+        obj: a tensor, or dicts, lists and tuples of them and of other values (a server state).
+
+    Returns:
+        The same nesting (new containers), every tensor ``t`` replaced by ``fn(t)``.
+    """
+    if isinstance(obj, Tensor):
+        return fn(obj)
+    if isinstance(obj, dict):
+        return {k: map_tensors(fn, v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(map_tensors(fn, v) for v in obj)
+    return obj
+
+
+def to_device(obj, device: str | torch.device):
+    """Every tensor in a nested dict/list/tuple moved to ``device`` (:func:`map_tensors`).
+
+    Args:
+        obj: a tensor, or dicts, lists and tuples of them and of other values.
+        device: the target device.
+
+    Returns:
+        The same nesting with ``t.to(device)`` for every tensor ``t``.
+    """
+    return map_tensors(lambda t: t.to(device), obj)

@@ -6,8 +6,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from .history import History
 from .metrics import METRIC_NAMES
-from .simulation import History
 
 __all__ = ["plot_curves", "plot_client_accuracy"]
 

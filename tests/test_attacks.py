@@ -285,3 +285,50 @@ def test_a_target_is_for_model_replacement_only():
         Attack("sign_flip", 0.25, target=object())  # was: accepted, then describe() raised AttributeError
     with pytest.raises(ValueError, match=r"^target is for kind='model_replacement' only"):
         Attack("scale", 0.25, target={"w": torch.zeros(2)})
+
+
+# --------------------------------------------------------------------------- an attack as a transform
+def test_an_attack_is_a_transform_with_its_own_state():
+    """init -> AttackState; update(deltas, ids, state, t, theta_t, eta_s) -> (apply's updates, next state)."""
+    from fedlearn_edu.attacks import AttackState
+
+    g = torch.Generator().manual_seed(1)
+    d = {"w": torch.randn(4, 3, 2, generator=g), "b": torch.randn(4, 3, generator=g)}
+    thetas = [{"w": torch.randn(3, 2, generator=g), "b": torch.randn(3, generator=g)} for _ in range(3)]
+    ids = torch.tensor([0, 2, 5, 7])
+    for kind in ("sign_flip", "gaussian", "alie", "free_rider", "stale_free_rider"):
+        attack = Attack(kind, fraction=0.5, seed=3, scale=2.0)
+        state = attack.init(8)
+        assert isinstance(state, AttackState) and torch.equal(state.attackers, attack.attackers(8))
+        assert state.previous is None
+        previous = None
+        for t, theta in enumerate(thetas, start=1):
+            out, new = attack.update(d, ids, state, t, theta, 0.5)
+            ref = attack.apply(d, ids, attack.attackers(8), t, theta, 0.5, previous)
+            assert all(torch.equal(out[k], ref[k]) for k in d)
+            assert torch.equal(new.attackers, state.attackers)
+            if kind == "stale_free_rider":  # it keeps theta_t (a copy) for round t + 1
+                assert all(torch.equal(new.previous[k], theta[k]) and new.previous[k] is not theta[k] for k in d)
+                previous = theta
+            else:
+                assert new.previous is None
+            state = new
+    flip = Attack("label_flip", fraction=0.5)
+    state = flip.init(8)
+    assert flip.update(d, ids, state, 1, thetas[0]) == (d, state)  # data level: the updates untouched
+
+
+def test_poison_reverses_the_attackers_labels_for_label_flip_only(fed):
+    flip = Attack("label_flip", fraction=0.25, seed=3)
+    state = flip.init(len(fed))
+    poisoned = flip.poison(fed, state)
+    ref = reverse_labels(fed, state.attackers.tolist())
+    assert all(torch.equal(a.train_y, b.train_y) for a, b in zip(poisoned, ref))
+    other = Attack("sign_flip", fraction=0.25, seed=3)
+    assert other.poison(fed, other.init(len(fed))) is fed
+
+
+def test_init_refuses_an_attack_on_one_model_for_a_strategy_without_one():
+    with pytest.raises(ValueError, match="model-replacement attack aims at one global model; ifca keeps K cluster"):
+        Attack("model_replacement", target={}).init(8, IFCA(2))
+    assert len(Attack("stale_free_rider", 0.5).init(8, FedAvg()).attackers) == 4

@@ -462,3 +462,48 @@ def test_a_resigned_checkpoint_with_wrong_shapes_or_nan_names_the_checkpoint(fed
     msg = str(err.value)
     assert f"The checkpoint {str(path)!r}" in msg and "Delete the file" in msg, msg
     assert "lr" not in msg, msg
+
+
+# ------------------------------------------------------------- the run's bookkeeping (save_run / resume_run)
+def test_save_run_writes_the_layout_of_before_and_resume_run_restores_it(fed, tmp_path):
+    """The on-disk format does not change: the same keys in the same order (plus the optional
+    attack_state), and resume_run gives back the states, the sampler, the History and round r + 1."""
+    from fedlearn_edu import Attack
+    from fedlearn_edu import checkpoint as ckpt
+    from fedlearn_edu.history import History
+
+    path = tmp_path / "run.pt"
+    kw = dict(KW, rounds=3, eval_every=1, engine="loop")
+    attack = Attack("stale_free_rider", fraction=0.5, seed=1)
+    run = simulate(fed, _model(fed), FedAvg(), attack=attack, checkpoint=path, **kw)
+    saved = torch.load(path, weights_only=True)
+    assert list(saved) == [*ckpt.KEYS, "attack_state", "digest"] and list(saved["attack_state"]) == ["previous"]
+    simulate(fed, _model(fed), FedAvg(), checkpoint=tmp_path / "plain.pt", **kw)
+    assert list(torch.load(tmp_path / "plain.pt", weights_only=True)) == [*ckpt.KEYS, "digest"]
+
+    strategy = FedAvg()
+    model = _model(fed)
+    server, clients = strategy.init_state({k: v.detach() for k, v in model.named_parameters()}, model, len(fed), 2)
+    sampler = torch.Generator()
+    config = dict(run.config, rounds=4, eval_every=2)  # a longer run, evaluated every 2 rounds
+    fresh = History(strategy="fedavg", config=config, attackers=run.attackers)
+    state = attack.init(len(fed))
+    out = ckpt.resume_run(str(path), saved["settings"], server, clients, strategy, sampler, fresh, state, "cpu")
+    server2, clients2, history, state2, first = out
+    assert first == 4 and torch.equal(sampler.get_state(), saved["sampler"])
+    assert all(torch.equal(server2["params"][k], saved["server_state"]["params"][k]) for k in server["params"])
+    assert history.config is config and history.attackers is run.attackers
+    assert history.eval_rounds == [0, 1, 2]  # round 3 is off this run's grid: it evaluates round 4 itself
+    assert all(torch.equal(state2.previous[k], saved["attack_state"]["previous"][k]) for k in server["params"])
+    with pytest.raises(ValueError, match="is at round 3, past rounds=2"):
+        ckpt.resume_run(
+            str(path),
+            saved["settings"],
+            server,
+            clients,
+            strategy,
+            sampler,
+            History("x", config=dict(config, rounds=2)),
+            state,
+            "cpu",
+        )

@@ -1,11 +1,20 @@
-"""The round's building blocks (:mod:`fedlearn_edu.round`): the bad-client policy."""
+"""The round's building blocks (:mod:`fedlearn_edu.round`): the bad-client policy, keep_finite, the errors."""
 
 import pytest
 import torch
 
 from fedlearn_edu import FedAvg, simulate
-from fedlearn_edu.round import DATA_REASON, UPDATE_REASON, bad_clients, signal_reason, state_reason
-from fedlearn_edu.strategies import Strategy
+from fedlearn_edu.engine import LocalTraining
+from fedlearn_edu.round import (
+    DATA_REASON,
+    UPDATE_REASON,
+    bad_clients,
+    keep_finite,
+    nonfinite_error,
+    signal_reason,
+    state_reason,
+)
+from fedlearn_edu.strategies import ClientUpdates, Strategy
 from tests.poisoned import REASONS, Poisoned
 
 NAN = float("nan")
@@ -98,3 +107,65 @@ def test_simulate_scans_once_and_tells_the_aggregators(fed, mlp):
     _Spy.seen = []
     simulate(fed, mlp(fed), _Spy(), rounds=2, clients_per_round=3, progress=False)
     assert _Spy.seen == [True, True]
+
+
+def _updates(m=4):
+    deltas, _, signals = _round(m)
+    return ClientUpdates(
+        round=3,
+        client_ids=torch.arange(10, 10 + m),
+        deltas=deltas,
+        num_samples=torch.arange(1, m + 1),
+        train_loss=torch.arange(m, dtype=torch.float32),
+        model=None,
+        signals={"oui": signals["oui"]},
+    )
+
+
+def test_keep_finite_removes_the_bad_rows_everywhere_and_marks_the_rest_checked():
+    updates = _updates(4)
+    updates.deltas["w"][1, 0] = NAN
+    updates.signals["oui"][3] = NAN
+    state = {"control": {"w": torch.arange(12.0).reshape(4, 3)}}
+    recorded = torch.tensor([0.5, 1.5, 2.5, 3.5])
+    before = {k: v.clone() for k, v in updates.deltas.items()}
+    kept = keep_finite(updates, state, recorded, bad_data={13})
+    assert kept.keep.tolist() == [True, False, True, False]
+    assert kept.dropped == {11: UPDATE_REASON, 13: DATA_REASON}
+    assert kept.updates.client_ids.tolist() == [10, 12] and kept.updates.checked and not updates.checked
+    assert torch.equal(kept.updates.deltas["b"], updates.deltas["b"][[0, 2]])
+    assert kept.updates.num_samples.tolist() == [1, 3] and kept.updates.train_loss.tolist() == [0.0, 2.0]
+    assert torch.equal(kept.state["control"]["w"], state["control"]["w"][[0, 2]])
+    assert kept.recorded_loss.tolist() == [0.5, 2.5]
+    assert updates.num_clients == 4 and all(
+        torch.allclose(updates.deltas[k], before[k], equal_nan=True) for k in before
+    )
+    clean = keep_finite(_updates(2))  # a Flower server: no state, no recorded loss
+    assert clean.dropped == {} and clean.updates.checked and clean.state is None and clean.recorded_loss is None
+
+
+def test_flower_and_the_simulator_drop_through_the_same_policy():
+    """The Flower server's drop_bad_clients is keep_finite with what the nodes reported."""
+    bridge = pytest.importorskip("fedlearn_edu.flower.bridge")
+    updates = _updates(3)
+    updates.signals["oui"][0] = NAN
+    replies = [bridge.ClientReply(10 + j, {}, 1, torch.tensor(0.0)) for j in range(3)]
+    replies[1].dropped_reason = state_reason("control")
+    kept, dropped = bridge.drop_bad_clients(updates, replies)
+    ref = keep_finite(updates, reported={11: state_reason("control")})
+    assert dropped == ref.dropped == {10: signal_reason("oui"), 11: state_reason("control")}
+    assert kept.client_ids.tolist() == ref.updates.client_ids.tolist() == [12] and kept.checked
+    updates.deltas["b"][2] = NAN
+    assert bridge.drop_bad_clients(updates, replies)[0] is None  # every client dropped
+
+
+def test_nonfinite_error_blames_the_client_lr_or_the_server_step():
+    strategy = FedAvg(server_lr=3.0)
+    params0 = {"w": torch.ones(3)}
+    config = LocalTraining(1, 10, 0.5)
+    err = nonfinite_error(4, {2: UPDATE_REASON}, config, strategy, {"params": {"w": torch.ones(3)}}, params0)
+    assert isinstance(err, FloatingPointError)
+    assert str(err).startswith("Round 4: local training of client(s) [2] diverged (NaN/Inf in the update): lower")
+    assert "the client lr (now 0.5)" in str(err) and "on_nonfinite='skip'" in str(err)
+    blown = nonfinite_error(4, {2: UPDATE_REASON}, config, strategy, {"params": {"w": torch.full((3,), 1e6)}}, params0)
+    assert "blown the global model up (1e+06 times" in str(blown) and "lower server_lr (now 3)" in str(blown)

@@ -21,10 +21,10 @@ function here                 strategy call / data it depends on
 :func:`needed_signals`        ``strategy.needs.signals``: what ``aggregate`` reads
 :func:`client_updates`        the fields of :class:`~fedlearn_edu.strategies.ClientUpdates`,
                               ``config`` included (the round's ``LocalTraining``)
-:func:`drop_bad_clients`      the simulator's bad-client policy (:mod:`fedlearn_edu.round`), which
+:func:`drop_bad_clients`      the simulator's bad-client policy (:func:`fedlearn_edu.round.keep_finite`), which
                               :func:`train_client` applies on the node too
 :func:`server_update`         ``strategy.aggregate(server_state, updates)`` (through the
-                              simulator's :func:`~fedlearn_edu.simulation.server_step`)
+                              round's :func:`~fedlearn_edu.round.server_step`)
 ============================  ==============================================================
 
 One round, as :func:`~fedlearn_edu.simulate` runs it, split at the network::
@@ -49,7 +49,7 @@ own rows ``{name: Tensor[1, ...]}`` between rounds (in Flower's ``Context.state`
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor, nn
@@ -57,8 +57,7 @@ from torch import Tensor, nn
 from ..checks import check_int, check_seed
 from ..engine import LocalTraining, make_engine
 from ..params import Params, get_params, select_rows
-from ..round import bad_clients
-from ..simulation import round_config, server_step
+from ..round import bad_clients, keep_finite, round_config, server_step
 from ..strategies.base import ClientUpdates, ClientWork, Strategy
 
 __all__ = [
@@ -418,10 +417,8 @@ def drop_bad_clients(
         ``{client id: reason}`` of the dropped ones, by id.
     """
     reported = {r.client_id: r.dropped_reason for r in replies if r.dropped_reason is not None}
-    keep, dropped = bad_clients(updates.client_ids, updates.deltas, signals=updates.signals, reported=reported)
-    if not bool(keep.any()):
-        return None, dropped
-    return replace(updates.subset(keep) if dropped else updates, checked=True), dropped
+    kept = keep_finite(updates, reported=reported)
+    return (kept.updates if kept.updates.num_clients else None), kept.dropped
 
 
 def server_update(strategy: Strategy, server_state: dict, updates: ClientUpdates) -> tuple[dict, dict]:

@@ -13,8 +13,8 @@ from torch import nn
 
 from ..checks import check_int
 from ..data.federation import ClientData, Federation
+from ..evaluation import evaluate_models
 from ..params import get_params
-from ..simulation import evaluate_clients
 from ..strategies.base import Strategy
 from . import bridge
 from .records import arrays_to_state, record_to_config, reply_to_record, state_to_arrays
@@ -205,10 +205,9 @@ def make_client_app(
         state = state_of(node, context, seed)
         one = Federation([node.data], node.num_classes)
         train_set = [(node.data.train_x, node.data.train_y)]
-        models = node.strategy.eval_models(node.model, view, state, train_set)
+        results = evaluate_models(node.strategy, node.model, view, state, train_set, one)
         metrics = MetricRecord({"num-examples": node.data.num_test, "partition-id": node.client_id})
-        for i, (label, (p, which)) in enumerate(models.items()):
-            accuracy, loss = evaluate_clients(node.model, p, one, which=which)
+        for i, (label, (accuracy, loss, _)) in enumerate(results.items()):
             if i == 0:
                 metrics["accuracy"], metrics["loss"] = float(accuracy[0]), float(loss[0])
             else:

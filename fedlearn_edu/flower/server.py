@@ -55,9 +55,10 @@ from flwr.supercore import log
 from torch import nn
 
 from ..checks import check_int, check_positive, check_range, check_seed
+from ..evaluation import evaluation_due
 from ..metrics import fairness_metrics
 from ..params import Params, get_params
-from ..simulation import local_training
+from ..round import local_training
 from ..strategies.base import Strategy
 from ..utils import derive_seed
 from . import bridge
@@ -322,7 +323,7 @@ class FlowerStrategy(FlowerBaseStrategy):
             ``list[Message]``, one ``evaluate`` message per sampled node; ``[]`` when evaluation
             is off (``fraction_evaluate=0``), not due this round, or before any training round.
         """
-        due = server_round % self.eval_every == 0 or server_round == self._rounds
+        due = evaluation_due(server_round, self.eval_every, self._rounds)
         if self.fraction_evaluate == 0 or not due or self.server_state is None:
             return []
         nodes = self._sample(grid, self.fraction_evaluate, 1, server_round, salt=0xE7A1)
