@@ -2,7 +2,12 @@
 
 The layers, in the order data flows::
 
-    data -> federation -> engine -> signals -> aggregators -> strategies -> simulation -> plotting
+    data -> federation -> engine -> signals -> aggregators -> strategies
+         -> round, evaluation, history -> simulation -> plotting
+
+``round`` holds one round's pieces (local-training config, the bad-client policy, the server
+step) that :func:`simulate` and the Flower adapter share; ``evaluation`` and ``history`` what a
+run measures and records; ``simulation`` is the loop over rounds, checkpoints included.
 """
 
 from . import aggregators, attacks, conditional, personalization, secagg, signals
