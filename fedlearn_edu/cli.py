@@ -116,14 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--data-root", default=None, help="folder holding the dataset files")
     run.add_argument("--download", action="store_true", help="download the dataset if missing")
-    run.add_argument(
-        "--plugin",
-        action="append",
-        default=[],
-        metavar="MODULE",
-        help="import MODULE first (repeatable): its strategies, registered with "
-        "fedlearn_edu.strategies.register, become --strategy choices",
-    )
+    _plugin_argument(run, "--strategy choices")
     run.add_argument("--strategy", default="fedavg", choices=sorted(STRATEGIES))
     run.add_argument("--model", default="mlp", choices=sorted(MODELS))
     run.add_argument("--partition", default="dirichlet", choices=list(PARTITIONS))
@@ -199,6 +192,18 @@ example:
 """
 
 
+def _plugin_argument(parser, what: str) -> None:
+    """``--plugin MODULE``: a user's strategies module, imported before the parser reads the registry."""
+    parser.add_argument(
+        "--plugin",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help=f"import MODULE first (repeatable): its strategies, registered with "
+        f"fedlearn_edu.strategies.register, become {what}",
+    )
+
+
 def _benchmark_parser(sub) -> None:
     bench = sub.add_parser(
         "benchmark",
@@ -208,6 +213,7 @@ def _benchmark_parser(sub) -> None:
         epilog=BENCHMARK_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    _plugin_argument(bench, "--methods names (tuned on FedAvg's server-step grid)")
     bench.add_argument(
         "--methods",
         default="fedavg,fedprox,scaffold,craft",

@@ -105,3 +105,11 @@ def test_a_plugin_that_cannot_be_imported_is_a_clear_error(capsys):
         main([*RUN, "--plugin", "no_such_module_xyz", "--strategy", "fedavg"])
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and "--plugin: cannot import 'no_such_module_xyz'" in err
+
+
+def test_a_users_strategy_runs_in_the_benchmark_command_with_plugin(plugin, capsys, tmp_path):
+    """Failed before: the benchmark command took no --plugin, and --methods knew only its own table."""
+    bench = ["benchmark", "--plugin", plugin, "--methods", "fedavg,halvedcli", "--partitions", "iid", "--clients"]
+    bench += ["4", "--num-samples", "200", "--rounds", "2", "--seeds", "2", "--tune-seeds", "1", "--fixed-step", "1"]
+    assert main([*bench, "--no-progress", "--no-plots", "--jobs", "1", "--out", str(tmp_path / "o")]) == 0
+    assert "| halvedcli |" in (tmp_path / "o" / "report.md").read_text()

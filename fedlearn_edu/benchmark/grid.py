@@ -323,26 +323,36 @@ def fixed_step(m, server_lr: float) -> Method:
 
 
 def method(spec) -> Method:
-    """A :class:`Method` from a name of :data:`METHODS` (or a Method, returned as it is).
+    """A :class:`Method` from a name of :data:`METHODS` or of a registered strategy (or a Method, as it is).
+
+    A registered strategy without an entry in :data:`METHODS` (a user's, registered with
+    :func:`~fedlearn_edu.strategies.register`) is tuned as FedAvg is: its ``server_lr`` over
+    FedAvg's grid when its constructor takes one, nothing tuned otherwise. For another grid,
+    pass a :class:`Method`.
 
     Args:
-        spec: a name of :data:`METHODS` (case, ``-`` and ``_`` ignored: ``"FedAvg-M"`` is
-            ``"fedavgm"``) or a :class:`Method`.
+        spec: a name of :data:`METHODS` or :data:`~fedlearn_edu.strategies.STRATEGIES` (case,
+            ``-`` and ``_`` ignored: ``"FedAvg-M"`` is ``"fedavgm"``) or a :class:`Method`.
 
     Returns:
         The :class:`Method`.
 
     Raises:
         TypeError: ``spec`` is neither a string nor a Method.
-        ValueError: the name is not in :data:`METHODS`.
+        ValueError: the name is neither in :data:`METHODS` nor registered.
     """
+    from ..strategies import STRATEGIES, strategy_parameters
+
     if isinstance(spec, Method):
         return spec
     if not isinstance(spec, str):
         raise TypeError(f"A method is a name or a benchmark.Method, got {spec!r}.")
     key = spec.lower().replace("-", "").replace("_", "")
-    if key not in METHODS:
-        raise ValueError(
-            f"Unknown method {spec!r}; choose one of {','.join(sorted(METHODS))} or pass a benchmark.Method."
-        )
-    return METHODS[key]
+    if key in METHODS:
+        return METHODS[key]
+    if key in STRATEGIES:
+        return Method(key, tune={"server_lr": _STEP} if "server_lr" in strategy_parameters(key) else {})
+    raise ValueError(
+        f"Unknown method {spec!r}; choose one of {','.join(sorted(METHODS))}, a registered strategy's name, "
+        "or pass a benchmark.Method."
+    )

@@ -100,6 +100,20 @@ def _check_out(out) -> Path:
     return path
 
 
+def _user_builder(strategy: str | None):
+    """A picklable builder of a strategy registered outside the package (``None`` for the package's own).
+
+    Worker processes import only the package; the builder carries the user's class there.
+    """
+    from ..strategies.registry import Builder, strategy_class
+
+    try:
+        cls = strategy_class(strategy)
+    except (TypeError, ValueError):  # no strategy name ("conditional", a factory's method)
+        return None
+    return None if cls.__module__.split(".")[0] == "fedlearn_edu" else Builder(strategy)
+
+
 def _preflight(cells, protocol: BenchmarkProtocol, root, keep: bool = False) -> None:
     """Build what every run needs once, before the first run: a bad grid fails here, not in every run.
 
@@ -236,7 +250,8 @@ def run(
     cells = [(f, m) for f in feds for m in own.get(f.name, ms)]
     ms = list({m.name: m for _, m in cells}.values())
     backend = _backend(backend, n_jobs, dask_client, scheduler)
-    factories = {m.name: m.factory for m in ms if m.factory is not None}
+    factories = {m.name: m.factory or _user_builder(m.strategy) for m in ms}
+    factories = {name: f for name, f in factories.items() if f is not None}
     roots = {f.root for f in feds}
     data_root = roots.pop() if len(roots) == 1 else None
     redone: list = []

@@ -23,7 +23,7 @@ from types import MappingProxyType
 
 from .base import Needs, Strategy
 
-__all__ = ["STRATEGIES", "register", "strategy_class", "strategy_parameters", "make_strategy"]
+__all__ = ["STRATEGIES", "register", "strategy_class", "strategy_parameters", "make_strategy", "Builder"]
 
 _REGISTRY: dict[str, type] = {}
 STRATEGIES = MappingProxyType(_REGISTRY)  # {name: class}, read-only; register() adds to it
@@ -207,3 +207,34 @@ def make_strategy(name: str, base=None, **kwargs) -> Strategy:
             + (f", and its base's (base={base.name!r})." if takes_base and base is not None else ".")
         )
     return cls(**kwargs)
+
+
+class Builder:
+    """``make_strategy(name, **settings)`` as a picklable object that carries the registered class.
+
+    A worker process (the benchmark's ``"joblib"`` and ``"dask"`` backends) starts with the
+    package's strategies only. Unpickling the class there imports the user's module, which
+    registers it; a class pickled by value (defined in a notebook or ``__main__``) is registered
+    on the first call.
+
+    Args:
+        name: a registered short name.
+
+    Example:
+        >>> import pickle
+        >>> pickle.loads(pickle.dumps(Builder("fedprox")))(mu=0.1).mu
+        0.1
+    """
+
+    def __init__(self, name: str):
+        self.cls = strategy_class(name)
+        self.name = self.cls.name
+
+    def __call__(self, **settings) -> Strategy:
+        """``make_strategy(name, **settings)``, after registering the class where it is missing."""
+        if self.name not in _REGISTRY:
+            register(self.cls)
+        return make_strategy(self.name, **settings)
+
+    def __repr__(self) -> str:
+        return f"Builder({self.name!r})"

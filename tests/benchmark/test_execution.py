@@ -105,3 +105,33 @@ def test_a_users_registered_strategy_runs_in_the_benchmark_by_name(plugin, tmp_p
     )
     assert not r.failed and {"mine", "fedavg"} <= set(r.runs.method)
     assert set(r.runs[r.runs.method == "mine"].status) == {"ok"}
+
+
+def test_a_users_registered_strategy_runs_in_worker_processes(plugin, tmp_path):
+    """Failed before: a loky worker had not imported the user's module, so make_strategy did not know it."""
+    m = benchmark.Method("mine", strategy="halvedbench", tune={"server_lr": [2.0]})
+    r = benchmark.run(
+        [m],
+        ["dirichlet:0.5"],
+        out=tmp_path / "out",
+        backend="joblib",
+        n_jobs=2,
+        progress=False,
+        num_clients=6,
+        rounds=1,
+        clients_per_round=3,
+        batch_size=32,
+        last_k=1,
+        tuning_seeds=(0,),
+        eval_seeds=(1, 2),
+    )
+    assert not r.failed, r.failure_report()
+    assert set(r.runs[r.runs.method == "mine"].status) == {"ok"}
+
+
+def test_method_by_name_builds_a_registered_strategy_tuned_as_fedavg(plugin):
+    """Failed before: benchmark.method knew only the names of benchmark.METHODS."""
+    m = benchmark.method("Halved-Bench")
+    assert (m.name, m.strategy, m.tune) == ("halvedbench", "halvedbench", benchmark.METHODS["fedavg"].tune)
+    with pytest.raises(ValueError, match="Unknown method 'nope'.*a registered strategy's name"):
+        benchmark.method("nope")
