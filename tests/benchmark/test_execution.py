@@ -74,6 +74,18 @@ def test_the_builder_has_no_name_special_cases_but_conditional():
         execution._strategy({"builder": "local", "settings": {"server_lr": 1.0}}, None)
 
 
+TINY_RUN = dict(
+    progress=False,
+    num_clients=6,
+    rounds=1,
+    clients_per_round=3,
+    batch_size=32,
+    last_k=1,
+    tuning_seeds=(0,),
+    eval_seeds=(1, 2),
+)
+
+
 @pytest.fixture
 def plugin(tmp_path, monkeypatch):
     """A user's strategy module in tmp_path, imported (the registry restored afterwards)."""
@@ -89,20 +101,7 @@ def test_a_users_registered_strategy_runs_in_the_benchmark_by_name(plugin, tmp_p
     m = benchmark.Method("mine", strategy="halvedbench", tune={"server_lr": [2.0]})
     built = execution._strategy({"builder": m.builder(), "settings": {"server_lr": 2.0}}, None)
     assert type(built) is plugin.Halved and built.server_lr == 1.0
-    r = benchmark.run(
-        [m],
-        ["dirichlet:0.5"],
-        out=tmp_path / "out",
-        backend="sequential",
-        progress=False,
-        num_clients=6,
-        rounds=1,
-        clients_per_round=3,
-        batch_size=32,
-        last_k=1,
-        tuning_seeds=(0,),
-        eval_seeds=(1, 2),
-    )
+    r = benchmark.run([m], ["dirichlet:0.5"], out=tmp_path / "out", backend="sequential", **TINY_RUN)
     assert not r.failed and {"mine", "fedavg"} <= set(r.runs.method)
     assert set(r.runs[r.runs.method == "mine"].status) == {"ok"}
 
@@ -110,21 +109,7 @@ def test_a_users_registered_strategy_runs_in_the_benchmark_by_name(plugin, tmp_p
 def test_a_users_registered_strategy_runs_in_worker_processes(plugin, tmp_path):
     """Failed before: a loky worker had not imported the user's module, so make_strategy did not know it."""
     m = benchmark.Method("mine", strategy="halvedbench", tune={"server_lr": [2.0]})
-    r = benchmark.run(
-        [m],
-        ["dirichlet:0.5"],
-        out=tmp_path / "out",
-        backend="joblib",
-        n_jobs=2,
-        progress=False,
-        num_clients=6,
-        rounds=1,
-        clients_per_round=3,
-        batch_size=32,
-        last_k=1,
-        tuning_seeds=(0,),
-        eval_seeds=(1, 2),
-    )
+    r = benchmark.run([m], ["dirichlet:0.5"], out=tmp_path / "out", backend="joblib", n_jobs=2, **TINY_RUN)
     assert not r.failed, r.failure_report()
     assert set(r.runs[r.runs.method == "mine"].status) == {"ok"}
 
