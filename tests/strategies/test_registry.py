@@ -5,9 +5,19 @@ import inspect
 import pkgutil
 
 import pytest
+import torch
 
 import fedlearn_edu.strategies as strategies
-from fedlearn_edu import CRAFT, IFCA, Ditto, FedAvg, FedProx, LocalOnly, make_strategy
+from fedlearn_edu import (
+    CRAFT,
+    IFCA,
+    Ditto,
+    FedAvg,
+    FedProx,
+    LocalOnly,
+    make_strategy,
+)
+from fedlearn_edu.cli import main as cli_main
 from fedlearn_edu.strategies import STRATEGIES, Strategy, register, strategy_parameters
 from tests.user_strategy import restored_registry, write_user_module
 
@@ -67,7 +77,6 @@ def test_a_base_by_name_or_object_and_the_arguments_it_takes():
 
 
 def _val():
-    import torch
 
     return torch.zeros(4, 1, 8, 8), torch.zeros(4, dtype=torch.long)
 
@@ -139,3 +148,17 @@ def test_local_only_refuses_a_server_step_when_built_directly():
     with pytest.raises(TypeError):
         LocalOnly(server_lr=0.5)
     assert repr(LocalOnly()) == "LocalOnly(optimizer=ServerSGD(lr=1.0))"
+
+
+NAMES = ("scaffold", "feddyn", "fednova", "afl", "fedlf", "gossip", "dac")
+
+
+# ----------------------------------------------------------------- registration
+def test_every_baseline_is_a_registered_strategy_and_runs_from_the_cli(capsys):
+    for name in NAMES:
+        assert name in STRATEGIES
+        assert make_strategy(name).name == name
+    rc = cli_main(["run", "--strategy", "scaffold", "--clients", "6", "--clients-per-round", "3", "--rounds", "1",
+                   "--no-progress"])  # fmt: skip
+    assert rc in (0, None)
+    assert "scaffold" in capsys.readouterr().out
