@@ -49,3 +49,15 @@ def test_make_model_refuses_fractional_counts_and_empty_layers():
         make_model("mlp", (1, 8, 8), 10, seed=1.5)
     with pytest.raises(ValueError, match="seed"):
         make_model("mlp", (1, 8, 8), 10, seed=-1)
+
+
+def test_models_own_their_split():
+    for name, shape in (("mlp", (1, 8, 8)), ("cnn", (1, 8, 8)), ("smallcnn", (3, 8, 8)), ("resnet20", (3, 8, 8))):
+        m = make_model(name, shape, 10)
+        x = torch.randn(3, *shape)
+        z = m.features(x)
+        assert z.dim() == 2
+        torch.testing.assert_close(m.head(z), m(x), rtol=0, atol=0)
+        torch.testing.assert_close(m.head(z, features=True), m(x, features=True), rtol=0, atol=0)
+        head = dict(m.named_modules())[m.head_layer]
+        assert head.in_features == z.shape[1]

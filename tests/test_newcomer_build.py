@@ -20,7 +20,7 @@ import pytest
 
 from tests import conftest
 from tests.conftest import newcomer_checkout, newcomer_env
-from tests.data.test_data import write_tiny_idx_set
+from tests.data.test_datasets import write_tiny_idx_set
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -1,10 +1,13 @@
 """The round's building blocks (:mod:`fedlearn_edu.round`): the bad-client policy, keep_finite, the errors."""
 
+import numpy as np
 import pytest
 import torch
 
-from fedlearn_edu import FedAvg, simulate
-from fedlearn_edu.engine import LocalTraining
+from fedlearn_edu import ClientData, FedAvg, Federation, FedVG, QFedAvg, simulate
+from fedlearn_edu.aggregators import fedavg
+from fedlearn_edu.engine import LocalTraining, LoopEngine
+from fedlearn_edu.params import get_params
 from fedlearn_edu.round import (
     DATA_REASON,
     UPDATE_REASON,
@@ -15,7 +18,9 @@ from fedlearn_edu.round import (
     state_reason,
 )
 from fedlearn_edu.strategies import ClientUpdates, Strategy
+from fedlearn_edu.utils import derive_seed
 from tests.poisoned import REASONS, Poisoned
+from tests.test_simulation import KW, _model
 
 NAN = float("nan")
 
@@ -169,3 +174,63 @@ def test_nonfinite_error_blames_the_client_lr_or_the_server_step():
     assert "the client lr (now 0.5)" in str(err) and "on_nonfinite='skip'" in str(err)
     blown = nonfinite_error(4, {2: UPDATE_REASON}, config, strategy, {"params": {"w": torch.full((3,), 1e6)}}, params0)
     assert "blown the global model up (1e+06 times" in str(blown) and "lower server_lr (now 3)" in str(blown)
+
+
+# ------------------------------------------------------------------------ faults
+def _with_nan_client(fed, bad=2):
+    clients = [ClientData(c.train_x.clone(), c.train_y, c.test_x, c.test_y, c.info) for c in fed]
+    clients[bad].train_x[0, 0, 0, 0] = float("nan")  # after construction: ClientData refuses NaN inputs
+    return Federation(clients, fed.num_classes, fed.name)
+
+
+def test_skip_drops_a_client_with_nan_data_and_aggregates_the_others(fed):
+    bad_fed = _with_nan_client(fed, bad=2)
+    model = _model(fed)
+    kw = dict(KW, rounds=1, clients_per_round=6, engine="loop")
+    with pytest.raises(FloatingPointError, match=r"training data of client\(s\) \[2\] hold NaN"):
+        simulate(bad_fed, model, FedAvg(), **kw)
+    h = simulate(bad_fed, model, FedAvg(), on_nonfinite="skip", **kw)
+    assert h.dropped == [{2: "its training data hold NaN/Inf values"}]
+    assert torch.isfinite(torch.cat([v.flatten() for v in h.final_params.values()])).all()
+    # the global model is exactly FedAvg over the five other clients
+    theta = get_params(model)
+    others = [i for i in range(6) if i != 2]
+    cfg = LocalTraining(1, 8, 0.1)
+    local = LoopEngine().train(
+        model, theta, [(fed[i].train_x, fed[i].train_y) for i in others], cfg, [derive_seed(1, 1, i) for i in others]
+    )
+    step = fedavg({k: local.params[k] - theta[k] for k in theta}, fed.num_train_samples[others].double())
+    for k in theta:
+        torch.testing.assert_close(h.final_params[k], theta[k] + step[k])
+    assert h.diagnostics[0]["weights"].shape == (5,)
+
+
+def test_skip_with_every_client_dropped_skips_the_round(fed):
+    clients = [ClientData(c.train_x.clone(), c.train_y, c.test_x, c.test_y) for c in fed]
+    for c in clients:
+        c.train_x[:] = float("nan")  # after construction: ClientData refuses NaN inputs
+    all_bad = Federation(clients, fed.num_classes)
+    model = _model(fed)
+    with pytest.warns(UserWarning, match="every selected client was dropped"):
+        h = simulate(all_bad, model, FedAvg(), on_nonfinite="skip", **dict(KW, rounds=2))
+    assert all(torch.equal(h.final_params[k], v) for k, v in get_params(model).items())
+    assert [len(d) for d in h.dropped] == [4, 4] and np.isnan(h.train_loss).all()
+    with pytest.raises(ValueError, match="on_nonfinite"):
+        simulate(fed, model, FedAvg(), on_nonfinite="ignore")
+
+
+def test_errors_name_the_real_cause(fed):
+    model = _model(fed)
+    with pytest.raises(FloatingPointError, match="diverged") as err:
+        simulate(fed, model, FedAvg(), **dict(KW, lr=1e30, local_epochs=3))
+    assert "client lr" in str(err.value)
+    with pytest.raises(FloatingPointError, match="server_lr") as err:
+        simulate(fed, model, FedAvg(server_lr=1e308), **dict(KW, lr=1.0))
+    assert "every client update was finite" in str(err.value) and "client lr" not in str(err.value)
+    # q-FedAvg's weights are computed in logarithms: a huge q no longer overflows
+    h = simulate(fed, model, QFedAvg(q=1e4), **KW)
+    assert all(bool(torch.isfinite(v).all()) for v in h.final_params.values())
+    x, y = torch.rand(10, *fed.input_shape), torch.arange(10) % 10
+    x[3, 0, 0, 0] = float("nan")
+    with pytest.raises(ValueError, match="validation set holds NaN"):
+        FedVG((x, y))

@@ -45,6 +45,12 @@ from fedlearn_edu.utils import derive_seed
 from tests.bad_client import BAD, RUN, SEED, SMALL
 from tests.tiny import poison, tiny_federation, tiny_model
 
+KW = dict(rounds=3, clients_per_round=4, lr=0.1, batch_size=8, progress=False, seed=1)
+
+
+def _model(fed, seed=0):
+    return make_model("mlp", fed.input_shape, fed.num_classes, hidden=(16,), seed=seed)
+
 
 @pytest.fixture(scope="module")
 def fed():
@@ -500,3 +506,18 @@ def test_a_strategy_that_drops_a_parameter_is_named(setting):
 
     with pytest.raises(ValueError, match=r"missing \['out.bias'\]"):
         simulate(fed, model, Dropping(), **SMALL)
+
+
+# ------------------------------------------------------------------ the driver
+def test_caller_model_is_untouched_and_runs_repeat(fed):
+    model = _model(fed)
+    model.train(False)
+    before = {k: (p.data_ptr(), p.detach().clone(), p.device) for k, p in model.named_parameters()}
+    h1 = simulate(fed, model, FedAdam(server_lr=0.05), **KW)
+    h2 = simulate(fed, model, FedAdam(server_lr=0.05), **KW)
+    for k, p in model.named_parameters():
+        ptr, value, device = before[k]
+        assert p.data_ptr() == ptr and p.device == device and torch.equal(p, value)
+    assert model.training is False
+    np.testing.assert_array_equal(h1.client_accuracy, h2.client_accuracy)
+    assert all(torch.equal(h1.final_params[k], h2.final_params[k]) for k in h1.final_params)

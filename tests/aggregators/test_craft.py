@@ -1,5 +1,6 @@
-"""CRAFT's minimum-norm correction, the conflict-aware baselines (ConFIG, FedFV, q-FedAvg)
-and their strategies: defining properties on random inputs and independent NumPy references."""
+"""CRAFT's minimum-norm correction (:mod:`fedlearn_edu.aggregators.craft`): defining properties on random
+inputs and independent NumPy references. ConFIG, FedFV and q-FedAvg are tested in
+tests/aggregators/test_conflict.py, craft_layer_groups in tests/strategies/test_craft_strategy.py."""
 
 import math
 
@@ -9,17 +10,14 @@ import torch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from fedlearn_edu import make_model
 from fedlearn_edu.aggregators import (
     config_direction,
     craft_direction,
     fedfv_direction,
-    fedfv_kept,
     pinv_solve,
     qfedavg_step,
 )
 from fedlearn_edu.params import layer_groups
-from fedlearn_edu.strategies import craft_layer_groups
 
 SETTINGS = settings(max_examples=40, deadline=None)
 
@@ -225,21 +223,6 @@ def test_zero_clients_dropped_rho_renormalised_and_single_client_raw():
     torch.testing.assert_close(craft_direction(t(G), t(10 * rho), t(ghat)), craft_direction(t(G), t(rho), t(ghat)))
 
 
-@SETTINGS
-@given(full_rank_problem())
-def test_config_equivalence_and_formula(problem):
-    G, _, _ = problem
-    m = G.shape[0]
-    craft = craft_direction(t(G), t(np.ones(m)))  # g_hat = 0, uniform rho
-    cfg = config_direction(t(G))
-    torch.testing.assert_close(craft / craft.norm(), cfg / cfg.norm())
-    # ConFIG's own formula with NumPy: g_u = normalise(U^+ 1), g = (sum_i g_i . g_u) g_u
-    gu = np.linalg.pinv(np_unit_rows(G)) @ np.ones(m)
-    gu /= np.linalg.norm(gu)
-    np.testing.assert_allclose(cfg.numpy(), (G @ gu).sum() * gu, rtol=1e-8, atol=1e-9)
-    assert (G @ cfg.numpy() > 0).all()
-
-
 # ------------------------------------------------------------------ bad input
 def test_bad_inputs_give_clear_errors():
     G = torch.randn(3, 4, dtype=torch.float64)
@@ -283,79 +266,7 @@ def test_bad_inputs_give_clear_errors():
         qfedavg_step(G, torch.ones(3), lr=0.0)
 
 
-# ------------------------------------------------------------------ FedFV and q-FedAvg
-def np_fedfv(G, losses, alpha):
-    """FedFV's internal-conflict step as in the authors' code (loops over clients)."""
-    m = len(G)
-    order = list(np.argsort(losses, kind="stable"))
-    keep = order[math.ceil((m - 1) * (1 - alpha)) :] if alpha > 0 else []
-    out = [g.copy() for g in G]
-    for i in range(m):
-        if i in keep:
-            continue
-        for j in order:
-            if j != i:
-                dot = G[j] @ out[i]
-                if dot < 0:
-                    out[i] = out[i] - dot / (G[j] @ G[j]) * G[j]
-    gt = np.mean(out, axis=0)
-    assume(np.linalg.norm(gt) > 1e-6 * np.abs(G).max())  # rescaling a ~0 vector is ill-posed
-    return gt / np.linalg.norm(gt) * np.linalg.norm(G.mean(0))
-
-
-@SETTINGS
-@given(st.integers(1, 7), st.integers(1, 9), st.sampled_from([0.0, 0.1, 0.3]), st.integers(0, 2**32 - 1))
-def test_fedfv_matches_the_reference_loop(m, d, alpha, seed):
-    rng = np.random.default_rng(seed)
-    G = rng.standard_normal((m, d))
-    losses = rng.uniform(0, 3, m)
-    got = fedfv_direction(t(G), t(losses), alpha).numpy()
-    np.testing.assert_allclose(got, np_fedfv(G, losses, alpha), rtol=1e-8, atol=1e-10)
-    # a dict input is the same whole-model computation
-    got_dict = fedfv_direction({"x": t(G[:, :1]), "y": t(G[:, 1:])}, t(losses), alpha)
-    np.testing.assert_allclose(torch.cat([got_dict["x"], got_dict["y"]]).numpy(), got, rtol=1e-10, atol=1e-12)
-
-
-def test_fedfv_keeps_ceil_alpha_m_highest_loss_clients():
-    for m in range(1, 101):
-        kept = fedfv_kept(torch.arange(m, dtype=torch.float64), 0.1)
-        assert int(kept.sum()) == max(1, math.ceil(round(0.1 * m, 9)))
-        assert bool(kept[m - int(kept.sum()) :].all())  # the highest losses
-    assert int(fedfv_kept(torch.ones(5), 0.0).sum()) == 0
-
-
-@SETTINGS
-@given(st.integers(1, 6), st.integers(1, 8), st.sampled_from([0.0, 0.5, 1.0, 2.0]), st.integers(0, 2**32 - 1))
-def test_qfedavg_matches_its_formula(m, d, q, seed):
-    rng = np.random.default_rng(seed)
-    G, F, lr = rng.standard_normal((m, d)), rng.uniform(0.1, 3, m), rng.uniform(0.01, 0.5)
-    dW = G / lr
-    h = q * F ** (q - 1) * (dW**2).sum(1) + F**q / lr
-    want = (F[:, None] ** q * dW).sum(0) / h.sum()
-    np.testing.assert_allclose(qfedavg_step(t(G), t(F), lr, q).numpy(), want, rtol=1e-10, atol=1e-12)
-    if q == 0:
-        np.testing.assert_allclose(want, G.mean(0), rtol=1e-10, atol=1e-12)
-
-
-# ------------------------------------------------------------------ strategies
-
-
-def test_craft_layer_groups_merge_groupnorm_into_its_convolution():
-    model = make_model("resnet20", (3, 32, 32), 10)
-    groups = craft_layer_groups(model)
-    names = [n for n, _ in model.named_parameters()]
-    assert sorted(sum(groups.values(), [])) == sorted(names)
-    assert groups["blocks.0.conv1"] == ["blocks.0.conv1.weight", "blocks.0.norm1.weight", "blocks.0.norm1.bias"]
-    assert groups["blocks.3.shortcut.0"] == [
-        "blocks.3.shortcut.0.weight",
-        "blocks.3.shortcut.1.weight",
-        "blocks.3.shortcut.1.bias",
-    ]
-    assert len(groups) == 22 and len(craft_layer_groups(model, merge_norm=False)) == 43
-    mlp = make_model("mlp", (1, 8, 8), 10)
-    assert craft_layer_groups(mlp) == layer_groups([n for n, _ in mlp.named_parameters()])
-
-
+# ------------------------------------------------------------------ bad rcond
 @pytest.mark.parametrize("rcond", [math.nan, -1.0, math.inf])
 def test_bad_rcond_raises_instead_of_a_zero_vector(rcond):
     g = torch.randn(3, 5, generator=torch.Generator().manual_seed(0))

@@ -138,3 +138,19 @@ def test_craft_layer_groups_refuses_a_merge_norm_that_is_not_a_bool(flag):
 
     with pytest.raises(TypeError, match=rf"merge_norm must be True or False, got {flag!r}"):
         craft_layer_groups(make_model("mlp", (1, 8, 8), 10), merge_norm=flag)
+
+
+def test_craft_layer_groups_merge_groupnorm_into_its_convolution():
+    model = make_model("resnet20", (3, 32, 32), 10)
+    groups = craft_layer_groups(model)
+    names = [n for n, _ in model.named_parameters()]
+    assert sorted(sum(groups.values(), [])) == sorted(names)
+    assert groups["blocks.0.conv1"] == ["blocks.0.conv1.weight", "blocks.0.norm1.weight", "blocks.0.norm1.bias"]
+    assert groups["blocks.3.shortcut.0"] == [
+        "blocks.3.shortcut.0.weight",
+        "blocks.3.shortcut.1.weight",
+        "blocks.3.shortcut.1.bias",
+    ]
+    assert len(groups) == 22 and len(craft_layer_groups(model, merge_norm=False)) == 43
+    mlp = make_model("mlp", (1, 8, 8), 10)
+    assert craft_layer_groups(mlp) == layer_groups([n for n, _ in mlp.named_parameters()])

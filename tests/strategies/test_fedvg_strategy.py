@@ -6,12 +6,23 @@ The rule itself, as a pure function, is tested in tests/aggregators/test_fedvg.p
 import pytest
 import torch
 
-from fedlearn_edu import FedAvg, FedAvgM, FedProx, FedVG, federated_dataset, make_model, simulate
+from fedlearn_edu import (
+    SCAFFOLD,
+    FedAvg,
+    FedAvgM,
+    FedProx,
+    FedVG,
+    federated_dataset,
+    make_model,
+    simulate,
+)
 from fedlearn_edu.aggregators import (
+    feddyn_server_update,
     fedvg_aggregate,
     fedvg_layerwise_weights,
     fedvg_mixed_weights,
     fedvg_weights,
+    scaffold_server_update,
 )
 from fedlearn_edu.data import server_validation_split
 from fedlearn_edu.engine import LocalTraining
@@ -20,6 +31,7 @@ from fedlearn_edu.signals import validation_gradient_norms
 from fedlearn_edu.strategies import ClientUpdates, make_strategy
 from tests.fedvg_inputs import perturbed_clients, validation_set
 from tests.server_steps import Server
+from tests.strategies.test_drift import KW, _fake_updates, _model
 
 
 def _updates(model, deltas, n, round_=1):
@@ -131,3 +143,54 @@ def test_cli_runs_fedvg(capsys):
         == 0
     )
     assert "fedvg" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("base_name", ["scaffold", "feddyn"])
+def test_fedvg_weights_replace_the_uniform_mean_of_scaffold_and_feddyn(fed, base_name):
+    from fedlearn_edu.data import server_validation_split
+
+    f, val = server_validation_split(fed, fraction=0.2, seed=0)
+    model = _model(f)
+    kwargs = {"alpha": 0.1} if base_name == "feddyn" else {}
+    h = simulate(f, model, FedVG(val, base=make_strategy(base_name, **kwargs)), **KW)
+    w = h.diagnostics[0]["weights"]
+    assert not torch.allclose(w, torch.full_like(w, 1 / w.numel()), atol=1e-3)  # FedVG's weights are not uniform
+    assert sorted(h.final_state) == (["control"] if base_name == "scaffold" else ["gradient"])
+
+    # the server step is the base's, with the weights in place of the uniform mean
+    theta = {"w": torch.zeros(5)}
+    m, n = 3, 6
+    weights = torch.tensor([0.5, 0.3, 0.2])
+    base = make_strategy(base_name, **kwargs)
+    server = Server(base, theta, n)
+    dc = {"w": torch.randn(m, 5, generator=torch.Generator().manual_seed(1))}
+    upd = _fake_updates(m, extra={"delta_c": dc} if base_name == "scaffold" else {})
+    g, _ = server.direction(upd, weights=weights)
+    if base_name == "scaffold":
+        step, c = scaffold_server_update(upd.deltas, dc, {"w": torch.zeros(5)}, n, weights)
+        torch.testing.assert_close(server.state["control"]["w"], c["w"])
+    else:
+        step, hh = feddyn_server_update(upd.deltas, {"w": torch.zeros(5)}, 0.1, n, weights)
+        torch.testing.assert_close(server.state["h"]["w"], hh["w"])
+        step = {"w": step["w"]}
+    torch.testing.assert_close(-g["w"], step["w"])
+    manual = (weights.unsqueeze(1) * upd.deltas["w"]).sum(0)
+    if base_name == "scaffold":
+        torch.testing.assert_close(-g["w"], manual)
+    else:
+        torch.testing.assert_close(-g["w"], manual + (0.1 / n) * upd.deltas["w"].sum(0) / 0.1)
+
+
+def test_fedvg_on_scaffold_resumes_bit_identically(fed, tmp_path):
+    from fedlearn_edu.data import server_validation_split
+
+    f, val = server_validation_split(fed, fraction=0.2, seed=0)
+    model = _model(f)
+    full = simulate(f, model, FedVG(val, base=SCAFFOLD()), **{**KW, "rounds": 4})
+    ck = tmp_path / "ck.pt"
+    simulate(f, model, FedVG(val, base=SCAFFOLD()), **{**KW, "rounds": 2}, checkpoint=ck)
+    resumed = simulate(f, model, FedVG(val, base=SCAFFOLD()), **{**KW, "rounds": 4}, checkpoint=ck, resume=True)
+    for k in full.final_params:
+        assert torch.equal(full.final_params[k], resumed.final_params[k])
+    for k in full.final_state["control"]:
+        assert torch.equal(full.final_state["control"][k], resumed.final_state["control"][k])

@@ -1,4 +1,5 @@
-"""Server optimizers (SGD, momentum, FedOpt's Adam/Yogi/Adagrad) against their update rules written out."""
+"""Server optimizers (SGD, momentum, FedOpt's Adam/Yogi/Adagrad) against their update rules written out; server
+steps as pure ``(init, update)`` transforms and their chains."""
 
 import numpy as np
 import pytest
@@ -12,17 +13,29 @@ from fedlearn_edu import (
     FedProx,
     FedVG,
     FedYogi,
+    ServerAdagrad,
     ServerAdam,
     ServerMomentum,
     ServerSGD,
+    ServerYogi,
+    chain,
+    clip_by_global_norm,
     make_strategy,
+    momentum,
+    scale,
+    scale_by_adagrad,
+    scale_by_adam,
+    scale_by_yogi,
+    sgd,
+    simulate,
 )
 from fedlearn_edu.aggregators import fedvg_aggregate
 from fedlearn_edu.engine import LocalTraining
 from fedlearn_edu.models import make_model
 from fedlearn_edu.params import get_params
-from fedlearn_edu.strategies import STRATEGIES, ClientUpdates, ServerAdagrad, ServerOptimizer, ServerYogi, sgd
+from fedlearn_edu.strategies import STRATEGIES, ClientUpdates, ServerOptimizer
 from tests.server_steps import Server
+from tests.test_checkpoint import KW, _assert_same_history, _assert_same_tree, _model
 
 
 def _updates(deltas, n, model=None, round_=1):
@@ -249,3 +262,311 @@ VAL = (torch.rand(20, 1, 4, 4), torch.arange(20) % 3)
 def test_a_strategys_bad_server_lr_still_names_server_lr(make):
     with pytest.raises(ValueError, match=r"^server_lr must be > 0, got -1\.$"):
         make(server_lr=-1)
+
+
+# Server steps as pure ``(init, update)`` transforms and their chains: the math, the named optimizers
+# as chains (bitwise today's update rules), and the one-line clipped FedAvg through simulate and checkpoints.
+
+
+def _tree(seed, dtype=torch.float64, stacked=False, scale_=1.0):
+    """A two-tensor model's parameters (or K = 3 stacked ones), random."""
+    g = torch.Generator().manual_seed(seed)
+    lead = (3,) if stacked else ()
+    return {
+        "w": scale_ * torch.randn(*lead, 4, 5, generator=g, dtype=dtype),
+        "b": scale_ * torch.randn(*lead, 5, generator=g, dtype=dtype),
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Today's optimizers, frozen: the formulas as they were written before they became chains.
+# ---------------------------------------------------------------------------------------------
+
+
+def _frozen_step(kind, hp, params, g, state):
+    """One step of ServerSGD/Momentum/Adam/Yogi/Adagrad as written before the transforms (frozen copy)."""
+    lr = hp["lr"]
+    if kind == "sgd":
+        return {k: v - lr * g[k] for k, v in params.items()}, state
+    if kind == "momentum":
+        velocity = {k: hp["momentum"] * state["velocity"][k] + d for k, d in g.items()}
+        return {k: v - lr * velocity[k] for k, v in params.items()}, {"velocity": velocity}
+    b1, b2, tau = hp["beta1"], hp["beta2"], hp["tau"]
+    second = {
+        "adam": lambda v, g2: b2 * v + (1 - b2) * g2,
+        "yogi": lambda v, g2: v - (1 - b2) * g2 * torch.sign(v - g2),
+        "adagrad": lambda v, g2: v + g2,
+    }[kind]
+    m = {k: b1 * state["m"][k] + (1 - b1) * d for k, d in g.items()}
+    v = {k: second(state["v"][k], d * d) for k, d in g.items()}
+    return {k: p - lr * m[k] / (v[k].sqrt() + tau) for k, p in params.items()}, {"m": m, "v": v}
+
+
+NAMED = [
+    (ServerSGD, "sgd", dict(lr=0.3)),
+    (ServerMomentum, "momentum", dict(lr=0.7, momentum=0.6)),
+    (ServerAdam, "adam", dict(lr=0.037, beta1=0.8, beta2=0.95, tau=1e-2)),
+    (ServerYogi, "yogi", dict(lr=0.037, beta1=0.9, beta2=0.99, tau=1e-3)),
+    (ServerAdagrad, "adagrad", dict(lr=0.11, beta1=0.9, beta2=0.99, tau=3e-3)),
+]
+
+
+@pytest.mark.parametrize("stacked", [False, True], ids=["one model", "stacked K"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("cls, kind, hp", NAMED, ids=[c.__name__ for c, _, _ in NAMED])
+def test_named_optimizers_are_chains_bitwise_equal_to_todays_formulas(cls, kind, hp, dtype, stacked):
+    """Six steps with directions from 1e-3 to 1e2: parameters and every state tensor bit for bit."""
+    opt = cls(**hp)
+    assert isinstance(opt.as_chain(), chain) and opt.lr == hp["lr"]
+    params = _tree(0, dtype, stacked)
+    state = opt.init_state(params)
+    frozen_params = dict(params)
+    frozen_state = {} if kind == "sgd" else {m: {k: t.clone() for k, t in s.items()} for m, s in state.items()}
+    for t in range(6):
+        g = _tree(t + 1, dtype, stacked, scale_=10.0 ** (t - 3))
+        params, state = opt.step(params, g, state)
+        frozen_params, frozen_state = _frozen_step(kind, hp, frozen_params, g, frozen_state)
+        for k in params:
+            assert params[k].dtype == dtype and torch.equal(params[k], frozen_params[k]), (t, k)
+        assert state.keys() == frozen_state.keys()  # {}, {"velocity"} or {"m", "v"}: today's layout
+        for m in state:
+            for k in state[m]:
+                assert torch.equal(state[m][k], frozen_state[m][k]), (t, m, k)
+    # the name and its chain are the same step
+    chained = opt.as_chain()
+    a, sa = opt.step(params, g, state)
+    b, sb = chained.step(params, g, state)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert all(torch.equal(sa[m][k], sb[m][k]) for m in sa for k in sa[m])
+
+
+def test_named_optimizers_keep_their_repr_and_chains_read_as_formulas():
+    assert repr(ServerSGD(0.5)) == "ServerSGD(lr=0.5)"
+    assert repr(ServerMomentum(0.7, 0.6)) == "ServerMomentum(momentum=0.6, lr=0.7)"
+    assert repr(ServerAdam()) == "ServerAdam(beta1=0.9, beta2=0.99, tau=0.001, lr=0.01)"
+    assert repr(ServerMomentum(0.7, 0.6).as_chain()) == "chain(momentum(beta=0.6), sgd(lr=0.7))"
+    assert repr(ServerYogi(0.1).as_chain()) == "chain(scale_by_yogi(beta1=0.9, beta2=0.99, tau=0.001, lr=0.1))"
+    clipped = FedAvg(optimizer=chain(clip_by_global_norm(2.0), sgd(0.5)))
+    assert repr(clipped) == "FedAvg(optimizer=chain(clip_by_global_norm(max_norm=2.0), sgd(lr=0.5)))"
+    # the step size Strategy.server_lr reports: the product of the pieces' (scale(f) steps by -f)
+    assert clipped.server_lr == 0.5 and chain(clip_by_global_norm(1.0), scale(-0.25)).lr == 0.25
+    assert chain(momentum(0.9), ServerAdam(0.1)).lr == 0.1 and chain(clip_by_global_norm(1.0)).lr is None
+
+
+def test_the_momentum_chain_and_the_fedopt_chain_of_pieces_equal_the_named_ones():
+    """``chain(momentum(b), sgd(eta))`` is ServerMomentum bitwise; ``chain(scale_by_adam(), sgd(eta))``
+    is FedAdam's step up to the rounding of ``eta (m / s)`` against ``(eta m) / s``."""
+    params = _tree(0)
+    for pieces, named in [
+        (chain(momentum(0.6), sgd(0.7)), ServerMomentum(0.7, 0.6)),
+        (chain(scale_by_adam(0.8, 0.95, 1e-2), sgd(0.05)), ServerAdam(0.05, 0.8, 0.95, 1e-2)),
+        (chain(scale_by_yogi(), sgd(0.05)), ServerYogi(0.05)),
+        (chain(scale_by_adagrad(), sgd(0.05)), ServerAdagrad(0.05)),
+    ]:
+        pa, sa, pb, sb = params, pieces.init_state(params), params, named.init_state(params)
+        for t in range(4):
+            g = _tree(t + 1)
+            (pa, sa), (pb, sb) = pieces.step(pa, g, sa), named.step(pb, g, sb)
+        for k in pa:
+            torch.testing.assert_close(pa[k], pb[k], rtol=1e-14, atol=0)
+        if isinstance(named, ServerMomentum):
+            assert all(torch.equal(pa[k], pb[k]) for k in pa)
+
+
+def _norm(tree):
+    return float(np.sqrt(sum((v.numpy() ** 2).sum() for v in tree.values())))
+
+
+@pytest.mark.parametrize("stacked", [False, True])
+def test_clip_by_global_norm_is_min_of_norm_and_c_along_the_same_direction(stacked):
+    """Against NumPy: one L2 norm over every tensor, ``g min(1, C / ||g||)``."""
+    g = _tree(3, stacked=stacked)
+    norm = _norm(g)
+    for c in (0.25 * norm, 0.999 * norm, norm, 4 * norm):
+        out, state = clip_by_global_norm(c).update(g, {}, {})
+        assert state == {}
+        assert _norm(out) == pytest.approx(min(norm, c), rel=1e-12)
+        factor = min(1.0, c / norm)
+        for k in g:
+            np.testing.assert_allclose(out[k].numpy(), g[k].numpy() * factor, rtol=1e-13)
+            if c >= norm:
+                assert torch.equal(out[k], g[k])  # not clipped: passed through bit for bit
+    zero = {k: torch.zeros_like(v) for k, v in g.items()}
+    out, _ = clip_by_global_norm(1.0).update(zero, {}, {})
+    assert all(torch.equal(out[k], zero[k]) for k in g)  # zero stays zero, no 0/0
+    assert clip_by_global_norm(1.0).update({}, {}, {}) == ({}, {})
+
+
+def test_chain_order_matters_clip_then_scale_differs_from_scale_then_clip():
+    """||g|| = 0.5 < C = 1: clipping first leaves g, then x3 gives norm 1.5; x3 first gives norm 1.5,
+    which clipping brings to 1."""
+    g = {"w": torch.tensor([0.3, 0.4], dtype=torch.float64)}
+    a, _ = chain(clip_by_global_norm(1.0), scale(3.0)).update(g, {}, {})
+    b, _ = chain(scale(3.0), clip_by_global_norm(1.0)).update(g, {}, {})
+    assert _norm(a) == pytest.approx(1.5) and _norm(b) == pytest.approx(1.0)
+    # the clipped FedAvg step is bounded by eta C when clipping comes first, by C when it comes last
+    big = {"w": torch.tensor([30.0, 40.0], dtype=torch.float64)}
+    theta = {"w": torch.zeros(2, dtype=torch.float64)}
+    first, _ = chain(clip_by_global_norm(1.0), sgd(0.5)).step(theta, big, {})
+    last, _ = chain(sgd(0.5), clip_by_global_norm(1.0)).step(theta, big, {})
+    assert _norm(first) == pytest.approx(0.5) and _norm(last) == pytest.approx(1.0)
+    torch.testing.assert_close(first["w"], torch.tensor([-0.3, -0.4], dtype=torch.float64))
+
+
+def test_momentum_with_beta_zero_is_the_identity():
+    m = momentum(0.0)
+    state = m.init(_tree(0))
+    for t in range(4):
+        g = _tree(t + 1)
+        u, state = m.update(g, state, {})
+        assert all(torch.equal(u[k], g[k]) for k in g)
+    m = momentum(0.5)  # and with beta > 0: v_1 = g, v_2 = beta v_1 + g
+    g1, g2 = _tree(1), _tree(2)
+    u1, state = m.update(g1, m.init(g1), {})
+    u2, _ = m.update(g2, state, {})
+    assert all(torch.equal(u1[k], g1[k]) and torch.equal(u2[k], 0.5 * g1[k] + g2[k]) for k in g1)
+
+
+def test_sgd_on_a_quadratic_has_its_minimiser_as_fixed_point():
+    """f(theta) = 1/2 (theta - theta*)^T A (theta - theta*): the minimiser is a fixed point bit for bit,
+    and sgd(eta) with eta < 2 / lambda_max converges to it from elsewhere."""
+    a = torch.tensor([[2.0, 0.5], [0.5, 1.0]], dtype=torch.float64)
+    star = torch.tensor([1.0, -2.0], dtype=torch.float64)
+    grad = lambda theta: {"w": a @ (theta["w"] - star)}  # noqa: E731
+    opt = chain(sgd(0.4))
+    fixed, _ = opt.step({"w": star.clone()}, grad({"w": star}), {})
+    assert torch.equal(fixed["w"], star)
+    theta = {"w": torch.zeros(2, dtype=torch.float64)}
+    for _ in range(200):
+        theta, _ = opt.step(theta, grad(theta), {})
+    torch.testing.assert_close(theta["w"], star, rtol=0, atol=1e-12)
+
+
+def test_transforms_are_pure_and_a_nested_named_optimizer_chains():
+    """The same inputs give the same outputs twice; inputs are not modified; ServerAdam inside a
+    chain keeps its own state entries ({"m", "v"})."""
+    params, g = _tree(0), _tree(1)
+    opt = chain(clip_by_global_norm(0.5), ServerAdam(0.1))
+    state = opt.init_state(params)
+    assert set(state) == {"m", "v"}
+    saved = {m: {k: v.clone() for k, v in s.items()} for m, s in state.items()}
+    given = {k: v.clone() for k, v in g.items()}
+    (pa, sa), (pb, sb) = opt.step(params, g, state), opt.step(params, g, state)
+    assert all(torch.equal(pa[k], pb[k]) for k in pa)
+    assert all(torch.equal(sa[m][k], sb[m][k]) for m in sa for k in sa[m])
+    assert all(torch.equal(state[m][k], saved[m][k]) for m in state for k in state[m])
+    assert all(torch.equal(g[k], given[k]) for k in g)
+    # = clipping the direction by hand, then FedAdam's step
+    clipped, _ = clip_by_global_norm(0.5).update(g, {}, params)
+    want, _ = ServerAdam(0.1).step(params, clipped, ServerAdam(0.1).init_state(params))
+    assert all(torch.equal(pa[k], want[k]) for k in pa)
+
+
+def test_a_users_own_transform_chains_and_is_checked_like_the_others():
+    class Negate(ServerOptimizer):
+        def update(self, direction, state, params):
+            return {k: -v for k, v in direction.items()}, state
+
+    opt = chain(Negate(), scale(0.5))
+    new, _ = opt.step({"w": torch.ones(2)}, {"w": torch.tensor([2.0, -2.0])}, {})
+    assert torch.equal(new["w"], torch.tensor([0.0, 2.0]))
+    with pytest.raises(ValueError, match=r"chain\.step: direction must have the names of params"):
+        opt.step({"w": torch.ones(2)}, {"v": torch.ones(2)}, {})
+    with pytest.raises(NotImplementedError, match="must define update"):
+        chain(ServerOptimizer()).step({"w": torch.ones(1)}, {"w": torch.ones(1)}, {})
+
+
+def test_bad_transforms_and_hyper_parameters_are_refused_by_name():
+    with pytest.raises(TypeError, match=r"chain's transform 1 must be a server transform .* got 'sgd' \(str\)"):
+        chain(clip_by_global_norm(1.0), "sgd")
+    with pytest.raises(TypeError, match=r"chain's transform 0 must be a server transform .*\(type\)"):
+        chain(sgd)  # the class, not sgd(1.0)
+    with pytest.raises(ValueError, match=r"both keep the state entry 'velocity'"):
+        chain(momentum(0.9), sgd(1.0), momentum(0.5))
+    with pytest.raises(ValueError, match=r"both keep the state entry 'm'"):
+        chain(ServerAdam(), scale_by_yogi())
+    for c in (0, -1.0):
+        with pytest.raises(ValueError, match=rf"^max_norm must be > 0, got {c}"):
+            clip_by_global_norm(c)
+    with pytest.raises(ValueError, match=r"^max_norm must be finite"):
+        clip_by_global_norm(float("inf"))
+    for beta in (1.0, -0.1, 1.5):
+        with pytest.raises(ValueError, match=rf"^beta must be in \[0, 1\), got {beta}"):
+            momentum(beta)
+    with pytest.raises(ValueError, match=r"^beta1 must be in \[0, 1\)"):
+        scale_by_adam(beta1=1.0)
+    with pytest.raises(ValueError, match=r"^beta2 must be in \[0, 1\)"):
+        scale_by_yogi(beta2=-0.5)
+    with pytest.raises(ValueError, match=r"^tau must be > 0"):
+        scale_by_adagrad(tau=0)
+    with pytest.raises(TypeError, match=r"^factor must be a real number, got '2'"):
+        scale("2")
+    with pytest.raises(ValueError, match=r"chain\.update: state lacks \['velocity'\]"):
+        chain(momentum(0.5)).update({"w": torch.ones(1)}, {}, {})
+    with pytest.raises(TypeError, match=r"ServerOptimizer .*chain\(clip_by_global_norm"):
+        FedAvg(optimizer=clip_by_global_norm)
+
+
+@pytest.fixture(scope="module")
+def fed():
+    from fedlearn_edu import shifted_federation
+
+    return shifted_federation("digits", "label", 2, 3, samples_per_client=24, seed=0)
+
+
+def test_the_one_line_clipped_fedavg_clips_in_simulate_and_its_norm_is_part_of_the_checkpoint(fed, tmp_path):
+    """The clipping acts in tests/test_checkpoint.py's setting (where the one-liner is killed and resumed
+    bit-identically): plain FedAvg ends elsewhere; a checkpoint of another C is not resumed."""
+    clipped = lambda c: FedAvg(optimizer=chain(clip_by_global_norm(c), sgd(1.0)))  # noqa: E731
+    path = tmp_path / "run.pt"
+    full = simulate(fed, _model(fed), clipped(0.05), checkpoint=path, **KW)
+    plain = simulate(fed, _model(fed), FedAvg(), **KW)
+    assert not torch.equal(full.final_params["out.weight"], plain.final_params["out.weight"])
+    with pytest.raises(ValueError, match="its strategy is"):
+        simulate(fed, _model(fed), clipped(0.1), checkpoint=path, resume=True, **KW)
+
+
+def test_a_chain_with_state_resumes_bit_identically(fed, tmp_path):
+    """Clipped FedAdam (a chain whose state holds moments): a shorter run continued to more rounds."""
+    make = lambda: FedAvg(optimizer=chain(clip_by_global_norm(0.05), scale_by_adam(lr=0.01)))  # noqa: E731
+    full = simulate(fed, _model(fed), make(), **KW)
+    path = tmp_path / "run.pt"
+    simulate(fed, _model(fed), make(), checkpoint=path, checkpoint_every=2, **dict(KW, rounds=3))
+    resumed = simulate(fed, _model(fed), make(), checkpoint=path, resume=True, **KW)
+    _assert_same_history(full, resumed)
+    _assert_same_tree(full.final_server_state, resumed.final_server_state)
+    assert set(full.final_server_state["optimizer"]) == {"m", "v"}
+
+
+def test_a_chains_step_size_is_the_size_of_its_step_against_the_direction():
+    """``lr`` is what the chain steps along ``-g``, signs included: the sign flips of two scalers cancel."""
+    params, g = {"w": torch.tensor([1.0, -2.0])}, {"w": torch.tensor([0.5, 4.0])}
+    for opt, lr in [
+        (chain(sgd(0.5)), 0.5),
+        (chain(scale(2.0), sgd(0.5)), 1.0),
+        (chain(clip_by_global_norm(100.0), scale(-0.25)), 0.25),
+        (chain(scale(0.5)), -0.5),
+    ]:
+        assert opt.lr == lr
+        stepped, _ = opt.step(params, g, opt.init_state(params))
+        assert torch.allclose(stepped["w"], params["w"] - lr * g["w"])
+
+
+@pytest.mark.parametrize("opt", [chain(clip_by_global_norm(1.0)), chain(scale(0.5)), clip_by_global_norm(1.0)])
+def test_a_strategy_refuses_an_optimizer_that_does_not_step_downhill(opt):
+    """A chain without a step (or one that steps along +g) would climb the loss: FedAvg refuses it by name."""
+    with pytest.raises(ValueError, match=r"End a chain with sgd\(lr\)"):
+        FedAvg(optimizer=opt)
+
+
+def test_pieces_flatten_chains_and_named_optimizers_and_fedvg_reads_its_momentum_from_them():
+    """FedVG's ``server_momentum`` is the beta of a momentum piece, wherever the chain holds it."""
+    from fedlearn_edu import FedVG
+
+    assert [type(p).__name__ for p in ServerMomentum(1.0, 0.9).pieces()] == ["momentum", "sgd"]
+    nested = chain(clip_by_global_norm(1.0), chain(momentum(0.7), sgd(0.5)))
+    assert [type(p).__name__ for p in nested.pieces()] == ["clip_by_global_norm", "momentum", "sgd"]
+    val = (torch.zeros(4, 2), torch.zeros(4, dtype=torch.long))
+    assert FedVG(val, base=FedAvg(optimizer=nested)).server_momentum == 0.7
+    assert FedVG(val, base=FedAvg(optimizer=ServerMomentum(1.0, 0.8))).server_momentum == 0.8
+    assert FedVG(val, base=FedAvg(optimizer=chain(sgd(1.0)))).server_momentum == 0.0

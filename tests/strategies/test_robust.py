@@ -1,4 +1,5 @@
-"""Robust aggregation strategies on the round driver: both engines, any server optimizer, the rules' math."""
+"""The robust aggregation strategies (:mod:`fedlearn_edu.strategies.robust`) on the round driver: both engines,
+any server optimizer, the rules' math."""
 
 from __future__ import annotations
 
