@@ -148,11 +148,12 @@ def alie_z(n: int, f: int) -> float:
 class AttackState(NamedTuple):
     """What an attack carries from round to round (:meth:`Attack.init`, :meth:`Attack.update`).
 
-    Attributes:
-        attackers: ``Tensor[k]`` (int64) the attacking clients' sorted ids.
-        previous: theta_{t-1} ``{name: Tensor}``, the global model before the last round, for
-            the stale free-rider (``None`` for the other kinds, and before round 2);
-            ``simulate`` checkpoints it.
+    Its fields (a NamedTuple's, so not listed again as attributes):
+
+    - ``attackers``: ``Tensor[k]`` (int64) the attacking clients' sorted ids.
+    - ``previous``: theta_{t-1} ``{name: Tensor}``, the global model before the last round, for
+      the stale free-rider (``None`` for the other kinds, and before round 2); ``simulate``
+      checkpoints it.
     """
 
     attackers: Tensor
