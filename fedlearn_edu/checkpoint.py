@@ -22,6 +22,7 @@ from torch import Tensor, nn
 from .checks import check_int
 from .data.federation import Federation
 from .params import to_device
+from .strategies.state import load_state
 
 __all__ = [
     "CHECKPOINT_VERSION",
@@ -114,12 +115,14 @@ def loadable(obj):
     """``obj`` with NumPy arrays/scalars turned into tensors/Python numbers (for ``weights_only`` loading).
 
     Args:
-        obj: nested dicts, lists and tuples of tensors, NumPy values and plain values.
+        obj: nested dicts (or typed server states), lists and tuples of tensors, NumPy values and
+            plain values.
 
     Returns:
-        The same nesting (new containers) holding only what ``torch.load(..., weights_only=True)`` reads.
+        The same nesting (new containers; a typed state as the dict of its fields) holding only
+        what ``torch.load(..., weights_only=True)`` reads.
     """
-    if isinstance(obj, dict):
+    if isinstance(obj, Mapping):  # a dict, or a typed server state stored as the dict of its fields
         return {k: loadable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return type(obj)(loadable(v) for v in obj)
@@ -338,7 +341,7 @@ def _read(path: str) -> dict:
     return saved
 
 
-def check_states(path, saved: dict, server_state: dict, client_state: dict, params: dict | None) -> None:
+def check_states(path, saved: dict, server_state: Mapping, client_state: dict, params: dict | None) -> None:
     """Check a loaded checkpoint's states against this run's initial ones.
 
     The checksum catches a damaged file, not one edited and signed again: its states must
@@ -446,7 +449,7 @@ def load(path, settings: dict) -> dict:
 
 
 def save_run(
-    path, settings: dict, round: int, server_state: dict, client_state: dict, sampler, history, attack_state=None
+    path, settings: dict, round: int, server_state: Mapping, client_state: dict, sampler, history, attack_state=None
 ) -> None:
     """Save :func:`~fedlearn_edu.simulate`'s run after round ``round`` (everything the next round needs).
 
@@ -484,7 +487,7 @@ def save_run(
 
 
 def resume_run(
-    path, settings: dict, server_state: dict, client_state: dict, strategy, sampler, history, attack_state, device
+    path, settings: dict, server_state: Mapping, client_state: dict, strategy, sampler, history, attack_state, device
 ):
     """Continue :func:`~fedlearn_edu.simulate`'s run from the checkpoint :func:`save_run` wrote.
 
@@ -526,5 +529,6 @@ def resume_run(
     first = saved["round"] + 1
     if history.eval_rounds[-1] % eval_every and first <= rounds:
         history.drop_last_evaluation()  # the earlier run's final evaluation, off this run's grid
-    server_state, client_state = to_device(saved["server_state"], device), to_device(saved["client_state"], device)
+    server_state = to_device(load_state(server_state, saved["server_state"]), device)
+    client_state = to_device(saved["client_state"], device)
     return server_state, client_state, history, attack_state, first

@@ -10,7 +10,7 @@ rounds are evaluated.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import torch
@@ -113,7 +113,7 @@ def evaluate_clients(
 def evaluate_models(
     strategy: Strategy,
     model: nn.Module,
-    server_state: dict,
+    server_state: Mapping,
     client_state: dict,
     train_sets: Sequence[tuple[Tensor, Tensor]],
     federation: Federation,

@@ -80,7 +80,7 @@ class History:
     model_index: np.ndarray | None = None
     dropped: list = field(default_factory=list)
     final_state: dict = field(default_factory=dict)
-    final_server_state: dict = field(default_factory=dict)
+    final_server_state: Mapping = field(default_factory=dict)
     attackers: np.ndarray | None = None
 
     def metrics(self, index: int = -1) -> dict[str, float]:

@@ -12,6 +12,7 @@ Everything else (aggregation math, strategies, engines) speaks this layout, so
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 
 import torch
@@ -197,10 +198,11 @@ def map_tensors(fn: Callable[[Tensor], Tensor], obj):
 
     Args:
         fn: a function of one tensor.
-        obj: a tensor, or dicts, lists and tuples of them and of other values (a server state).
+        obj: a tensor, or dicts, lists, tuples and typed server states (mapping dataclasses,
+            :mod:`fedlearn_edu.strategies.state`) of them and of other values.
 
     Returns:
-        The same nesting (new containers), every tensor ``t`` replaced by ``fn(t)``.
+        The same nesting (new containers of the same types), every tensor ``t`` replaced by ``fn(t)``.
     """
     if isinstance(obj, Tensor):
         return fn(obj)
@@ -208,6 +210,9 @@ def map_tensors(fn: Callable[[Tensor], Tensor], obj):
         return {k: map_tensors(fn, v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return type(obj)(map_tensors(fn, v) for v in obj)
+    if isinstance(obj, Mapping) and dataclasses.is_dataclass(obj):  # a typed server state
+        fields = dataclasses.fields(obj)
+        return dataclasses.replace(obj, **{f.name: map_tensors(fn, getattr(obj, f.name)) for f in fields})
     return obj
 
 

@@ -305,8 +305,8 @@ def round_config(strategy: Strategy, base: LocalTraining, lr_decay: float, round
 
 
 def server_step(
-    strategy: Strategy, server_state: dict, updates: ClientUpdates, name: str, conflicts: bool = True
-) -> tuple[dict, dict]:
+    strategy: Strategy, server_state: Mapping, updates: ClientUpdates, name: str, conflicts: bool = True
+) -> tuple[Mapping, dict]:
     """One aggregation: ``strategy.aggregate`` plus (``conflicts``) the conflict counts of the applied update.
 
     Args:
@@ -368,7 +368,7 @@ def nonfinite_error(
     dropped: Mapping[int, str],
     config: LocalTraining,
     strategy: Strategy,
-    server_state: dict,
+    server_state: Mapping,
     params0: Params,
 ) -> FloatingPointError:
     """The error ``simulate(..., on_nonfinite="raise")`` raises for the round's dropped clients, with the cause.
@@ -392,7 +392,7 @@ def nonfinite_error(
 TINY_LR = 1e-12  # a client lr below this vanishes in float32 steps; SCAFFOLD's control update divides by it
 
 
-def _blown_up(strategy: Strategy, server_state: dict, params0: Params) -> float | None:
+def _blown_up(strategy: Strategy, server_state: Mapping, params0: Params) -> float | None:
     """``max |theta_t| / max |theta_0|`` when the server's model grew more than 1e4-fold (else ``None``)."""
     params = strategy.server_params(server_state) if strategy.needs.server_model == "one" else None
     if not params:

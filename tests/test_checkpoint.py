@@ -1,6 +1,7 @@
 """Resumable runs: a run killed after round r and resumed is bit-identical to the uninterrupted one."""
 
 import os
+from collections.abc import Mapping
 
 import numpy as np
 import pytest
@@ -125,9 +126,9 @@ def test_a_checkpoint_of_another_configuration_is_refused(fed, tmp_path):
 
 
 def _assert_same_tree(a, b, path="state"):
-    """Nested dicts of tensors / plain values, bitwise equal."""
-    if isinstance(a, dict):
-        assert a.keys() == b.keys(), path
+    """Nested dicts or typed server states of tensors / plain values, bitwise equal and of the same types."""
+    if isinstance(a, Mapping):
+        assert type(a) is type(b) and a.keys() == b.keys(), path
         for k in a:
             _assert_same_tree(a[k], b[k], f"{path}/{k}")
     elif isinstance(a, torch.Tensor):

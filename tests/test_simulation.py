@@ -5,6 +5,7 @@ import math
 import re
 import subprocess
 import sys
+from collections.abc import Mapping
 
 import matplotlib
 import numpy as np
@@ -392,8 +393,8 @@ def _col(row: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 def _same(a, b, path=""):
     if isinstance(a, torch.Tensor):
         assert isinstance(b, torch.Tensor) and torch.equal(a, b), path
-    elif isinstance(a, dict):
-        assert a.keys() == b.keys(), path
+    elif isinstance(a, Mapping):  # a dict or a typed server state
+        assert type(a) is type(b) and a.keys() == b.keys(), path
         for k in a:
             _same(a[k], b[k], f"{path}/{k}")
     else:

@@ -48,7 +48,7 @@ own rows ``{name: Tensor[1, ...]}`` between rounds (in Flower's ``Context.state`
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -421,7 +421,7 @@ def drop_bad_clients(
     return (kept.updates if kept.updates.num_clients else None), kept.dropped
 
 
-def server_update(strategy: Strategy, server_state: dict, updates: ClientUpdates) -> tuple[dict, dict]:
+def server_update(strategy: Strategy, server_state: Mapping, updates: ClientUpdates) -> tuple[Mapping, dict]:
     """The next server state and the round's diagnostics, exactly as the simulator's server step.
 
     Args:

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from logging import INFO, WARNING
 
 import torch
@@ -184,7 +184,7 @@ class FlowerStrategy(FlowerBaseStrategy):
         self.device = torch.device(device)
         self.diagnostics: list[dict] = []
         self.evaluations: list[dict] = []
-        self.server_state: dict | None = None
+        self.server_state: Mapping | None = None
         self._config = None
         self._started = False
         self._round_start = 0.0

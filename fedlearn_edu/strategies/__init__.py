@@ -18,6 +18,11 @@ Adding a method:
            def direction(self, server_state, updates):
                ...
 
+   A method that keeps more on the server than its model and optimizer (a control variate, the
+   previous direction) declares it as a typed state, a subclass of
+   :class:`~fedlearn_edu.strategies.state.ModelState` with those fields, returned by its
+   ``init_state`` and renewed with ``state.replace(name=value)`` in its hooks.
+
    Registration is that decorator: :func:`make_strategy`, ``--strategy fedmine`` and the
    benchmark find it by name, and ``--mu``-style flags apply to it when its constructor takes
    the argument. Import it here and add it to ``__all__``.

@@ -12,7 +12,9 @@ happens in between, in the FedJAX style: explicit state in, new state out::
     # every eval_every rounds:
     strategy.eval_models(model, server, clients, train_sets)        # which model each client uses
 
-**Server state** is a dict of tensors and plain values that the driver owns, moves to
+**Server state** is a typed, frozen record of tensors and plain values
+(:mod:`fedlearn_edu.strategies.state`: a :class:`~fedlearn_edu.strategies.state.ServerState`
+dataclass per kind of strategy, read like a dict of its fields) that the driver owns, moves to
 the run's device and checkpoints (the strategy object holds only hyper-parameters):
 the server's model (``"params"``: one model ``{name: Tensor}``; IFCA's ``"clusters"``,
 ``{name: Tensor[K, ...]}``; decentralised methods' ``"models"``, ``{name: Tensor[N, ...]}``;
@@ -21,7 +23,9 @@ nothing for local-only training; :meth:`Strategy.server_params` and
 the strategy's own tensors (SCAFFOLD's ``"control"``, FedDyn's ``"h"``, CRAFT's
 ``"reference"``, ...) and, for a strategy built on a base strategy (a
 :class:`~fedlearn_edu.strategies.wrapper.Wrapper`: Ditto, FedVG over X, a user's), the
-base's server state under ``"base"``. :meth:`Strategy.aggregate` and
+base's server state under ``"base"``. A hook makes a new state with
+:func:`~fedlearn_edu.strategies.state.updated` (a name the state does not declare is an
+error). :meth:`Strategy.aggregate` and
 :meth:`Strategy.direction` are pure functions of their inputs: called twice on the same
 state and updates they give the same result and change nothing.
 
@@ -95,7 +99,7 @@ FedNova      ``client_update`` adds ``signals["tau"] = LocalResult.num_steps``; 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -107,6 +111,7 @@ from ..engine import LocalResult, LocalTraining
 from ..params import Params
 from ..utils import derive_seed
 from .server_optim import ServerOptimizer, ServerSGD
+from .state import ModelState, updated
 
 __all__ = ["ClientUpdates", "ClientWork", "ClientOutput", "Needs", "Strategy", "SERVER_MODELS", "check_base"]
 
@@ -437,7 +442,7 @@ class Strategy:
         return self.optimizer.lr
 
     # ------------------------------------------------------------------ state
-    def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[dict, dict]:
+    def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[Mapping, dict]:
         """The server state and the client state at round 0.
 
         Args:
@@ -447,12 +452,14 @@ class Strategy:
             seed: the run's seed.
 
         Returns:
-            ``(server_state, client_state)``: ``{"params": theta_0, "optimizer": ...}`` plus the
-            strategy's own entries, and ``{name: Tensor[N, ...]}`` (``{}`` by default).
+            ``(server_state, client_state)``: a typed state
+            (:class:`~fedlearn_edu.strategies.state.ServerState`; by default a
+            :class:`~fedlearn_edu.strategies.state.ModelState` with ``params`` theta_0 and the
+            optimizer's state), and ``{name: Tensor[N, ...]}`` (``{}`` by default).
         """
-        return {"params": params, "optimizer": self.optimizer.init_state(params)}, {}
+        return ModelState(params=params, optimizer=self.optimizer.init_state(params)), {}
 
-    def server_params(self, server_state: dict) -> Params | None:
+    def server_params(self, server_state: Mapping) -> Params | None:
         """The server's model(s) in ``server_state``.
 
         Args:
@@ -464,7 +471,7 @@ class Strategy:
         """
         return server_state.get("params")
 
-    def with_server_params(self, server_state: dict, params: Params) -> dict:
+    def with_server_params(self, server_state: Mapping, params: Params) -> Mapping:
         """``server_state`` with ``params`` in place of the server's model(s) (the inverse of :meth:`server_params`).
 
         Args:
@@ -472,11 +479,12 @@ class Strategy:
             params: the new model(s), shaped like :meth:`server_params`'s.
 
         Returns:
-            A new server state: ``{**server_state, "params": params}`` by default.
+            A new server state: ``updated(server_state, params=params)`` by default (of
+            ``server_state``'s type; a dict for a client view).
         """
-        return {**server_state, "params": params}
+        return updated(server_state, params=params)
 
-    def client_view(self, server_state: dict) -> dict:
+    def client_view(self, server_state: Mapping) -> dict:
         """The part of the server state the clients read in :meth:`client_update` (what is broadcast).
 
         Args:
@@ -520,7 +528,7 @@ class Strategy:
         """
         return {}
 
-    def client_update(self, work: ClientWork, server_state: dict, state: dict) -> ClientOutput:
+    def client_update(self, work: ClientWork, server_state: Mapping, state: dict) -> ClientOutput:
         """The selected clients' round: train from theta_t, report ``Delta_i`` and the signals.
 
         Args:
@@ -539,7 +547,7 @@ class Strategy:
         return ClientOutput(deltas, local.train_loss, signals)
 
     # ------------------------------------------------------------- server side
-    def direction(self, server_state: dict, updates: ClientUpdates) -> tuple[Params, dict, dict]:
+    def direction(self, server_state: Mapping, updates: ClientUpdates) -> tuple[Params, Mapping, dict]:
         """The round's pseudo-gradient, a pure function of its inputs.
 
         Args:
@@ -557,7 +565,7 @@ class Strategy:
         """Advice for a NaN/Inf direction computed from finite updates (``""``: none)."""
         return ""
 
-    def apply(self, server_state: dict, g: Params, updates: ClientUpdates) -> dict:
+    def apply(self, server_state: Mapping, g: Params, updates: ClientUpdates) -> Mapping:
         """Refuse a NaN/Inf direction, then :meth:`step` along ``g``.
 
         Args:
@@ -580,7 +588,7 @@ class Strategy:
             )
         return self.step(server_state, g)
 
-    def step(self, server_state: dict, g: Params, optimizer: ServerOptimizer | None = None) -> dict:
+    def step(self, server_state: Mapping, g: Params, optimizer: ServerOptimizer | None = None) -> Mapping:
         """The optimizer's step along ``g`` on the server's model, and what the strategy keeps after it.
 
         A strategy that keeps something of each new model (AFL's averaged iterate) overrides
@@ -598,9 +606,9 @@ class Strategy:
         """
         optimizer = self.optimizer if optimizer is None else optimizer
         params, opt = optimizer.step(self.server_params(server_state), g, server_state["optimizer"])
-        return {**self.with_server_params(server_state, params), "optimizer": opt}
+        return updated(self.with_server_params(server_state, params), optimizer=opt)
 
-    def init_optimizer_state(self, server_state: dict, optimizer: ServerOptimizer) -> dict:
+    def init_optimizer_state(self, server_state: Mapping, optimizer: ServerOptimizer) -> Mapping:
         """``server_state`` with ``optimizer``'s initial state in place of the optimizer's state.
 
         A wrapper with an optimizer of its own calls it on its base's state (:meth:`step` then
@@ -613,9 +621,9 @@ class Strategy:
         Returns:
             A new server state.
         """
-        return {**server_state, "optimizer": optimizer.init_state(self.server_params(server_state))}
+        return updated(server_state, optimizer=optimizer.init_state(self.server_params(server_state)))
 
-    def aggregate(self, server_state: dict, updates: ClientUpdates) -> tuple[dict, dict]:
+    def aggregate(self, server_state: Mapping, updates: ClientUpdates) -> tuple[Mapping, dict]:
         """One server step: :meth:`direction`, then the optimizer's step (:meth:`apply`); pure.
 
         Args:
@@ -629,7 +637,7 @@ class Strategy:
         return self.apply(server_state, g, updates), diag
 
     # -------------------------------------------------------------- evaluation
-    def eval_models(self, model: nn.Module, server_state: dict, state: dict, train_sets) -> dict:
+    def eval_models(self, model: nn.Module, server_state: Mapping, state: dict, train_sets) -> dict:
         """The models the driver evaluates, the first one primary.
 
         Args:

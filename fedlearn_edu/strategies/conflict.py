@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from torch import Tensor, nn
 
@@ -39,7 +39,7 @@ class ConFIG(Strategy):
         super().__init__(server_lr)
         self.layerwise = check_bool(layerwise, "layerwise")
 
-    def direction(self, server_state: dict, updates: ClientUpdates) -> tuple[Params, dict, dict]:
+    def direction(self, server_state: Mapping, updates: ClientUpdates) -> tuple[Params, Mapping, dict]:
         """ConFIG's direction from the pseudo-gradients ``-Delta_i``; the state unchanged.
 
         Args:
@@ -134,7 +134,7 @@ class FedFV(GlobalLossSignal):
         """
         return super().client_signals(model, global_params, local, datasets) if self.loss == "global" else {}
 
-    def direction(self, server_state: dict, updates: ClientUpdates) -> tuple[Params, dict, dict]:
+    def direction(self, server_state: Mapping, updates: ClientUpdates) -> tuple[Params, Mapping, dict]:
         """FedFV's projected, rescaled mean; the state unchanged; diagnostics ``losses``.
 
         Args:
@@ -173,7 +173,7 @@ class QFedAvg(GlobalLossSignal):
         super().__init__(server_lr)
         self.q = check_positive(q, "q", allow_zero=True)
 
-    def direction(self, server_state: dict, updates: ClientUpdates) -> tuple[Params, dict, dict]:
+    def direction(self, server_state: Mapping, updates: ClientUpdates) -> tuple[Params, Mapping, dict]:
         """q-FedAvg's step (as a direction); the state unchanged; diagnostics ``losses``.
 
         Args:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from torch import nn
 
 from ..aggregators import craft_direction
@@ -9,6 +11,7 @@ from ..checks import check_bool
 from ..params import Params, layer_groups
 from .base import ClientUpdates, Strategy
 from .registry import register
+from .state import CRAFTState, updated
 
 __all__ = ["CRAFT", "craft_layer_groups"]
 
@@ -103,7 +106,7 @@ class CRAFT(Strategy):
         self.layerwise = check_bool(layerwise, "layerwise")
         self.merge_norm = check_bool(merge_norm, "merge_norm")
 
-    def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[dict, dict]:
+    def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[Mapping, dict]:
         """FedAvg's server state plus ``reference`` (``g_hat``; ``None``: zero, round 1).
 
         Args:
@@ -113,10 +116,10 @@ class CRAFT(Strategy):
             seed: the run's seed (unused here).
 
         Returns:
-            ``(server_state, {})``: ``{"params": theta_0, "optimizer": ..., "reference": None}``.
+            ``(CRAFTState(params=theta_0, optimizer=..., reference=None), {})``.
         """
         server, clients = super().init_state(params, model, num_clients, seed)
-        return {**server, "reference": None}, clients
+        return CRAFTState(**server, reference=None), clients
 
     def groups(self, params: Params, model: nn.Module | None) -> dict[str, list[str]]:
         """The layer groups used for ``params`` (``{"model": all names}`` when not layer-wise).
@@ -134,7 +137,7 @@ class CRAFT(Strategy):
             return craft_layer_groups(model, self.merge_norm)
         return layer_groups(list(params))
 
-    def direction(self, server_state: dict, updates: ClientUpdates) -> tuple[Params, dict, dict]:
+    def direction(self, server_state: Mapping, updates: ClientUpdates) -> tuple[Params, Mapping, dict]:
         """CRAFT's corrected direction; the unscaled ``g`` becomes the next round's reference.
 
         Args:
@@ -150,4 +153,4 @@ class CRAFT(Strategy):
         g = craft_direction(pseudo, rho, server_state["reference"], groups=groups)
         reference = {k: v.detach().clone() for k, v in g.items()}
         norm = float(sum((v.double() ** 2).sum() for v in g.values())) ** 0.5
-        return g, {**server_state, "reference": reference}, {"weights": rho, "direction_norm": norm}
+        return g, updated(server_state, reference=reference), {"weights": rho, "direction_norm": norm}

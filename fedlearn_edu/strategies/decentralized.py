@@ -26,6 +26,8 @@ The driver evaluates each client's own model (``History.evaluated == "personal"`
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
 from torch import Tensor, nn
 
@@ -45,6 +47,7 @@ from ..utils import derive_seed
 from .base import ClientOutput, ClientUpdates, ClientWork, Needs, Strategy
 from .personalized import client_losses
 from .registry import register
+from .state import DACState, GossipState, PeerState, updated
 
 __all__ = ["Gossip", "DAC"]
 
@@ -108,7 +111,7 @@ class _Decentralised(Strategy):
     def __init__(self):
         super().__init__(server_lr=1.0)  # theta_i <- theta_i + Delta_i exactly
 
-    def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[dict, dict]:
+    def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[Mapping, dict]:
         """``models``: N copies of theta_0 (no client state).
 
         Args:
@@ -121,9 +124,9 @@ class _Decentralised(Strategy):
             ``(server_state, {})``: ``{"models": {name: Tensor[N, ...]}, "optimizer": ...}``.
         """
         models = repeat_params(params, num_clients)
-        return {"models": models, "optimizer": self.optimizer.init_state(models)}, {}
+        return PeerState(models=models, optimizer=self.optimizer.init_state(models)), {}
 
-    def server_params(self, server_state: dict) -> Params | None:
+    def server_params(self, server_state: Mapping) -> Params | None:
         """The N clients' models.
 
         Args:
@@ -134,7 +137,7 @@ class _Decentralised(Strategy):
         """
         return server_state.get("models")
 
-    def with_server_params(self, server_state: dict, params: Params) -> dict:
+    def with_server_params(self, server_state: Mapping, params: Params) -> Mapping:
         """``server_state`` with new client models.
 
         Args:
@@ -142,11 +145,11 @@ class _Decentralised(Strategy):
             params: ``{name: Tensor[N, ...]}``.
 
         Returns:
-            ``{**server_state, "models": params}``.
+            ``updated(server_state, models=params)``.
         """
-        return {**server_state, "models": params}
+        return updated(server_state, models=params)
 
-    def mixing(self, work: ClientWork, server_state: dict) -> tuple[Tensor, dict]:
+    def mixing(self, work: ClientWork, server_state: Mapping) -> tuple[Tensor, dict]:
         """How the selected clients mix the N models this round.
 
         Args:
@@ -159,7 +162,7 @@ class _Decentralised(Strategy):
         """
         raise NotImplementedError
 
-    def client_update(self, work: ClientWork, server_state: dict, state: dict) -> ClientOutput:
+    def client_update(self, work: ClientWork, server_state: Mapping, state: dict) -> ClientOutput:
         """Mix the received models with row i of W, train locally, send ``Delta_i = trained_i - theta_i``.
 
         Args:
@@ -178,7 +181,7 @@ class _Decentralised(Strategy):
         deltas = {k: local.params[k] - models[k][ids] for k in models}
         return ClientOutput(deltas, local.train_loss, signals)
 
-    def direction(self, server_state: dict, updates: ClientUpdates) -> tuple[Params, dict, dict]:
+    def direction(self, server_state: Mapping, updates: ClientUpdates) -> tuple[Params, Mapping, dict]:
         """``g_i = -Delta_i`` on the selected rows (zero elsewhere); diagnostics ``neighbours``.
 
         Args:
@@ -195,7 +198,7 @@ class _Decentralised(Strategy):
             g[k][ids] = -updates.deltas[k]
         return g, server_state, {k: v for k, v in updates.signals.items() if k == "neighbours"}
 
-    def eval_models(self, model: nn.Module, server_state: dict, state: dict, train_sets) -> dict:
+    def eval_models(self, model: nn.Module, server_state: Mapping, state: dict, train_sets) -> dict:
         """Each client's own model."""
         models = server_state["models"]
         device = next(iter(models.values())).device
@@ -228,7 +231,7 @@ class Gossip(_Decentralised):
         self.edge_prob = check_range(edge_prob, "edge_prob", 0, 1, low_open=True)
         self.num_neighbours = _check_num_neighbours(num_neighbours, allow_none=True)
 
-    def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[dict, dict]:
+    def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[Mapping, dict]:
         """``models`` plus ``mixing``: the fixed Metropolis--Hastings ``W`` (``Tensor[N, N]``), or ``None``.
 
         Args:
@@ -250,9 +253,9 @@ class Gossip(_Decentralised):
         elif self.num_neighbours >= num_clients:
             raise ValueError(f"num_neighbours must be below the number of clients ({num_clients}).")
         server, clients = super().init_state(params, model, num_clients, seed)
-        return {**server, "mixing": mixing}, clients
+        return GossipState(**server, mixing=mixing), clients
 
-    def mixing(self, work: ClientWork, server_state: dict) -> tuple[Tensor, dict]:
+    def mixing(self, work: ClientWork, server_state: Mapping) -> tuple[Tensor, dict]:
         """The fixed W, or this round's sampled neighbours averaged by data size.
 
         Args:
@@ -324,7 +327,7 @@ class DAC(_Decentralised):
         self.tau_rate = tau_rate
         self.warmup = warmup
 
-    def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[dict, dict]:
+    def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[Mapping, dict]:
         """``models`` plus ``similarity`` (zeros) and ``contacted`` (false), ``Tensor[N, N]`` each.
 
         Args:
@@ -344,7 +347,7 @@ class DAC(_Decentralised):
             raise ValueError(f"num_neighbours must be below the number of clients ({n}); got {self.num_neighbours}.")
         server, clients = super().init_state(params, model, num_clients, seed)
         own = {"similarity": torch.zeros(n, n, dtype=torch.float64), "contacted": torch.zeros(n, n, dtype=torch.bool)}
-        return {**server, **own}, clients
+        return DACState(**server, **own), clients
 
     def scoring_round(self, round_index: int) -> int:
         """The scoring round ``r`` (from 0, the authors' ``round``) of driver round t (from 1).
@@ -371,7 +374,7 @@ class DAC(_Decentralised):
             return self.tau
         return dac_tau_schedule(max(self.scoring_round(round_index) - 1, 0), self.tau, self.tau_rate)
 
-    def mixing(self, work: ClientWork, server_state: dict) -> tuple[Tensor, dict]:
+    def mixing(self, work: ClientWork, server_state: Mapping) -> tuple[Tensor, dict]:
         """DAC's neighbour draw and scoring; the selected clients' new score rows as signals.
 
         Args:
@@ -413,7 +416,7 @@ class DAC(_Decentralised):
         signals["contacted"] = new_c[ids]
         return neighbour_average_matrix(nb, _sizes(work, "DAC")), signals
 
-    def direction(self, server_state: dict, updates: ClientUpdates) -> tuple[Params, dict, dict]:
+    def direction(self, server_state: Mapping, updates: ClientUpdates) -> tuple[Params, Mapping, dict]:
         """The decentralised step; the selected clients' score rows written into the state.
 
         Args:
@@ -431,5 +434,5 @@ class DAC(_Decentralised):
                 table = server_state[key].clone()
                 table[ids.to(table.device)] = updates.signals[key].to(table.device)
                 own[key] = table
-            server_state = {**server_state, **own}
+            server_state = updated(server_state, **own)
         return g, server_state, diag

@@ -50,6 +50,7 @@ the server state): the same run gives the same noise on every engine and device,
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 import torch
 from torch import Tensor, nn
@@ -61,6 +62,7 @@ from ..utils import derive_seed
 from .base import ClientUpdates, Needs, Strategy
 from .registry import register
 from .server_optim import ServerOptimizer
+from .state import AdaptiveDPState, DPState, updated
 
 __all__ = ["DPFedAvg", "split_noise_multiplier"]
 
@@ -246,7 +248,7 @@ class DPFedAvg(Strategy):
         gamma, eta, sigma_b = self._adaptive
         return f"{out[:-1]}, target_quantile={gamma!r}, clip_lr={eta!r}, count_noise={sigma_b!r})"
 
-    def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[dict, dict]:
+    def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[Mapping, dict]:
         """FedAvg's server state plus ``noise_seed`` (the run's seed, for the round's noise).
 
         Args:
@@ -256,14 +258,14 @@ class DPFedAvg(Strategy):
             seed: the run's seed.
 
         Returns:
-            ``(server_state, {})``; with adaptive clipping the server state also holds
-            ``"clip"``, C_t (a Python float, C_0 = ``clip``).
+            ``(server_state, {})``: a :class:`~fedlearn_edu.strategies.state.DPState`; with
+            adaptive clipping an :class:`~fedlearn_edu.strategies.state.AdaptiveDPState`, which
+            also holds ``clip``, C_t (a Python float, C_0 = ``clip``).
         """
         server, clients = super().init_state(params, model, num_clients, seed)
-        server = {**server, "noise_seed": int(seed)}
-        if self._adaptive is not None:
-            server["clip"] = self.clip
-        return server, clients
+        if self._adaptive is None:
+            return DPState(**server, noise_seed=int(seed)), clients
+        return AdaptiveDPState(**server, noise_seed=int(seed), clip=self.clip), clients
 
     def noise(self, like: Params, seed: int, round: int, clip: float | None = None) -> Params:
         """The round's Gaussian noise ``N(0, (z C)^2 I)`` shaped like ``like``, drawn on the CPU.
@@ -338,7 +340,7 @@ class DPFedAvg(Strategy):
             f"noise_multiplier (or clip{adaptive})."
         )
 
-    def direction(self, server_state: dict, updates: ClientUpdates) -> tuple[Params, dict, dict]:
+    def direction(self, server_state: Mapping, updates: ClientUpdates) -> tuple[Params, Mapping, dict]:
         """``g = -(sum of clipped updates + noise) / D`` (and, adaptive, the next clipping norm).
 
         Args:
@@ -361,7 +363,7 @@ class DPFedAvg(Strategy):
             return g, server_state, diag
         norms = update_norms(updates.deltas, check=not updates.checked)
         new_clip, b_bar = self.next_clip(clip, norms, d, server_state["noise_seed"], updates.round)
-        return g, {**server_state, "clip": new_clip}, {**diag, "clip": clip, "unclipped": b_bar}
+        return g, updated(server_state, clip=new_clip), {**diag, "clip": clip, "unclipped": b_bar}
 
     def epsilon(self, rounds: int, sampling_rate: float, delta: float, accountant: str = "rdp") -> float:
         """The epsilon at ``delta`` after ``rounds`` rounds at sampling rate q (:func:`fedlearn_edu.privacy.epsilon`).

@@ -26,6 +26,8 @@ control variates / the state h keep the papers' ``1/N`` updates).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
 from torch import Tensor, nn
 
@@ -45,6 +47,7 @@ from .base import ClientOutput, ClientUpdates, ClientWork, Needs, Strategy
 from .fedavg import FedAvg
 from .registry import register
 from .server_optim import ServerOptimizer
+from .state import FedDynState, SCAFFOLDState, updated
 
 __all__ = ["SCAFFOLD", "FedDyn", "FedNova"]
 
@@ -111,7 +114,7 @@ class SCAFFOLD(Strategy):
     # sums of Delta_i and Delta c_i; direction(..., weights=) (FedVG on SCAFFOLD)
     needs = Needs(signals={"delta_c", "num_steps"}, sums_only=True, weighted_direction=True)
 
-    def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[dict, dict]:
+    def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[Mapping, dict]:
         """Server state ``params``, ``optimizer``, ``control`` (c = 0) and ``num_clients``; client state ``control``.
 
         Args:
@@ -126,11 +129,10 @@ class SCAFFOLD(Strategy):
         """
         server, _ = super().init_state(params, model, num_clients, seed)
         control = {k: torch.zeros_like(v) for k, v in params.items()}
-        return {**server, "control": control, "num_clients": int(num_clients)}, {
-            "control": _zeros_stacked(params, num_clients)
-        }
+        server = SCAFFOLDState(**server, control=control, num_clients=int(num_clients))
+        return server, {"control": _zeros_stacked(params, num_clients)}
 
-    def client_view(self, server_state: dict) -> dict:
+    def client_view(self, server_state: Mapping) -> dict:
         """theta_t and c: what the clients read.
 
         Args:
@@ -141,7 +143,7 @@ class SCAFFOLD(Strategy):
         """
         return {"params": server_state["params"], "control": server_state["control"]}
 
-    def client_update(self, work: ClientWork, server_state: dict, state: dict) -> ClientOutput:
+    def client_update(self, work: ClientWork, server_state: Mapping, state: dict) -> ClientOutput:
         """Train with ``linear = c - c_i``; return the new ``c_i`` rows and ``signals["delta_c"]``.
 
         Args:
@@ -163,8 +165,8 @@ class SCAFFOLD(Strategy):
         return ClientOutput(deltas, local.train_loss, signals, {"control": new_c_i})
 
     def direction(
-        self, server_state: dict, updates: ClientUpdates, weights: Tensor | None = None
-    ) -> tuple[Params, dict, dict]:
+        self, server_state: Mapping, updates: ClientUpdates, weights: Tensor | None = None
+    ) -> tuple[Params, Mapping, dict]:
         """Server step: ``g = -mean_S Delta y_i`` (or ``-sum p_i Delta y_i`` with ``weights``); the new c.
 
         Args:
@@ -189,7 +191,7 @@ class SCAFFOLD(Strategy):
         )
         norm = torch.sqrt(sum((v.double() ** 2).sum() for v in control.values()))
         diag = {"weights": _used_weights(updates, weights), "control_norm": float(norm)}
-        return {k: -v for k, v in step.items()}, {**server_state, "control": control}, diag
+        return {k: -v for k, v in step.items()}, updated(server_state, control=control), diag
 
 
 @register
@@ -223,7 +225,7 @@ class FedDyn(Strategy):
         super().__init__(server_lr)
         self.alpha = check_positive(alpha, "FedDyn's alpha")
 
-    def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[dict, dict]:
+    def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[Mapping, dict]:
         """Server state ``params``, ``optimizer``, ``h`` (0) and ``num_clients``; client state ``gradient``.
 
         Args:
@@ -237,7 +239,8 @@ class FedDyn(Strategy):
         """
         server, _ = super().init_state(params, model, num_clients, seed)
         h = {k: torch.zeros_like(v) for k, v in params.items()}
-        return {**server, "h": h, "num_clients": int(num_clients)}, {"gradient": _zeros_stacked(params, num_clients)}
+        server = FedDynState(**server, h=h, num_clients=int(num_clients))
+        return server, {"gradient": _zeros_stacked(params, num_clients)}
 
     def nonfinite_hint(self) -> str:
         """FedDyn's direction divides its state h by alpha: a tiny alpha (or a huge server_lr) overflows it."""
@@ -257,7 +260,7 @@ class FedDyn(Strategy):
         """
         return config.replace(prox_mu=self.alpha)
 
-    def client_update(self, work: ClientWork, server_state: dict, state: dict) -> ClientOutput:
+    def client_update(self, work: ClientWork, server_state: Mapping, state: dict) -> ClientOutput:
         """Train with ``linear = -phi_k``; return ``phi_k - alpha Delta_k``.
 
         Args:
@@ -276,8 +279,8 @@ class FedDyn(Strategy):
         return ClientOutput(deltas, local.train_loss, {}, {"gradient": new_phi})
 
     def direction(
-        self, server_state: dict, updates: ClientUpdates, weights: Tensor | None = None
-    ) -> tuple[Params, dict, dict]:
+        self, server_state: Mapping, updates: ClientUpdates, weights: Tensor | None = None
+    ) -> tuple[Params, Mapping, dict]:
         """Server step: ``g = -(mean_S Delta_k - h+/alpha)``; the new h.
 
         Args:
@@ -298,7 +301,7 @@ class FedDyn(Strategy):
             check=not updates.checked,
         )
         g = {k: -v for k, v in step.items()}
-        return g, {**server_state, "h": h}, {"weights": _used_weights(updates, weights)}
+        return g, updated(server_state, h=h), {"weights": _used_weights(updates, weights)}
 
 
 @register
@@ -334,7 +337,7 @@ class FedNova(FedAvg):
             raise ValueError(f"prox_tau_eff must be one of {PROX_TAU_EFF}, got {prox_tau_eff!r}.")
         self.prox_tau_eff = prox_tau_eff
 
-    def client_update(self, work: ClientWork, server_state: dict, state: dict) -> ClientOutput:
+    def client_update(self, work: ClientWork, server_state: Mapping, state: dict) -> ClientOutput:
         """FedAvg's client update plus ``signals["num_steps"]`` (``Tensor[m]``).
 
         Args:
@@ -351,7 +354,7 @@ class FedNova(FedAvg):
         deltas = {k: local.params[k] - params[k].unsqueeze(0) for k in params}
         return ClientOutput(deltas, local.train_loss, {"num_steps": local.num_steps})
 
-    def direction(self, server_state: dict, updates: ClientUpdates) -> tuple[Params, dict, dict]:
+    def direction(self, server_state: Mapping, updates: ClientUpdates) -> tuple[Params, Mapping, dict]:
         """``g = -tau_eff sum_i p_i Delta_i / ||a_i||_1``; the state unchanged.
 
         Args:

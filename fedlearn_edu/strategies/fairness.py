@@ -8,6 +8,8 @@ and FedFV) and call the pure math of :mod:`fedlearn_edu.aggregators.afl` and
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
 from torch import nn
 
@@ -19,6 +21,7 @@ from .conflict import GlobalLossSignal
 from .craft import craft_layer_groups
 from .registry import register
 from .server_optim import ServerOptimizer
+from .state import AFLState, updated
 
 __all__ = ["AFL", "FedLF"]
 
@@ -88,7 +91,7 @@ class AFL(GlobalLossSignal):
         self.iterate = iterate
         self.evaluates = "global" if iterate == "last" else "average"
 
-    def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[dict, dict]:
+    def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[Mapping, dict]:
         """FedAvg's server state plus uniform ``lambdas``, ``average = None``, ``num_averaged = 0``.
 
         Args:
@@ -102,9 +105,9 @@ class AFL(GlobalLossSignal):
         """
         server, clients = super().init_state(params, model, num_clients, seed)
         lambdas = torch.full((int(num_clients),), 1.0 / num_clients, dtype=torch.float64)
-        return {**server, "lambdas": lambdas, "average": None, "num_averaged": 0}, clients
+        return AFLState(**server, lambdas=lambdas, average=None, num_averaged=0), clients
 
-    def direction(self, server_state: dict, updates: ClientUpdates) -> tuple[Params, dict, dict]:
+    def direction(self, server_state: Mapping, updates: ClientUpdates) -> tuple[Params, Mapping, dict]:
         """``g = -(N/m) sum lambda_k Delta_k`` and the ascent step on ``lambdas`` (both from the round's start).
 
         Args:
@@ -120,9 +123,9 @@ class AFL(GlobalLossSignal):
         step = afl_direction(updates.deltas, lambdas, ids, check=not updates.checked)
         lambdas = afl_lambda_step(lambdas, losses.detach().double().cpu(), self.lambda_lr, ids)
         diag = {"lambdas": lambdas.clone(), "losses": losses}
-        return {k: -v for k, v in step.items()}, {**server_state, "lambdas": lambdas}, diag
+        return {k: -v for k, v in step.items()}, updated(server_state, lambdas=lambdas), diag
 
-    def step(self, server_state: dict, g: Params, optimizer: ServerOptimizer | None = None) -> dict:
+    def step(self, server_state: Mapping, g: Params, optimizer: ServerOptimizer | None = None) -> Mapping:
         """The optimizer's step, then (``iterate="average"``) the running average ``theta^A``; pure.
 
         Args:
@@ -142,10 +145,10 @@ class AFL(GlobalLossSignal):
                 average = {k: v.detach().clone() for k, v in new.items()}
             else:
                 average = {k: (t * average[k] + new[k].detach()) / (t + 1) for k in new}
-            server_state = {**server_state, "average": average, "num_averaged": t + 1}
+            server_state = updated(server_state, average=average, num_averaged=t + 1)
         return server_state
 
-    def eval_models(self, model: nn.Module, server_state: dict, state: dict, train_sets) -> dict:
+    def eval_models(self, model: nn.Module, server_state: Mapping, state: dict, train_sets) -> dict:
         """theta_t (``iterate="last"``), or ``{"average": theta^A, "last": theta_t}``.
 
         Args:
@@ -216,7 +219,7 @@ class FedLF(GlobalLossSignal):
         """``global_loss`` signals with the fairness row, none without."""
         return Needs(signals={"global_loss"}) if self.fairness else Needs()
 
-    def direction(self, server_state: dict, updates: ClientUpdates) -> tuple[Params, dict, dict]:
+    def direction(self, server_state: Mapping, updates: ClientUpdates) -> tuple[Params, Mapping, dict]:
         """FedLF's layer-wise fair direction; the state unchanged; diagnostics ``losses``.
 
         Args:

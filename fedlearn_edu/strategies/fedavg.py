@@ -8,6 +8,8 @@ Reddi et al., 2021).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
 from torch import Tensor
 
@@ -48,7 +50,7 @@ class FedAvg(Strategy):
         """
         return updates.size_weights
 
-    def direction(self, server_state: dict, updates: ClientUpdates) -> tuple[Params, dict, dict]:
+    def direction(self, server_state: Mapping, updates: ClientUpdates) -> tuple[Params, Mapping, dict]:
         """``g = -sum_i p_i Delta_i``; diagnostics ``weights`` (``Tensor[m]``).
 
         Args:

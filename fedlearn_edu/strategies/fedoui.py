@@ -13,7 +13,7 @@ In both, ``theta_{t+1} = theta_t + eta_s sum_k w_k Delta_k`` with ``Delta_k = th
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -79,7 +79,7 @@ class FedOUI(Strategy):
         self.probe_seed = check_seed(probe_seed, "probe_seed")
         self.layer = layer
 
-    def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[dict, dict]:
+    def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[Mapping, dict]:
         """:meth:`Strategy.init_state`, after checking that ``layer`` (if any) is a submodule of ``model``.
 
         Args:
@@ -117,7 +117,7 @@ class FedOUI(Strategy):
         # a diverged client reports NaN, which the driver sees (and drops with on_nonfinite="skip")
         return {"oui": client_oui(model, local.params, probes, layer=self.layer, nan_rows=True)}
 
-    def direction(self, server_state: dict, updates: ClientUpdates) -> tuple[Params, dict, dict]:
+    def direction(self, server_state: Mapping, updates: ClientUpdates) -> tuple[Params, Mapping, dict]:
         """``g = -sum_k w_k Delta_k`` with FedOUI's weights; the state unchanged.
 
         Args:
@@ -173,7 +173,7 @@ class FedAlign(Strategy):
         super().__init__(server_lr)
         self.eps = check_positive(eps, "eps")
 
-    def direction(self, server_state: dict, updates: ClientUpdates) -> tuple[Params, dict, dict]:
+    def direction(self, server_state: Mapping, updates: ClientUpdates) -> tuple[Params, Mapping, dict]:
         """``g = -sum_k w_k Delta_k`` with FedAlign's weights; the state unchanged.
 
         Args:

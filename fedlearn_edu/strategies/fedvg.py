@@ -31,6 +31,8 @@ FedVG is refused at construction.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from torch import Tensor
 
 from ..aggregators import fedvg_aggregate, fedvg_layerwise_weights, fedvg_mixed_weights, fedvg_weights
@@ -206,7 +208,7 @@ class FedVG(Wrapper):
         """The server's validation set ``(x: Tensor[n, ...], y: Tensor[n])`` (checked by ``simulate`` up front)."""
         return self._val
 
-    def direction(self, server_state: dict, updates: ClientUpdates) -> tuple[Params, dict, dict]:
+    def direction(self, server_state: Mapping, updates: ClientUpdates) -> tuple[Params, Mapping, dict]:
         """``g = -sum_k s_k Delta_k`` with FedVG's weights (through the base's step for SCAFFOLD/FedDyn).
 
         Args:

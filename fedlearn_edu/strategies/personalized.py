@@ -26,7 +26,7 @@ FedAvg's.
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 import torch
@@ -41,6 +41,7 @@ from ..utils import derive_seed
 from .base import ClientOutput, ClientUpdates, ClientWork, Needs, Strategy, check_base
 from .fedavg import FedAvg
 from .registry import register
+from .state import ClusterState, ServerState, updated
 from .wrapper import Wrapper
 
 __all__ = ["LocalOnly", "IFCA", "Ditto", "client_losses"]
@@ -94,7 +95,7 @@ class LocalOnly(Strategy):
         """No hyper-parameters: the server keeps no model and takes no step (no ``server_lr``, no ``optimizer``)."""
         super().__init__()
 
-    def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[dict, dict]:
+    def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[Mapping, dict]:
         """No server state; client state ``personal`` (N copies of theta_0).
 
         Args:
@@ -106,9 +107,9 @@ class LocalOnly(Strategy):
         Returns:
             ``({}, {"personal": {name: Tensor[N, ...]}})``.
         """
-        return {}, {"personal": repeat_params(params, num_clients)}
+        return ServerState(), {"personal": repeat_params(params, num_clients)}
 
-    def client_view(self, server_state: dict) -> dict:
+    def client_view(self, server_state: Mapping) -> dict:
         """Nothing: the clients read no server state.
 
         Args:
@@ -119,7 +120,7 @@ class LocalOnly(Strategy):
         """
         return {}
 
-    def client_update(self, work: ClientWork, server_state: dict, state: dict) -> ClientOutput:
+    def client_update(self, work: ClientWork, server_state: Mapping, state: dict) -> ClientOutput:
         """Train the selected clients' personal models; the new rows are the client state.
 
         Args:
@@ -135,7 +136,7 @@ class LocalOnly(Strategy):
         deltas = {k: local.params[k] - personal[k] for k in personal}
         return ClientOutput(deltas, local.train_loss, state={"personal": local.params})
 
-    def aggregate(self, server_state: dict, updates: ClientUpdates) -> tuple[dict, dict]:
+    def aggregate(self, server_state: Mapping, updates: ClientUpdates) -> tuple[Mapping, dict]:
         """No server step: the (empty) state unchanged, no diagnostics.
 
         Args:
@@ -147,7 +148,7 @@ class LocalOnly(Strategy):
         """
         return server_state, {}
 
-    def eval_models(self, model: nn.Module, server_state: dict, state: dict, train_sets) -> dict:
+    def eval_models(self, model: nn.Module, server_state: Mapping, state: dict, train_sets) -> dict:
         """Each client's personal model.
 
         Args:
@@ -218,7 +219,7 @@ class IFCA(Strategy):
         self.num_clusters = check_int(num_clusters, "num_clusters", 1)
         self.warmup_rounds = check_int(warmup_rounds, "warmup_rounds", 0)
 
-    def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[dict, dict]:
+    def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[Mapping, dict]:
         """The K cluster models (cluster 0 is theta_0) and the client state ``cluster`` (-1).
 
         Args:
@@ -245,10 +246,10 @@ class IFCA(Strategy):
             for j in range(1, self.num_clusters)
         ]
         clusters = stack_params([params, *others])
-        server = {"clusters": clusters, "optimizer": self.optimizer.init_state(clusters)}
+        server = ClusterState(clusters=clusters, optimizer=self.optimizer.init_state(clusters))
         return server, {"cluster": torch.full((num_clients,), -1, dtype=torch.long, device=device)}
 
-    def server_params(self, server_state: dict) -> Params:
+    def server_params(self, server_state: Mapping) -> Params:
         """The K cluster models.
 
         Args:
@@ -259,7 +260,7 @@ class IFCA(Strategy):
         """
         return server_state.get("clusters")
 
-    def with_server_params(self, server_state: dict, params: Params) -> dict:
+    def with_server_params(self, server_state: Mapping, params: Params) -> Mapping:
         """``server_state`` with new cluster models.
 
         Args:
@@ -267,11 +268,11 @@ class IFCA(Strategy):
             params: ``{name: Tensor[K, ...]}``.
 
         Returns:
-            ``{**server_state, "clusters": params}``.
+            ``updated(server_state, clusters=params)``.
         """
-        return {**server_state, "clusters": params}
+        return updated(server_state, clusters=params)
 
-    def client_update(self, work: ClientWork, server_state: dict, state: dict) -> ClientOutput:
+    def client_update(self, work: ClientWork, server_state: Mapping, state: dict) -> ClientOutput:
         """Pick each client's cluster (or deal them at random in the warm-up) and train it.
 
         Args:
@@ -295,7 +296,7 @@ class IFCA(Strategy):
         deltas = {n: local.params[n] - start[n] for n in start}
         return ClientOutput(deltas, local.train_loss, {"cluster": assign}, {"cluster": assign})
 
-    def direction(self, server_state: dict, updates: ClientUpdates) -> tuple[Params, dict, dict]:
+    def direction(self, server_state: Mapping, updates: ClientUpdates) -> tuple[Params, Mapping, dict]:
         """``g^j = -sum_{i: j_i = j} p_i Delta_i`` per cluster (zero for a cluster nobody picked).
 
         Args:
@@ -320,7 +321,7 @@ class IFCA(Strategy):
         counts = torch.bincount(assign, minlength=self.num_clusters)
         return g, server_state, {"assignment": assign.cpu(), "cluster_sizes": counts.cpu()}
 
-    def eval_models(self, model: nn.Module, server_state: dict, state: dict, train_sets) -> dict:
+    def eval_models(self, model: nn.Module, server_state: Mapping, state: dict, train_sets) -> dict:
         """Every client's best cluster on its training data.
 
         Args:
@@ -387,7 +388,7 @@ class Ditto(Wrapper):
         """The base strategy's needs, personalised."""
         return replace(self.base.needs, personal=True)
 
-    def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[dict, dict]:
+    def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[Mapping, dict]:
         """``{"base": the base's server state}``; the base's client state plus ``personal`` (theta_0).
 
         Args:
@@ -403,7 +404,7 @@ class Ditto(Wrapper):
         server, state = super().init_state(params, model, num_clients, seed)
         return server, {**state, "personal": repeat_params(self.server_params(server), num_clients)}
 
-    def client_update(self, work: ClientWork, server_state: dict, state: dict) -> ClientOutput:
+    def client_update(self, work: ClientWork, server_state: Mapping, state: dict) -> ClientOutput:
         """The base's client update, then the personal step anchored at theta_t.
 
         Args:
@@ -432,7 +433,7 @@ class Ditto(Wrapper):
             recorded_loss=personal.train_loss,
         )
 
-    def eval_models(self, model: nn.Module, server_state: dict, state: dict, train_sets) -> dict:
+    def eval_models(self, model: nn.Module, server_state: Mapping, state: dict, train_sets) -> dict:
         """The personal models first, then the base's (``"global"``).
 
         Args:

@@ -13,6 +13,8 @@ geometric median, clipping) once per layer group (:func:`fedlearn_edu.params.lay
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
 from torch import nn
 
@@ -36,6 +38,7 @@ from ..params import Params, layer_groups
 from .base import ClientUpdates, Needs, Strategy
 from .registry import register
 from .server_optim import ServerOptimizer
+from .state import CenteredClippingState, updated
 
 __all__ = [
     "Median",
@@ -87,7 +90,7 @@ class _Robust(Strategy):
         super().__init__(server_lr, optimizer)
         self.layerwise = bool(layerwise)
 
-    def robust(self, deltas: Params, updates: ClientUpdates, server_state: dict) -> tuple[Params, dict, dict]:
+    def robust(self, deltas: Params, updates: ClientUpdates, server_state: Mapping) -> tuple[Params, dict, dict]:
         """The rule on (a group of) the updates.
 
         Args:
@@ -100,7 +103,7 @@ class _Robust(Strategy):
         """
         raise NotImplementedError
 
-    def direction(self, server_state: dict, updates: ClientUpdates) -> tuple[Params, dict, dict]:
+    def direction(self, server_state: Mapping, updates: ClientUpdates) -> tuple[Params, Mapping, dict]:
         """``g = -A``, A the rule's aggregate (per layer group when ``layerwise``).
 
         Args:
@@ -124,7 +127,7 @@ class _Robust(Strategy):
                 for k, v in d.items():
                     diag.setdefault(k, {})[group] = v
         g = {k: -agg[k] for k in deltas}
-        return g, {**server_state, **new}, diag
+        return g, updated(server_state, **new), diag
 
 
 @register
@@ -473,7 +476,7 @@ class CenteredClipping(_Robust):
         self.tau = check_positive(tau, "tau")
         self.iterations = check_int(iterations, "iterations", 1, MAX_ITERATIONS)
 
-    def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[dict, dict]:
+    def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[Mapping, dict]:
         """FedAvg's server state plus ``center`` (v = 0, shaped like the model).
 
         Args:
@@ -486,7 +489,7 @@ class CenteredClipping(_Robust):
             ``(server_state, {})``.
         """
         server, clients = super().init_state(params, model, num_clients, seed)
-        return {**server, "center": {k: torch.zeros_like(v) for k, v in params.items()}}, clients
+        return CenteredClippingState(**server, center={k: torch.zeros_like(v) for k, v in params.items()}), clients
 
     def robust(self, deltas, updates, server_state):
         """Centered clipping from the stored centre (see :meth:`_Robust.robust`).

@@ -12,8 +12,9 @@ personal step to the clients' update and evaluates the personal models -- subcla
 
     Halved(SCAFFOLD())                          # SCAFFOLD's clients, control variates and optimizer
 
-Everything else is the base's, on the base's state: the server state is
-``{"base": the base's server state}`` (a wrapper's own entries beside it), the client state is
+Everything else is the base's, on the base's state: the server state is a
+:class:`~fedlearn_edu.strategies.state.WrapperState` whose ``base`` is the base's server state
+(a wrapper that keeps entries of its own declares a subclass with them), the client state is
 the base's (a wrapper may add rows of its own), and the server's model is where the base keeps
 it (:meth:`Wrapper.server_params` asks the base, recursively through nested wrappers). The
 server step is :meth:`~Strategy.direction` (the base's, unless overridden), then
@@ -25,6 +26,7 @@ in ``direction`` and ``step``) keeps it only under a wrapper that overrides neit
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 
 from torch import Tensor, nn
@@ -33,6 +35,7 @@ from ..engine import LocalResult, LocalTraining
 from ..params import Params
 from .base import ClientOutput, ClientUpdates, ClientWork, Needs, Strategy
 from .server_optim import ServerOptimizer
+from .state import WrapperState, updated
 
 __all__ = ["Wrapper"]
 
@@ -76,7 +79,7 @@ class Wrapper(Strategy):
         """The strategy the hooks forward to: ``base``, or the protocol's defaults (no base)."""
         return super() if self.base is None else self.base
 
-    def base_state(self, server_state: dict) -> dict:
+    def base_state(self, server_state: Mapping) -> Mapping:
         """The base's server state inside the wrapper's.
 
         Args:
@@ -87,7 +90,7 @@ class Wrapper(Strategy):
         """
         return server_state if self.base is None else server_state["base"]
 
-    def with_base_state(self, server_state: dict, base_state: dict) -> dict:
+    def with_base_state(self, server_state: Mapping, base_state: dict) -> Mapping:
         """The wrapper's server state with the base's replaced (the inverse of :meth:`base_state`).
 
         Args:
@@ -95,9 +98,9 @@ class Wrapper(Strategy):
             base_state: the base's new server state.
 
         Returns:
-            ``{**server_state, "base": base_state}`` (``base_state`` itself without a base).
+            ``updated(server_state, base=base_state)`` (``base_state`` itself without a base).
         """
-        return base_state if self.base is None else {**server_state, "base": base_state}
+        return base_state if self.base is None else updated(server_state, base=base_state)
 
     # ------------------------------------------------------ declarations of the base
     @property
@@ -140,8 +143,8 @@ class Wrapper(Strategy):
         return self._inner.nonfinite_hint()
 
     # ----------------------------------------------------------------------- state
-    def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[dict, dict]:
-        """``{"base": the base's server state}`` and the base's client state.
+    def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[Mapping, dict]:
+        """``WrapperState(base=the base's server state)`` and the base's client state.
 
         Args:
             params: theta_0, ``{name: Tensor}`` on the run's device.
@@ -156,9 +159,9 @@ class Wrapper(Strategy):
         base, clients = self._inner.init_state(params, model, num_clients, seed)
         if self.base is not None and self.optimizer is not self.base.optimizer:
             base = self.base.init_optimizer_state(base, self.optimizer)
-        return self.with_base_state({}, base), clients
+        return (base if self.base is None else WrapperState(base=base)), clients
 
-    def init_optimizer_state(self, server_state: dict, optimizer: ServerOptimizer) -> dict:
+    def init_optimizer_state(self, server_state: Mapping, optimizer: ServerOptimizer) -> Mapping:
         """The base's :meth:`~Strategy.init_optimizer_state`, on the base's state.
 
         Args:
@@ -172,7 +175,7 @@ class Wrapper(Strategy):
             server_state, self._inner.init_optimizer_state(self.base_state(server_state), optimizer)
         )
 
-    def server_params(self, server_state: dict) -> Params | None:
+    def server_params(self, server_state: Mapping) -> Params | None:
         """The base's model(s), in the base's state.
 
         Args:
@@ -183,7 +186,7 @@ class Wrapper(Strategy):
         """
         return self._inner.server_params(self.base_state(server_state))
 
-    def with_server_params(self, server_state: dict, params: Params) -> dict:
+    def with_server_params(self, server_state: Mapping, params: Params) -> Mapping:
         """The server state with the base's model(s) replaced.
 
         Args:
@@ -195,7 +198,7 @@ class Wrapper(Strategy):
         """
         return self.with_base_state(server_state, self._inner.with_server_params(self.base_state(server_state), params))
 
-    def client_view(self, server_state: dict) -> dict:
+    def client_view(self, server_state: Mapping) -> dict:
         """``{"base": what the base's clients read}``.
 
         Args:
@@ -232,7 +235,7 @@ class Wrapper(Strategy):
         """
         return self._inner.client_signals(model, global_params, local, datasets)
 
-    def client_update(self, work: ClientWork, server_state: dict, state: dict) -> ClientOutput:
+    def client_update(self, work: ClientWork, server_state: Mapping, state: dict) -> ClientOutput:
         """The base's client update, on the base's state.
 
         Args:
@@ -247,8 +250,8 @@ class Wrapper(Strategy):
 
     # ----------------------------------------------------------------- server side
     def direction(
-        self, server_state: dict, updates: ClientUpdates, weights: Tensor | None = None
-    ) -> tuple[Params, dict, dict]:
+        self, server_state: Mapping, updates: ClientUpdates, weights: Tensor | None = None
+    ) -> tuple[Params, Mapping, dict]:
         """The base's direction, on the base's state.
 
         Args:
@@ -264,7 +267,7 @@ class Wrapper(Strategy):
         g, base, diag = self._inner.direction(self.base_state(server_state), updates, **extra)
         return g, self.with_base_state(server_state, base), diag
 
-    def step(self, server_state: dict, g: Params, optimizer: ServerOptimizer | None = None) -> dict:
+    def step(self, server_state: Mapping, g: Params, optimizer: ServerOptimizer | None = None) -> Mapping:
         """The base's step along ``g`` with the wrapper's optimizer, on the base's state.
 
         Args:
@@ -278,7 +281,7 @@ class Wrapper(Strategy):
         optimizer = self.optimizer if optimizer is None else optimizer
         return self.with_base_state(server_state, self._inner.step(self.base_state(server_state), g, optimizer))
 
-    def aggregate(self, server_state: dict, updates: ClientUpdates) -> tuple[dict, dict]:
+    def aggregate(self, server_state: Mapping, updates: ClientUpdates) -> tuple[Mapping, dict]:
         """The base's server step (:meth:`direction`, :meth:`apply`) on the base's state; pure.
 
         A wrapper that overrides none of ``direction``, ``apply`` and ``step`` runs the base's
@@ -307,7 +310,7 @@ class Wrapper(Strategy):
         return any(getattr(cls, hook) is not getattr(Wrapper, hook) for hook in ("direction", "apply", "step"))
 
     # ------------------------------------------------------------------ evaluation
-    def eval_models(self, model: nn.Module, server_state: dict, state: dict, train_sets) -> dict:
+    def eval_models(self, model: nn.Module, server_state: Mapping, state: dict, train_sets) -> dict:
         """The base's models to evaluate, on the base's state.
 
         Args:

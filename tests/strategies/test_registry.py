@@ -5,6 +5,7 @@ import copy
 import importlib
 import inspect
 import pkgutil
+from collections.abc import Mapping
 
 import pytest
 import torch
@@ -214,8 +215,8 @@ def _all_strategies(val):
 def _same(a, b, path="") -> None:
     if isinstance(a, torch.Tensor):
         assert isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b), path
-    elif isinstance(a, dict):
-        assert a.keys() == b.keys(), path
+    elif isinstance(a, Mapping):  # a dict or a typed server state
+        assert type(a) is type(b) and a.keys() == b.keys(), path
         for k in a:
             _same(a[k], b[k], f"{path}/{k}")
     elif isinstance(a, (list, tuple)):
