@@ -1,6 +1,6 @@
 """CRAFT's minimum-norm correction (:mod:`fedlearn_edu.aggregators.craft`): defining properties on random
 inputs and independent NumPy references. ConFIG, FedFV and q-FedAvg are tested in
-tests/aggregators/test_conflict.py, craft_layer_groups in tests/strategies/test_craft_strategy.py."""
+tests/aggregators/test_conflict.py, craft_layer_groups in tests/strategies/test_craft.py."""
 
 import math
 

@@ -2,7 +2,7 @@
 server's validation set against a plain per-client loop, their norms against NumPy, clear errors.
 
 FedVG's weights (the aggregation math) are tested in tests/aggregators/test_fedvg.py, the strategy in
-tests/strategies/test_fedvg_strategy.py.
+tests/strategies/test_fedvg.py.
 """
 
 import numpy as np

@@ -2,7 +2,7 @@
 the round driver, loop == vmap for them and for Gossip/DAC, and the baselines' bad arguments.
 
 AFL and FedLF are tested in tests/strategies/test_fairness.py, Gossip and DAC in
-tests/strategies/test_decentralized.py, FedVG over SCAFFOLD/FedDyn in tests/strategies/test_fedvg_strategy.py.
+tests/strategies/test_decentralized.py, FedVG over SCAFFOLD/FedDyn in tests/strategies/test_fedvg.py.
 """
 
 import numpy as np
@@ -168,7 +168,7 @@ def test_fednova_with_a_proximal_term_rescales_by_the_step_counts_as_the_authors
         FedNova(prox_tau_eff="paper")
 
 
-# ------------------------------------------ fake updates (also FedVG's, in test_fedvg_strategy.py)
+# ------------------------------------------ fake updates (also FedVG's, in test_fedvg.py)
 def _fake_updates(num, dim=5, seed=0, extra=None):
     g = torch.Generator().manual_seed(seed)
     deltas = {"w": 0.1 * torch.randn(num, dim, generator=g)}

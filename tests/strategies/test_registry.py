@@ -116,10 +116,11 @@ def test_an_argument_neither_takes_is_refused_by_name():
         make_strategy("ditto", base="nope")
 
 
-@pytest.mark.parametrize("name", [None, 3, FedAvg, ("fedavg",)])
+@pytest.mark.parametrize("name", [None, 3, FedAvg, ("fedavg",), b"fedavg", ["fedavg"]])
 def test_make_strategy_refuses_a_name_that_is_not_a_string(name):
-    with pytest.raises(TypeError, match=r"name must be a strategy's short name \(a str"):
+    with pytest.raises(TypeError, match=r"name must be a strategy's short name \(a str, e.g. 'fedavg'\), got") as err:
         make_strategy(name)
+    assert repr(name) in str(err.value)
 
 
 def test_a_user_strategy_registers_with_one_decorator(tmp_path, monkeypatch, registry):

@@ -152,7 +152,7 @@ def test_a_wrapper_overriding_only_the_direction_works_over_any_base(fed, mlp, w
 
 def test_fedvg_over_fedavg_is_fedvg_alone_bit_for_bit(fed, mlp):
     """FedVG on the wrapper base: over FedAvg (nested state) the same run as alone (flat state, the
-    formula of tests/strategies/test_fedvg_strategy.py); over AFL it keeps AFL's averaged iterate."""
+    formula of tests/strategies/test_fedvg.py); over AFL it keeps AFL's averaged iterate."""
     fed, val = server_validation_split(fed, fraction=0.2, seed=0)
     model = mlp(fed)
     alone = FedVG(val, engine="loop")
