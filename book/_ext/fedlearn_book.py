@@ -10,6 +10,9 @@
 4. On a reader's very first visit, pydata-sphinx-theme reads an empty colour mode from
    ``localStorage`` and logs an error before resetting it to "auto"; an inline script sets
    "auto" first.
+5. The chapters' kernels talk to the build over Unix sockets in a folder of the build's own,
+   not over TCP ports another process can take before the kernel binds them (see
+   ``kernel_transport.py``).
 
 MathJax:
 MathJax 3 comes from the PyPI package ``django-static-mathjax`` (a plain copy of the
@@ -27,7 +30,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import reader_copies  # noqa: E402  (beside this file)
+import kernel_transport  # noqa: E402  (beside this file)
+import reader_copies  # noqa: E402
 
 PARTS = ("tex-mml-chtml.js", "input", "output", "a11y", "ui", "sre", "adaptors")
 
@@ -127,9 +131,19 @@ def _launch_readers(app, pagename, templatename, context, doctree) -> None:
 DEFAULT_MODE = 'if (!document.documentElement.dataset.mode) { document.documentElement.dataset.mode = "auto"; }'
 
 
+def _kernels_over_ipc(app) -> None:
+    kernel_transport.use_ipc()
+
+
+def _kernels_restored(app, exception) -> None:
+    kernel_transport.restore()
+
+
 def setup(app):
     app.connect("config-inited", _substitutions, priority=900)
     app.connect("builder-inited", _configure)
+    app.connect("builder-inited", _kernels_over_ipc)
+    app.connect("build-finished", _kernels_restored)
     app.connect("build-finished", _copy)
     app.connect("build-finished", _readers)
     app.connect("html-page-context", _launch_readers, priority=600)
