@@ -113,6 +113,34 @@ def test_bibliography_is_rendered(built_book: Path):
 
 
 # --------------------------------------------------------------------------
+# the kernel that executes the chapters
+
+
+def _release(version: str) -> tuple[int, int]:
+    major, minor = (int(part) for part in re.findall(r"\d+", version)[:2])
+    return major, minor
+
+
+@pytest.mark.parametrize(("version", "release"), [("7.4.0", (7, 4)), ("6.29.5", (6, 29)), ("7.3.0rc1", (7, 3))])
+def test_release_reads_major_and_minor(version: str, release: tuple[int, int]):
+    assert _release(version) == release
+
+
+def test_the_kernel_is_not_a_release_that_leaves_requests_unread():
+    """ipykernel 7.0-7.3 can leave a shell request unread: the kernel idles, and the build's cell waits
+    out its 600 s timeout (ipython/ipykernel#1529, fixed in 7.4.0); 7.0-7.2 also print
+    ``ZMQError: Socket operation on non-socket`` while a kernel shuts down (#1518).
+    pyproject.toml's book extra excludes them."""
+    from importlib.metadata import version
+
+    installed = version("ipykernel")
+    assert not (7, 0) <= _release(installed) < (7, 4), (
+        f"ipykernel {installed} can strand a cell's request (ipython/ipykernel#1529); "
+        'reinstall the book extra: pip install -e ".[book,test,flower]"'
+    )
+
+
+# --------------------------------------------------------------------------
 # notebook conventions (no build needed)
 
 
