@@ -24,15 +24,15 @@ import os
 import shutil
 import tempfile
 
-_ACTIVE: dict = {}  # "original": NotebookClient.create_kernel_manager, "folder": the endpoints' folder
+_ACTIVE: dict = {}  # "original": NotebookClient.create_kernel_manager, "folder": the folder use_ipc made, or None
 
 
 def use_ipc(folder: str | None = None) -> str | None:
     """Give every kernel that nbclient starts from now on Unix-socket endpoints in ``folder``.
 
     Args:
-        folder: where the sockets are created; ``None`` makes a new private temporary folder
-            (mode 0700), removed by :func:`restore`.
+        folder: where the sockets are created (it must exist; it is left in place); ``None``
+            makes a new private temporary folder (mode 0700), removed by :func:`restore`.
 
     Returns:
         The folder, or ``None`` where the platform has no Unix sockets (nothing is changed).
@@ -42,7 +42,8 @@ def use_ipc(folder: str | None = None) -> str | None:
     from nbclient.client import NotebookClient
 
     restore()
-    folder = folder or tempfile.mkdtemp(prefix="fedlearn-kernels-")
+    made = folder is None
+    folder = tempfile.mkdtemp(prefix="fedlearn-kernels-") if made else folder
     original = NotebookClient.create_kernel_manager
 
     @functools.wraps(original)
@@ -54,15 +55,17 @@ def use_ipc(folder: str | None = None) -> str | None:
         return km
 
     NotebookClient.create_kernel_manager = create_kernel_manager
-    _ACTIVE.update(original=original, folder=folder)
+    _ACTIVE.update(original=original, folder=folder if made else None)
     return folder
 
 
 def restore() -> None:
-    """Undo :func:`use_ipc`: nbclient's own method again, and the endpoints' folder removed."""
+    """Undo :func:`use_ipc`: nbclient's own method again, and the folder it made removed."""
     if not _ACTIVE:
         return
     from nbclient.client import NotebookClient
 
     NotebookClient.create_kernel_manager = _ACTIVE.pop("original")
-    shutil.rmtree(_ACTIVE.pop("folder"), ignore_errors=True)
+    made = _ACTIVE.pop("folder")
+    if made is not None:
+        shutil.rmtree(made, ignore_errors=True)

@@ -90,7 +90,7 @@ def test_over_the_books_ipc_the_kernel_starts_and_runs_the_notebook(tmp_path, a_
     assert (transport, ip) == ("ipc", str(folder / "kernel"))
     assert _stdout(nb.cells[1]) == "42\n"
     assert not a_port_taken_before_the_kernel_binds  # no TCP port was chosen, so none could be taken
-    assert not folder.exists()  # restore() removes the endpoints' folder; the socket files went with the kernel
+    assert folder.is_dir() and not any(folder.iterdir())  # the caller's folder stays; the kernel's sockets are gone
 
 
 def test_restore_puts_nbclients_method_back_and_is_idempotent():
