@@ -52,7 +52,8 @@ The package's modules, each importing only those above it:
 - :mod:`~fedlearn_edu.benchmark.grid`: :class:`Method`, :data:`METHODS` and the grids' lists;
 - :mod:`~fedlearn_edu.benchmark.federations`: :class:`FederationSpec`, :func:`parse_federation`;
 - :mod:`~fedlearn_edu.benchmark.protocol`: :class:`BenchmarkProtocol`;
-- :mod:`~fedlearn_edu.benchmark.execution`: one run (:func:`execute`, :func:`run_key`);
+- :mod:`~fedlearn_edu.benchmark.execution`: one run (:func:`execute`, :func:`run_key`), and
+  recorded runs again with their kernels (:func:`replay`);
 - :mod:`~fedlearn_edu.benchmark.store`: the runs stored under ``<out>/runs``;
 - :mod:`~fedlearn_edu.benchmark.backends`: where runs execute, :func:`run_configs`;
 - :mod:`~fedlearn_edu.benchmark.summary`: :func:`summarize`, :func:`format_results_table`;
@@ -71,7 +72,7 @@ The package's modules, each importing only those above it:
 
 from ..stats import VERDICTS, t_interval
 from .backends import DASK_TIMEOUT, run_configs
-from .execution import execute, git_commit, run_key
+from .execution import RECORDS_CPU_CAPABILITY, execute, git_commit, replay, run_key
 from .federations import ATTACK_SETTINGS, FederationSpec, parse_federation
 from .grid import (
     CLASSROOM_FEDERATIONS,
@@ -118,6 +119,8 @@ __all__ = [
     "run_configs",
     "run",
     "execute",
+    "replay",
+    "RECORDS_CPU_CAPABILITY",
     "load",
     "classroom_records",
     "RECORDS_URL",

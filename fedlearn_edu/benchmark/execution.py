@@ -5,9 +5,11 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import os
 import subprocess
+import sys
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +21,10 @@ from .protocol import BenchmarkProtocol
 
 # Columns of a run's rows that are computed by the run (the rest are its settings).
 VALUE_COLUMNS = ("round", "mean", "std", "worst10", "best10", "loss", "train_loss")
+
+# The ATen CPU kernels the committed grids (benchmarks/results/*) were computed with: AVX2, the
+# kernels of a machine without AVX-512, or of any x86-64 machine under ATEN_CPU_CAPABILITY=avx2.
+RECORDS_CPU_CAPABILITY = "AVX2"
 
 
 def _version() -> str:
@@ -285,3 +291,64 @@ def execute(config: dict, factory: Callable | None = None, root=None) -> dict:
         )
     evaluated = "conditional" if conditional else history.evaluated
     return {"status": "ok", "rows": rows, "seconds": float(history.seconds), "evaluated": evaluated}
+
+
+def _capability() -> str:
+    import torch
+
+    return torch.backends.cpu.get_cpu_capability()
+
+
+def replay(configs: Sequence[Mapping], *, cpu_capability: str | None = None, root=None) -> list[dict]:
+    """Run recorded configurations again with the CPU kernels their records were computed with.
+
+    A run is bit for bit the same only with the same PyTorch, one thread (:func:`execute` sets
+    it) and the same ATen CPU kernels: AVX-512 kernels add in another order than AVX2 ones, so a
+    loss differs in its last bits (about 1e-7) and now and then an accuracy by a prediction.
+    ATen picks its kernels once per process, from the environment variable
+    ``ATEN_CPU_CAPABILITY`` or else the CPU's best, so where this process's kernels are not
+    ``cpu_capability``, the configurations run in one child Python started with it.
+
+    Args:
+        configs: runs' configurations (``json.loads`` of ``runs.csv``'s ``config``), of the
+            package's methods.
+        cpu_capability: the kernels to run with, as ``torch.backends.cpu.get_cpu_capability()``
+            names them (``"AVX2"``, ``"AVX512"``, ``"DEFAULT"``); ``None``: this process's. The
+            committed grids' are ``RECORDS_CPU_CAPABILITY``.
+        root: the data folder, as for :func:`execute`.
+
+    Returns:
+        :func:`execute`'s result for each configuration, in order, each with
+        ``"cpu_capability"``: the kernels it ran with. A CPU without the asked kernels runs its
+        own (an ARM machine, say): compare that entry before expecting identical numbers.
+
+    Raises:
+        TypeError: ``configs`` is not a sequence of mappings, or ``cpu_capability`` not a string.
+        RuntimeError: the child process failed (its error output is in the message).
+    """
+    check_instance(configs, "configs", Sequence, "a list of runs' configurations (dicts)")
+    for i, config in enumerate(configs):
+        check_instance(
+            config, f"configs[{i}]", Mapping, "a run's configuration (a dict, as in runs.csv's config column)"
+        )
+    if cpu_capability is not None:
+        check_instance(cpu_capability, "cpu_capability", str, 'a kernel name such as "AVX2", or None')
+    if root is not None:
+        check_path(root, "root", "the data folder's path or None")
+    if cpu_capability is None or cpu_capability.upper() == _capability().upper():
+        return [{**execute(dict(c), root=root), "cpu_capability": _capability()} for c in configs]
+    job = json.dumps({"configs": [dict(c) for c in configs], "root": None if root is None else str(root)})
+    path = os.pathsep.join([str(_PACKAGE.parent), *filter(None, [os.environ.get("PYTHONPATH")])])
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": cpu_capability.lower(), "PYTHONPATH": path}  # this package
+    code = "from fedlearn_edu.benchmark.execution import _replay_child; _replay_child()"
+    proc = subprocess.run([sys.executable, "-c", code], input=job, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"replay's child process failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _replay_child() -> None:
+    """:func:`replay`'s child: configurations as JSON on stdin, results as one JSON line on stdout."""
+    job = json.loads(sys.stdin.read())
+    out = replay(job["configs"], cpu_capability=None, root=job["root"])
+    sys.stdout.write("\n" + json.dumps(out, default=float) + "\n")

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from ..checks import check_instance, check_name, check_path
-from .execution import _plain_record, _version, execute, git_commit, run_key
+from .execution import _plain_record, _version, git_commit, replay, run_key
 from .protocol import BenchmarkProtocol
 from .store import RECORD_VERSION, _atomic_write, _Store
 from .summary import format_results_table, summarize
@@ -277,7 +277,7 @@ def _damaged(path: Path):
         ) from None
 
 
-def rerun(records, key: str, root=None) -> dict:
+def rerun(records, key: str, root=None, cpu_capability: str | None = None) -> dict:
     """Run the configuration of one recorded run again -> :func:`execute`'s result.
 
     Args:
@@ -285,9 +285,11 @@ def rerun(records, key: str, root=None) -> dict:
             ``config``.
         key: the run's key.
         root: the data folder (``None``: the default).
+        cpu_capability: the ATen CPU kernels to run with, as for :func:`replay` (``None``: this
+            process's; the committed grids': ``RECORDS_CPU_CAPABILITY``).
 
     Returns:
-        :func:`execute`'s dict for that configuration.
+        :func:`execute`'s dict for that configuration, with ``"cpu_capability"`` (:func:`replay`).
 
     Raises:
         TypeError: ``records`` is not a DataFrame, ``key`` not a string, ``root`` not a path.
@@ -302,4 +304,4 @@ def rerun(records, key: str, root=None) -> dict:
     row = records[records["run_key"] == key]
     if len(row) == 0:
         raise ValueError(f"No run with key {key!r} in the records.")
-    return execute(json.loads(row["config"].iloc[0]), root=root)
+    return replay([json.loads(row["config"].iloc[0])], cpu_capability=cpu_capability, root=root)[0]

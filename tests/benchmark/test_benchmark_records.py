@@ -2,7 +2,8 @@
 
 The comparison chapter and the chapter *When clients misbehave* read these records instead of
 running their grids. Here a sample of runs other than the chapters' is run again from its
-recorded configuration and every recorded number must come out identical, bit for bit: a change
+recorded configuration, with the CPU kernels the records were computed with
+(``benchmark.replay``), and every recorded number must come out identical, bit for bit: a change
 to the code that changes the results fails this test, and the records are then regenerated with
 the command in their README.
 """
@@ -91,9 +92,10 @@ def test_a_sample_of_runs_is_reproduced_bit_for_bit(grid):
     runs = result.runs
     light = runs[runs.method.isin(methods) & (runs.status == "ok")]
     sample = light.iloc[np.sort(np.random.default_rng(seed).choice(len(light), size=size, replace=False))]
-    for _, run in sample.iterrows():
-        live = benchmark.execute(json.loads(run.config))
+    lives = benchmark.replay([json.loads(c) for c in sample.config], cpu_capability=benchmark.RECORDS_CPU_CAPABILITY)
+    for (_, run), live in zip(sample.iterrows(), lives):
         assert live["status"] == "ok", live.get("error")
+        assert live["cpu_capability"] == benchmark.RECORDS_CPU_CAPABILITY  # x86-64: every such CPU has AVX2
         rec = result.records[result.records.run_key == run.run_key].sort_values("round")
         for column in COLUMNS:
             again = np.array([row[column] for row in live["rows"]])

@@ -57,12 +57,56 @@ def test_the_committed_keys_and_strategies_of_ditto_ifca_and_local_are_unchanged
 @pytest.mark.parametrize("method", SPECIAL)
 def test_a_committed_ditto_ifca_and_local_run_is_reproduced_bit_for_bit(result, method):
     run = _first(result, method)
-    live = benchmark.execute(json.loads(run.config))
+    (live,) = benchmark.replay([json.loads(run.config)], cpu_capability=benchmark.RECORDS_CPU_CAPABILITY)
     assert live["status"] == "ok", live.get("error")
     rec = result.records[result.records.run_key == run.run_key].sort_values("round")
     for column in COLUMNS:
         again = np.array([row[column] for row in live["rows"]])
         assert np.array_equal(again, rec[column].to_numpy(), equal_nan=True), (method, column)
+
+
+def test_replay_runs_with_the_kernels_it_is_asked_for(result):
+    import torch
+
+    config = {**json.loads(_first(result, "fedavg").config), "rounds": 2}
+    here = torch.backends.cpu.get_cpu_capability()
+    (same,) = benchmark.replay([config])  # this process's kernels: run here
+    (again,) = benchmark.replay([config], cpu_capability=here.lower())  # the same, named
+    (plain,) = benchmark.replay([config], cpu_capability="DEFAULT")  # no vector kernels: in a child
+    assert same["cpu_capability"] == again["cpu_capability"] == here and plain["cpu_capability"] == "DEFAULT"
+    direct = benchmark.execute(config)
+    assert [r["round"] for r in plain["rows"]] == [r["round"] for r in direct["rows"]] == [0, 1, 2]
+    for column in COLUMNS:
+        mine = np.array([row[column] for row in direct["rows"]], dtype=float)
+        assert np.array_equal(mine, [row[column] for row in same["rows"]], equal_nan=True), column
+    for column in ("loss", "train_loss"):  # other kernels: other last bits (an accuracy may flip a prediction)
+        mine = np.array([row[column] for row in direct["rows"]], dtype=float)
+        assert np.allclose(mine, [row[column] for row in plain["rows"]], rtol=1e-5, equal_nan=True), column
+
+
+@pytest.mark.parametrize(
+    "call, name",
+    [
+        (lambda: benchmark.replay(5), "configs"),
+        (lambda: benchmark.replay([{}, 5]), r"configs\[1\]"),
+        (lambda: benchmark.replay([], cpu_capability=2), "cpu_capability"),
+        (lambda: benchmark.replay([], root=3), "root"),
+    ],
+)
+def test_replay_names_a_bad_argument(call, name):
+    with pytest.raises(TypeError, match=name):
+        call()
+
+
+def test_replay_says_when_its_child_process_fails(result, monkeypatch):
+    import sys
+
+    import torch
+
+    other = "DEFAULT" if torch.backends.cpu.get_cpu_capability() != "DEFAULT" else "AVX2"
+    monkeypatch.setattr(sys, "executable", "/bin/false")
+    with pytest.raises(RuntimeError, match="replay's child process failed"):
+        benchmark.replay([json.loads(_first(result, "fedavg").config)], cpu_capability=other)
 
 
 def test_the_builder_has_no_name_special_cases_but_conditional():
