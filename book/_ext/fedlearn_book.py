@@ -12,7 +12,8 @@
    "auto" first.
 5. The chapters' kernels talk to the build over Unix sockets in a folder of the build's own,
    not over TCP ports another process can take before the kernel binds them (see
-   ``kernel_transport.py``).
+   ``kernel_transport.py``), and the build waits for their messages a second at a time, so a
+   wake-up that pyzmq loses costs a second, not a cell's timeout (see ``kernel_polling.py``).
 
 MathJax:
 MathJax 3 comes from the PyPI package ``django-static-mathjax`` (a plain copy of the
@@ -30,7 +31,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import kernel_transport  # noqa: E402  (beside this file)
+import kernel_polling  # noqa: E402  (beside this file)
+import kernel_transport  # noqa: E402
 import reader_copies  # noqa: E402
 
 PARTS = ("tex-mml-chtml.js", "input", "output", "a11y", "ui", "sre", "adaptors")
@@ -131,19 +133,21 @@ def _launch_readers(app, pagename, templatename, context, doctree) -> None:
 DEFAULT_MODE = 'if (!document.documentElement.dataset.mode) { document.documentElement.dataset.mode = "auto"; }'
 
 
-def _kernels_over_ipc(app) -> None:
+def _link_kernels(app) -> None:
     kernel_transport.use_ipc()
+    kernel_polling.poll_in_slices()
 
 
-def _kernels_restored(app, exception) -> None:
+def _unlink_kernels(app, exception) -> None:
     kernel_transport.restore()
+    kernel_polling.restore()
 
 
 def setup(app):
     app.connect("config-inited", _substitutions, priority=900)
     app.connect("builder-inited", _configure)
-    app.connect("builder-inited", _kernels_over_ipc)
-    app.connect("build-finished", _kernels_restored)
+    app.connect("builder-inited", _link_kernels)
+    app.connect("build-finished", _unlink_kernels)
     app.connect("build-finished", _copy)
     app.connect("build-finished", _readers)
     app.connect("html-page-context", _launch_readers, priority=600)
