@@ -21,7 +21,10 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "book" / "_ext"))
 import kernel_transport  # noqa: E402
 
-pytestmark = pytest.mark.skipif(os.name != "posix", reason="Unix sockets are POSIX-only; elsewhere kernels keep TCP")
+pytestmark = [
+    pytest.mark.book,  # runs kernels through nbclient, which the book extra installs (the unit job has no nbclient)
+    pytest.mark.skipif(os.name != "posix", reason="Unix sockets are POSIX-only; elsewhere kernels keep TCP"),
+]
 
 CELLS = [
     "from ipykernel.kernelapp import IPKernelApp\napp = IPKernelApp.instance()\nprint(app.transport, app.ip)",
