@@ -37,6 +37,7 @@ import numpy as np
 
 __all__ = [
     "VERDICTS",
+    "format_p",
     "PairedTest",
     "t_interval",
     "paired_test",
@@ -298,6 +299,18 @@ def verdict(mean: float, p_adjusted: float, p_equivalence: float = math.nan, alp
     if p_equivalence < alpha:
         return "equivalent"
     return "inconclusive"
+
+
+def format_p(p: float, alpha: float = 0.05) -> str:
+    """A p-value to two significant digits, three where two would round it up to ``alpha``.
+
+    >>> format_p(0.0496), format_p(0.0504), format_p(0.012345)
+    ('0.0496', '0.05', '0.012')
+    """
+    if not math.isfinite(p):
+        return "n/a"
+    text = f"{p:.2g}"
+    return f"{p:.3g}" if p < alpha <= float(text) else text
 
 
 def _power(delta: float, sd: float, n: int, alpha: float) -> float:

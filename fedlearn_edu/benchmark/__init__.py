@@ -61,7 +61,9 @@ The package's modules, each importing only those above it:
 - :mod:`~fedlearn_edu.benchmark.results`: :class:`BenchmarkResult`, :func:`load`, :func:`rerun`;
 - :mod:`~fedlearn_edu.benchmark.records`: :func:`records_folder` (the committed grids);
 - :mod:`~fedlearn_edu.benchmark.sweep`: :func:`run`;
-- :mod:`~fedlearn_edu.benchmark.report`: the plots and :func:`markdown_report`.
+- :mod:`~fedlearn_edu.benchmark.report`: the plots (the forest plot :func:`plot_intervals`, the
+  verdict map :func:`plot_verdict_map`), the caveats of a verdict (:func:`verdict_notes`) and
+  :func:`markdown_report`.
 
 >>> from fedlearn_edu import benchmark
 >>> sorted(benchmark.METHODS)[:3]
@@ -95,10 +97,27 @@ from .records import (
     classroom_records,
     records_folder,
 )
-from .report import markdown_report, plot_curves, plot_intervals, verdict_counts
+from .report import (
+    MARKS,
+    VERDICT_COLOURS,
+    markdown_report,
+    plot_curves,
+    plot_intervals,
+    plot_verdict_map,
+    verdict_counts,
+    verdict_notes,
+)
 from .results import BenchmarkResult, load, rerun
 from .store import RECORD_VERSION
-from .summary import GUIDE_METRICS, METRICS, NOTHING_FINISHED, TESTED_METRICS, format_results_table, summarize
+from .summary import (
+    ACCURACY_METRICS,
+    GUIDE_METRICS,
+    METRICS,
+    NOTHING_FINISHED,
+    TESTED_METRICS,
+    format_results_table,
+    summarize,
+)
 from .sweep import run
 from .tuning import select
 
@@ -132,9 +151,14 @@ __all__ = [
     "METRICS",
     "TESTED_METRICS",
     "GUIDE_METRICS",
+    "ACCURACY_METRICS",
     "SCALE_SETTINGS",
     "plot_curves",
     "plot_intervals",
+    "plot_verdict_map",
+    "verdict_notes",
+    "VERDICT_COLOURS",
+    "MARKS",
     "markdown_report",
     "verdict_counts",
     "rerun",

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 
 import numpy as np
 
 from ..checks import check_instance, check_range
-from ..stats import VERDICTS
+from ..stats import VERDICTS, format_p
 from .execution import VALUE_COLUMNS, _version
 from .results import BenchmarkResult
-from .summary import GUIDE_METRICS, NOTHING_FINISHED, TESTED_METRICS, _check_metrics
+from .summary import ACCURACY_METRICS, GUIDE_METRICS, NOTHING_FINISHED, TESTED_METRICS, _check_metrics
 
 
 def plot_curves(result: BenchmarkResult, metrics=("mean", "worst10"), methods=None, confidence: float = 0.95):
@@ -74,17 +75,99 @@ def plot_curves(result: BenchmarkResult, metrics=("mean", "worst10"), methods=No
     return fig
 
 
-def plot_intervals(summary, metric: str = "lastk"):
-    """Per federation: each method's paired difference to FedAvg with its 95 % t-interval.
+# The colours of the verdicts, in every plot of the benchmark.
+VERDICT_COLOURS = {
+    "better": "#1b7837",
+    "worse": "#b2182b",
+    "equivalent": "#2166ac",
+    "inconclusive": "#999999",
+    "baseline": "black",
+    "untested": "white",
+}
+# The marks of a verdict's caveats, in the plots and tables (:func:`verdict_notes`).
+MARKS = {
+    "not_confirmed": "\u2020",  # dagger: the exact sign-flip test (Holm) does not confirm it
+    "within_margin": "\u2248",  # almost equal: better/worse, but inside the equivalence margin
+    "failures": "\u00d7",  # times: failed runs (their count follows)
+    "failures_change": "\u2021",  # double dagger: counting failures as chance changes the verdict
+    "edge": "E",  # the pick sits at an end of its tuning grid
+}
 
-    Green / red: better / worse than FedAvg after Holm's correction within the federation;
-    blue: equivalent (TOST within the protocol's margin); grey: inconclusive. The bars are the
-    uncorrected 95 % intervals, so a bar that misses 0 can still be grey. Methods keep the
-    grid's order: the plot is not a ranking.
+
+_KEY = (
+    f"{MARKS['not_confirmed']}: not confirmed by the exact test   {MARKS['edge']}: pick at a grid end   "
+    f"{MARKS['failures']}k: k runs failed   {MARKS['within_margin']}: inside the margin   "
+    f"{MARKS['failures_change']}: failures change it"
+)
+
+
+def verdict_notes(row, metric: str = "lastk") -> dict:
+    """The caveats of one comparison's verdict: ``{mark name: phrase}`` (see :data:`MARKS`).
 
     Args:
-        summary: a :func:`summarize` DataFrame.
+        row: a row of :meth:`BenchmarkResult.summary` (a Series or a namedtuple).
+        metric: a tested metric.
+
+    Returns:
+        An ordered dict: ``not_confirmed`` (the exact test does not confirm a better/worse),
+        ``within_margin`` (better/worse by less than the margin), ``failures_change`` (the
+        row's own runs failed, and scoring them as chance accuracy changes the exact verdict),
+        ``failures`` (failed runs) and
+        ``edge`` (a pick at the end of its grid), each present only where it applies.
+    """
+    get = row.get if hasattr(row, "get") else lambda k, default=None: getattr(row, k, default)
+    v = get(f"vs_{metric}")
+    notes = {}
+    if metric in ACCURACY_METRICS and v in ("better", "worse"):
+        if get(f"vs_exact_{metric}") != v:
+            notes["not_confirmed"] = f"not confirmed by the exact test ({get(f'vs_exact_{metric}')} by it)"
+        if bool(get(f"within_margin_{metric}")):
+            notes["within_margin"] = "smaller than the equivalence margin"
+    failed = get("n_failed", 0)
+    failed = int(failed) if isinstance(failed, numbers.Real) and math.isfinite(failed) else 0
+    if metric in ACCURACY_METRICS and v not in ("baseline", "untested") and failed > 0:
+        chance, exact = get(f"vs_chance_{metric}"), get(f"vs_exact_{metric}")
+        if isinstance(chance, str) and chance not in (exact, "untested"):
+            notes["failures_change"] = f"{chance} with its failed runs scored as chance"
+    if failed > 0:
+        notes["failures"] = f"{int(failed)} of {int(failed) + int(get('n_seeds'))} runs failed"
+    edge = get("edge", "")
+    if isinstance(edge, str) and edge:
+        notes["edge"] = f"pick at the end of its grid ({edge})"
+    return notes
+
+
+def _marks(notes: dict) -> str:
+    return "".join(MARKS[k] + (notes[k].split()[0] if k == "failures" else "") for k in notes)
+
+
+def _check_summary(summary, metric: str):
+    import pandas as pd
+
+    check_instance(summary, "summary", pd.DataFrame, "a summarize() DataFrame")
+    check_instance(metric, "metric", str, "a metric's name such as 'lastk'")
+    _check_metrics(metric, ("lastk", "final", "worst10"), "metric")
+    if len(summary) == 0:
+        raise ValueError(f"{NOTHING_FINISHED[:-1]}; nothing to plot.")
+
+
+def plot_intervals(summary, metric: str = "lastk", margin: float | None = None, federations=None, labels=None):
+    """A forest plot: per federation, each method's paired difference to FedAvg with its 95 % t-interval.
+
+    Colours are the corrected verdicts (:data:`VERDICT_COLOURS`): better / worse than FedAvg after
+    Holm's correction within the federation, equivalent (TOST within the margin), inconclusive.
+    The bars are the uncorrected 95 % intervals, so a bar that misses 0 can still be grey. A
+    hollow marker is a better/worse the exact sign-flip test does not confirm; the marks of
+    :data:`MARKS` follow each point (edge pick, failed runs, a difference inside the margin, a
+    verdict that counting failures changes). Methods keep the grid's order: not a ranking.
+
+    Args:
+        summary: a :meth:`BenchmarkResult.summary` (or :func:`summarize`) DataFrame.
         metric: one of ``"lastk"``, ``"final"``, ``"worst10"`` (those with paired differences).
+        margin: the equivalence margin (a fraction, e.g. ``protocol.margin``): drawn as a band
+            around 0 (``None``: no band).
+        federations: the federations to draw, one panel each (``None``: all, in order).
+        labels: ``{federation: panel title}`` (``None``: the federations' names).
 
     Returns:
         The matplotlib figure, one panel per federation.
@@ -95,44 +178,114 @@ def plot_intervals(summary, metric: str = "lastk"):
             run finished).
     """
     import matplotlib.pyplot as plt
-    import pandas as pd
+    from matplotlib.lines import Line2D
 
-    check_instance(summary, "summary", pd.DataFrame, "a summarize() DataFrame")
-    check_instance(metric, "metric", str, "a metric's name such as 'lastk'")
-    _check_metrics(metric, ("lastk", "final", "worst10"), "metric")
-    if len(summary) == 0:
-        raise ValueError(f"{NOTHING_FINISHED[:-1]}; nothing to plot.")
-    feds = list(dict.fromkeys(summary["federation"]))
-    meths = list(dict.fromkeys(summary["method"]))
+    _check_summary(summary, metric)
+    feds = list(dict.fromkeys(summary["federation"])) if federations is None else list(federations)
+    meths = list(dict.fromkeys(summary[summary["federation"].isin(feds)]["method"]))
     fig, axes = plt.subplots(
-        1, len(feds), figsize=(3.6 * len(feds), 0.28 * len(meths) + 1.2), squeeze=False, sharey=True
+        1, len(feds), figsize=(2.9 * len(feds) + 0.9, 0.24 * len(meths) + 1.9), squeeze=False, sharey=True
     )
-    colour = {
-        "better": "tab:green",
-        "worse": "tab:red",
-        "equivalent": "tab:blue",
-        "inconclusive": "0.55",
-        "baseline": "black",
-        "untested": "white",
-    }
     for j, fed in enumerate(feds):
         ax = axes[0][j]
+        if margin is not None:
+            ax.axvspan(-100 * margin, 100 * margin, color="#2166ac", alpha=0.08, lw=0)
         for y, meth in enumerate(meths):
             r = summary[(summary["federation"] == fed) & (summary["method"] == meth)]
             if len(r) == 0:
                 continue
             r = r.iloc[0]
             d, h, verdict = 100 * r[f"d_{metric}"], 100 * r[f"d_{metric}_ci"], r[f"vs_{metric}"]
+            notes = verdict_notes(r, metric)
             if not math.isfinite(d):
                 continue
-            ax.errorbar(d, y, xerr=h if math.isfinite(h) else None, fmt="o", ms=3, capsize=2, color=colour[verdict])
+            colour = VERDICT_COLOURS[verdict]
+            hollow = "not_confirmed" in notes
+            ax.errorbar(
+                d,
+                y,
+                xerr=h if math.isfinite(h) else None,
+                fmt="o",
+                ms=4,
+                capsize=2,
+                color=colour,
+                mfc="white" if hollow else colour,
+            )
+            marks = _marks({k: v for k, v in notes.items() if k != "not_confirmed"})
+            if marks:
+                ax.annotate(
+                    marks,
+                    (d + (h if math.isfinite(h) else 0), y),
+                    xytext=(3, -3),
+                    textcoords="offset points",
+                    fontsize=6.5,
+                    color="0.2",
+                )
         ax.axvline(0, color="black", lw=0.8)
-        ax.set_title(fed, fontsize=9)
-        ax.set_xlabel(f"{metric} minus FedAvg's (points)")
+        ax.set_title(fed if labels is None else labels.get(fed, fed), fontsize=9)
+        ax.set_xlabel("points", fontsize=8)
+        ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3, axis="x")
     axes[0][0].set_yticks(range(len(meths)), meths, fontsize=7)
     axes[0][0].invert_yaxis()
-    fig.tight_layout()
+    handles = [
+        Line2D([], [], marker="o", ls="", color=VERDICT_COLOURS[v], label=v)
+        for v in ("better", "worse", "equivalent", "inconclusive")
+    ]
+    handles.append(Line2D([], [], marker="o", ls="", color="0.3", mfc="white", label="not confirmed by the exact test"))
+    key = _KEY
+
+    if margin is not None:
+        key += f"   band: \u00b1{100 * margin:g} points"
+    fig.legend(handles=handles, loc="lower center", ncol=5, fontsize=7, frameon=False, bbox_to_anchor=(0.5, 0.0))
+    fig.text(0.5, 0.055, key, ha="center", fontsize=7)
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    return fig
+
+
+def plot_verdict_map(summary, metric: str = "lastk", labels=None):
+    """A method x federation map of the verdicts against FedAvg, each cell its difference and marks.
+
+    Args:
+        summary: a :meth:`BenchmarkResult.summary` (or :func:`summarize`) DataFrame.
+        metric: one of ``"lastk"``, ``"final"``, ``"worst10"``.
+        labels: ``{federation: column label}`` (``None``: the federations' names).
+
+    Returns:
+        The matplotlib figure: rows the methods in the grid's order, columns the federations, a
+        cell coloured by its verdict (:data:`VERDICT_COLOURS`; white: not run there) and labelled
+        with the paired difference in points and the marks of :data:`MARKS` (a dagger for a
+        verdict the exact test does not confirm).
+
+    Raises:
+        TypeError, ValueError: as :func:`plot_intervals`.
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import to_rgb
+    from matplotlib.patches import Patch
+
+    _check_summary(summary, metric)
+    feds = list(dict.fromkeys(summary["federation"]))
+    meths = list(dict.fromkeys(summary["method"]))
+    image = np.ones((len(meths), len(feds), 3))
+    fig, ax = plt.subplots(figsize=(1.25 * len(feds) + 1.6, 0.26 * len(meths) + 1.5))
+    for r in summary.itertuples():
+        i, j = meths.index(r.method), feds.index(r.federation)
+        verdict = getattr(r, f"vs_{metric}")
+        image[i, j] = to_rgb(VERDICT_COLOURS[verdict]) if verdict != "baseline" else (0.85, 0.85, 0.85)
+        d = 100 * getattr(r, f"d_{metric}")
+        text = "FedAvg" if verdict == "baseline" else (f"{d:+.1f}" if math.isfinite(d) else "untested")
+        text += _marks(verdict_notes(r, metric))
+        dark = verdict in ("better", "worse", "equivalent")
+        ax.text(j, i, text, ha="center", va="center", fontsize=6.5, color="white" if dark else "black")
+    ax.imshow(image, aspect="auto")
+    ax.set_xticks(range(len(feds)), [f if labels is None else labels.get(f, f) for f in feds], fontsize=7)
+    ax.set_yticks(range(len(meths)), meths, fontsize=7)
+    ax.xaxis.tick_top()
+    handles = [Patch(color=VERDICT_COLOURS[v], label=v) for v in ("better", "worse", "equivalent", "inconclusive")]
+    fig.legend(handles=handles, loc="lower center", ncol=4, fontsize=7, frameon=False, bbox_to_anchor=(0.5, 0.0))
+    fig.text(0.5, 0.045, _KEY, ha="center", fontsize=6.5)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
     return fig
 
 
@@ -220,7 +373,10 @@ def markdown_report(result: BenchmarkResult, command: str = "") -> str:
         f"and its Holm-adjusted p-value (within the federation). better / worse: adjusted p < {p.alpha:g}; "
         f"equivalent: a TOST within +-{100 * p.margin:g} points passes (Holm-adjusted); otherwise inconclusive. "
         "The table is not a ranking; - marks a method not run on that federation; a cell on fewer seeds than "
-        "planned says how many (its failed runs are listed below, and the cell is over the runs that finished).",
+        "planned says how many (its failed runs are listed below, and the cell is over the runs that finished). "
+        "In square brackets, the checks of a verdict: a better/worse that the exact sign-flip test (Holm, same "
+        "family) does not confirm, one smaller than the margin (its TOST passes too), the verdict when failed runs "
+        "score chance accuracy where that differs, the failed runs, and a pick at the end of its grid.",
         "",
         "| method | " + " | ".join(feds) + " |",
         "|---|" + "---|" * len(feds),
@@ -239,10 +395,11 @@ def markdown_report(result: BenchmarkResult, command: str = "") -> str:
             if r["vs_lastk"] not in ("baseline", "untested"):
                 c += (
                     f" ({100 * r['d_lastk']:+.1f} +- {100 * r['d_lastk_ci']:.1f}, {r['vs_lastk']}, "
-                    f"p={r['p_holm_lastk']:.2g})"
+                    f"p={format_p(r['p_holm_lastk'], p.alpha)})"
                 )
-            if r.get("edge"):
-                c += f" [edge: {r['edge']}]"
+            notes = verdict_notes(r, "lastk")
+            if notes:
+                c += " [" + "; ".join(notes.values()) + "]"
             cells.append(c)
         lines.append(f"| {m} | " + " | ".join(cells) + " |")
     sd = s["sd_lastk"].to_numpy(dtype=float)

@@ -110,9 +110,12 @@ class BenchmarkResult:
             baseline: the method the paired differences are taken to.
 
         Returns:
-            The :func:`summarize` DataFrame, rows ordered by federation then method as in the grid.
+            The :func:`summarize` DataFrame, rows ordered by federation then method as in the grid,
+            with the failed evaluation runs counted (a failed run scores chance accuracy, one over
+            the dataset's classes, in ``vs_chance_M``) and an ``edge`` column naming the picks
+            still at an end of their grid.
         """
-        s = summarize(self.records, self.protocol, baseline)
+        s = summarize(self.records, self.protocol, baseline, failures=self._failed_evals(), chance=self._chance())
         if len(s) == 0:
             return s
         s["edge"] = [
@@ -123,6 +126,22 @@ class BenchmarkResult:
         meths = list(dict.fromkeys(self.runs["method"]))
         order = s.apply(lambda r: (feds.index(r["federation"]), meths.index(r["method"])), axis=1)
         return s.iloc[np.argsort([a * 10_000 + b for a, b in order], kind="stable")].reset_index(drop=True)
+
+    def _failed_evals(self) -> list:
+        """The failed evaluation runs as ``(federation, method, seed)`` triples."""
+        return [(r["federation"], r["method"], int(r["seed"])) for r in self.failed if r["phase"] == "eval"]
+
+    def _chance(self) -> dict:
+        """``{federation: chance accuracy}``: one over the number of classes of its dataset."""
+        from ..data.datasets import dataset_info
+
+        chance = {}
+        if len(self.runs) == 0:
+            return chance
+        for fed, config in zip(self.runs["federation"], self.runs["config"]):
+            if fed not in chance:
+                chance[fed] = 1.0 / dataset_info(json.loads(config)["federation"]["dataset"]).num_classes
+        return chance
 
     def table(self, metrics=("lastk", "worst10")) -> str:
         """:func:`format_results_table` of :meth:`summary`.

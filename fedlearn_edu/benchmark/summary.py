@@ -18,6 +18,11 @@ GUIDE_METRICS = ("lastk", "worst10", "rounds_to_target")
 LOWER_IS_BETTER = ("rounds_to_target",)
 # Per tested metric M, the summary's columns X_M besides d_M, d_M_ci and vs_M.
 _TEST_COLUMNS = ("n", "sd", "p", "dz", "p_perm", "p_holm", "q", "tost", "tost_holm", "mdd")
+# The accuracy metrics (higher is better, with an equivalence margin): each also gets the checks of
+# the verdict (_CHECK_COLUMNS): the exact sign-flip test under the same Holm family, the TOST of a
+# "better/worse" difference, and the failed runs counted as chance accuracy.
+ACCURACY_METRICS = ("lastk", "worst10", "final")
+_CHECK_COLUMNS = ("p_perm_holm", "vs_exact", "within_margin", "d_chance", "p_chance", "p_chance_holm", "vs_chance")
 
 
 def _lastk(values: np.ndarray, k: int) -> float:
@@ -73,6 +78,49 @@ def _family_stats(out: list, baseline: str, protocol: BenchmarkProtocol) -> None
             r[f"vs_{metric}"] = stats.verdict(
                 sign * r[f"d_{metric}"], r[f"p_holm_{metric}"], r[f"tost_holm_{metric}"], protocol.alpha
             )
+    _check_verdicts(tested, protocol)
+
+
+def _check_verdicts(tested: list, protocol: BenchmarkProtocol) -> None:
+    """The checks of each accuracy verdict, family by family (the same Holm families as the verdicts).
+
+    ``vs_exact_M``: the verdict with the exact sign-flip p-values in place of the t-test's (Holm
+    within the family; the TOST unchanged); ``within_margin_M``: a better/worse difference whose
+    own TOST (Holm) also passes, so it is smaller than the margin; ``vs_chance_M``: the exact
+    verdict again with every failed run of the pair scored as chance accuracy (the tuning's rule),
+    so a method that fails loses those seeds instead of leaving them out.
+    """
+    from .. import stats
+
+    for metric in ACCURACY_METRICS:
+        for fed in dict.fromkeys(r["federation"] for r in tested):
+            family = [r for r in tested if r["federation"] == fed]
+            for raw, key in (
+                (f"p_perm_{metric}", f"p_perm_holm_{metric}"),
+                (f"p_chance_{metric}", f"p_chance_holm_{metric}"),
+            ):
+                finite = [r for r in family if math.isfinite(r[raw])]
+                for r, q in zip(finite, stats.holm([r[raw] for r in finite])):
+                    r[key] = float(q)
+            chance_tost = [r for r in family if math.isfinite(r[f"tost_chance_{metric}"])]
+            chance_tost_holm = dict(
+                zip(map(id, chance_tost), stats.holm([r[f"tost_chance_{metric}"] for r in chance_tost]))
+            )
+            for r in family:
+                if math.isfinite(r[f"p_perm_holm_{metric}"]):
+                    r[f"vs_exact_{metric}"] = stats.verdict(
+                        r[f"d_{metric}"], r[f"p_perm_holm_{metric}"], r[f"tost_holm_{metric}"], protocol.alpha
+                    )
+                if math.isfinite(r[f"p_chance_holm_{metric}"]):
+                    r[f"vs_chance_{metric}"] = stats.verdict(
+                        r[f"d_chance_{metric}"],
+                        r[f"p_chance_holm_{metric}"],
+                        chance_tost_holm.get(id(r), math.nan),
+                        protocol.alpha,
+                    )
+                r[f"within_margin_{metric}"] = bool(
+                    r[f"vs_{metric}"] in ("better", "worse") and r[f"tost_holm_{metric}"] < protocol.alpha
+                )
 
 
 # The record columns summarize() reads.
@@ -84,8 +132,11 @@ def _summary_columns() -> list:
     cols = ["federation", "method", "settings", "n_seeds", "seeds", "evaluated"]
     for metric in METRICS:
         cols += [metric, f"{metric}_ci"] + (["reached"] if metric == "rounds_to_target" else [])
+    cols += ["n_failed", "fail_rate", "reached_share"]
     for metric in TESTED_METRICS:
         cols += [f"{c}_{metric}" for c in _TEST_COLUMNS] + [f"d_{metric}", f"d_{metric}_ci", f"vs_{metric}"]
+        if metric in ACCURACY_METRICS:
+            cols += [f"{c}_{metric}" for c in _CHECK_COLUMNS]
     return cols
 
 
@@ -107,7 +158,14 @@ def _check_metrics(metrics, allowed, what: str = "metrics") -> list:
 NOTHING_FINISHED = "No evaluation run finished: nothing to tabulate (every run failed or none ran)."
 
 
-def summarize(records, protocol: BenchmarkProtocol | None = None, baseline: str = "fedavg", confidence: float = 0.95):
+def summarize(
+    records,
+    protocol: BenchmarkProtocol | None = None,
+    baseline: str = "fedavg",
+    confidence: float = 0.95,
+    failures=(),
+    chance=None,
+):
     """The evaluation runs' summary: one row per federation x method, with corrected verdicts.
 
     Columns: ``federation, method, settings, n_seeds, seeds, evaluated``; for every metric of
@@ -130,6 +188,20 @@ def summarize(records, protocol: BenchmarkProtocol | None = None, baseline: str 
       ``rounds_to_target``), ``"equivalent"`` when ``tost_holm_M < alpha``, else
       ``"inconclusive"``; ``"baseline"`` on the baseline's row, ``"untested"`` without a test.
 
+    Failed runs are outcomes too: ``n_failed`` counts a row's failed evaluation runs (from
+    ``failures``) and ``fail_rate`` is their share of its runs; ``reached_share`` is the share of
+    its finished seeds that reach the target. Every verdict of an accuracy metric M of
+    :data:`ACCURACY_METRICS` is checked three ways, in the same Holm families:
+
+    - ``p_perm_holm_M``, ``vs_exact_M``: the verdict with the exact sign-flip p-values in place of
+      the t-test's (``vs_M`` better/worse and ``vs_exact_M`` different: the exact test does not
+      confirm it);
+    - ``within_margin_M``: ``vs_M`` is better/worse *and* the TOST passes: a difference that is
+      real but smaller than the margin;
+    - ``d_chance_M``, ``p_chance_M``, ``p_chance_holm_M``, ``vs_chance_M``: the exact verdict
+      with every failed run of the pair scored as ``chance`` accuracy (the tuning's rule for a
+      failed run), on the seeds where either ran; where nothing failed it is ``vs_exact_M``.
+
     Args:
         records: tidy records (DataFrame) with columns ``phase, federation, method, settings,
             seed, round, mean, worst10, std, sec_per_round, evaluated``; only
@@ -137,6 +209,11 @@ def summarize(records, protocol: BenchmarkProtocol | None = None, baseline: str 
         protocol: gives ``last_k``, ``target``, ``alpha`` and ``margin`` (``None``: the default).
         baseline: the method the paired differences are taken to.
         confidence: the level of the t-intervals.
+        failures: the evaluation runs that failed, as ``(federation, method, seed)`` triples
+            (:meth:`BenchmarkResult.summary` passes its failed runs).
+        chance: the accuracy a failed run scores: a number, or ``{federation: number}``
+            (:meth:`BenchmarkResult.summary`: one over the dataset's number of classes);
+            ``None``: unknown, so a comparison with a failed run gets no ``vs_chance_M``.
 
     Returns:
         A DataFrame, one row per federation x method present, in the records' order; without
@@ -146,7 +223,8 @@ def summarize(records, protocol: BenchmarkProtocol | None = None, baseline: str 
         TypeError: ``records`` is not a DataFrame, ``protocol`` not a :class:`BenchmarkProtocol`,
             ``baseline`` not a string or ``confidence`` not a number.
         ValueError: ``records`` has rows but lacks a column the summary needs; ``confidence``
-            outside ``(0, 1)``.
+            outside ``(0, 1)``; a failure that is not a ``(federation, method, seed)`` triple; a
+            ``chance`` outside ``[0, 1]``.
     """
     import pandas as pd
 
@@ -158,6 +236,8 @@ def summarize(records, protocol: BenchmarkProtocol | None = None, baseline: str 
     check_name(baseline, "baseline", "fedavg")
     check_range(confidence, "confidence", 0.0, 1.0, low_open=True, high_open=True)
     protocol = protocol or BenchmarkProtocol()
+    failed = _check_failures(failures)
+    chance_of = _check_chance(chance)
     if len(records) == 0:
         return pd.DataFrame(columns=_summary_columns())
     missing = [c for c in _SUMMARY_INPUTS if c not in records.columns]
@@ -180,10 +260,14 @@ def summarize(records, protocol: BenchmarkProtocol | None = None, baseline: str 
             "seeds": ",".join(str(s) for s in sorted(seeds)),
             "evaluated": g["evaluated"].iloc[0],
         }
+        own_failed = failed.get((fed, meth), set())
+        row["n_failed"] = len(own_failed)
+        row["fail_rate"] = len(own_failed) / (len(seeds) + len(own_failed))
         for metric in METRICS:
             vals = np.array([seeds[s][metric] for s in sorted(seeds)])
             if metric == "rounds_to_target":
                 row["reached"] = int(np.isfinite(vals).sum())
+                row["reached_share"] = row["reached"] / len(seeds)
                 vals = vals[np.isfinite(vals)]
             if vals.size >= 2:
                 row[metric], row[f"{metric}_ci"] = stats.t_interval(vals, confidence)
@@ -195,6 +279,20 @@ def summarize(records, protocol: BenchmarkProtocol | None = None, baseline: str 
             row.update({f"{c}_{metric}": v for c, v in nan.items()})
             common = sorted(set(seeds) & set(base)) if base else []
             d = np.array([seeds[s][metric] - base[s][metric] for s in common])
+            word = "baseline" if meth == baseline else "untested"
+            if metric in ACCURACY_METRICS:
+                row.update({f"{c}_{metric}": math.nan for c in _CHECK_COLUMNS})
+                row.update({f"vs_exact_{metric}": word, f"within_margin_{metric}": False, f"vs_chance_{metric}": word})
+                row[f"tost_chance_{metric}"] = math.nan  # for the family's Holm; not a column of the summary
+                if meth != baseline and base:
+                    chance_d = _scored_as_chance(
+                        seeds, base, metric, own_failed, failed.get((fed, baseline), set()), chance_of(fed)
+                    )
+                    if chance_d is not None and chance_d.size >= 2:
+                        row[f"d_chance_{metric}"] = float(chance_d.mean())
+                        if chance_d.size >= 6:
+                            row[f"p_chance_{metric}"] = stats.sign_flip_p(chance_d)
+                        row[f"tost_chance_{metric}"] = stats.tost(chance_d, protocol.margin)
             if meth == baseline:
                 row.update({f"d_{metric}": 0.0, f"d_{metric}_ci": 0.0, f"vs_{metric}": "baseline"})
                 continue
@@ -217,7 +315,49 @@ def summarize(records, protocol: BenchmarkProtocol | None = None, baseline: str 
                 row[f"tost_{metric}"] = stats.tost(d, protocol.margin)
         out.append(row)
     _family_stats(out, baseline, protocol)
+    for row in out:
+        for metric in ACCURACY_METRICS:
+            row.pop(f"tost_chance_{metric}")
     return pd.DataFrame(out)
+
+
+def _check_failures(failures) -> dict:
+    """``failures`` (``(federation, method, seed)`` triples) as ``{(federation, method): {seed, ...}}``."""
+    if isinstance(failures, (str, bytes, Mapping)) or not isinstance(failures, Iterable):
+        raise TypeError(f"failures must be a list of (federation, method, seed) triples, got {failures!r}.")
+    out: dict = {}
+    for item in failures:
+        if not isinstance(item, (tuple, list)) or len(item) != 3:
+            raise ValueError(f"failures: each failed run is a (federation, method, seed) triple, got {item!r}.")
+        fed, meth, seed = item
+        out.setdefault((fed, meth), set()).add(int(seed))
+    return out
+
+
+def _check_chance(chance):
+    """``chance`` (None, a number or ``{federation: number}``) as a function of the federation's name."""
+    if chance is None:
+        return lambda fed: None
+    values = chance if isinstance(chance, Mapping) else None
+    for v in values.values() if values is not None else (chance,):
+        check_range(v, "chance", 0.0, 1.0)
+    if values is None:
+        return lambda fed: float(chance)
+    return lambda fed: float(values[fed]) if fed in values else None
+
+
+def _scored_as_chance(seeds: dict, base: dict, metric: str, own_failed: set, base_failed: set, chance):
+    """The paired differences where a failed run scores ``chance``.
+
+    On every seed where both methods ran (finished or failed); ``None`` where a run failed and
+    ``chance`` is unknown.
+    """
+    if (own_failed or base_failed) and chance is None:
+        return None
+    mine = {s: v[metric] for s, v in seeds.items()} | dict.fromkeys(own_failed, chance)
+    theirs = {s: v[metric] for s, v in base.items()} | dict.fromkeys(base_failed, chance)
+    d = np.array([mine[s] - theirs[s] for s in sorted(set(mine) & set(theirs))], dtype=float)
+    return d if np.isfinite(d).all() else None
 
 
 def format_results_table(summary, metrics=("lastk", "worst10"), percent: bool = True, failed=()) -> str:
@@ -245,6 +385,8 @@ def format_results_table(summary, metrics=("lastk", "worst10"), percent: bool = 
     """
     import pandas as pd
 
+    from .. import stats
+
     metrics = _check_metrics(metrics, METRICS)
     check_instance(summary, "summary", pd.DataFrame, "a summarize() DataFrame")
     check_bool(percent, "percent")
@@ -270,7 +412,7 @@ def format_results_table(summary, metrics=("lastk", "worst10"), percent: bool = 
             if f"vs_{metric}" in r and r[f"vs_{metric}"] not in ("baseline", "untested"):
                 text += (
                     f" ({scale * r['d_' + metric]:+.1f}+-{scale * r['d_' + metric + '_ci']:.1f} "
-                    f"{r['vs_' + metric]} p={r['p_holm_' + metric]:.2g})"
+                    f"{r['vs_' + metric]} p={stats.format_p(r['p_holm_' + metric])})"
                 )
             cells[(r["federation"], r["method"])] = text
         cells.update({c: "failed" for c in failed if c not in cells})

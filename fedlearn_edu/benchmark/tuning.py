@@ -9,6 +9,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from ..checks import check_instance
+from ..data.datasets import dataset_info
 from .backends import run_configs
 from .execution import _config, _plain_record, run_key
 from .protocol import BenchmarkProtocol
@@ -92,8 +93,10 @@ def select(
     """``{(federation, method): settings}``: the tuning pick (``None`` when every candidate failed).
 
     The criterion: the mean over the tuning seeds of the mean client accuracy averaged over the
-    last ``protocol.last_k`` evaluations; a failed or missing run scores ``-inf``; ties go to
-    the first candidate in the grid's order. A method with a single candidate picks it (it has
+    last ``protocol.last_k`` evaluations; a failed or missing run (or one whose accuracy is not
+    finite) scores chance accuracy, one over the dataset's number of classes, the score
+    :func:`summarize` gives a failed evaluation run in its ``vs_chance_M`` check; ties go to the
+    first candidate in the grid's order. A method with a single candidate picks it (it has
     no tuning runs).
 
     Args:
@@ -126,7 +129,8 @@ def select(
             picks[(f.name, m.name)] = _plain_record(m.candidates()[0])
             continue
         grid = (grids or {}).get((f.name, m.name), m.tune)
-        best, best_score = None, -math.inf
+        chance = 1.0 / dataset_info(f.dataset).num_classes
+        best, best_score, finished = None, -math.inf, False  # finished: some run of some candidate finished
         for settings in m.candidates(grid):
             text = json.dumps(_plain_record(settings), sort_keys=True)
             scores = []
@@ -142,12 +146,13 @@ def select(
                     else []
                 )
                 if len(rows) == 0:
-                    scores.append(-math.inf)
+                    scores.append(chance)
                     continue
                 s = _lastk(rows.sort_values("round")["mean"].to_numpy(), protocol.last_k)
-                scores.append(s if math.isfinite(s) else -math.inf)
+                scores.append(s if math.isfinite(s) else chance)
+                finished = True
             score = float(np.mean(scores))
             if score > best_score:
                 best, best_score = settings, score
-        picks[(f.name, m.name)] = _plain_record(best) if best is not None else None
+        picks[(f.name, m.name)] = _plain_record(best) if finished else None
     return picks
