@@ -9,7 +9,8 @@ The protocol (issue "which method, when"; chapter *Comparing the methods*):
 2. **Tune** every method on every federation over the *tuning seeds* (3 by default); pick the
    candidate with the highest criterion (default: the mean over the last ``last_k``
    evaluations of the mean client accuracy, averaged over the tuning seeds; a failed run
-   scores ``-inf``; ties go to the first candidate in the grid's order). **Edge rule:** while a
+   scores chance accuracy, as it does in the evaluation's check of each verdict; ties go to
+   the first candidate in the grid's order). **Edge rule:** while a
    pick sits at an end of its grid in a scale setting (:attr:`Method.extend`), the grid is
    extended there geometrically and tuned again, at most ``BenchmarkProtocol.edge_cap`` times per end;
    picks still at an end are flagged (``BenchmarkResult.edges``).
@@ -53,7 +54,8 @@ The package's modules, each importing only those above it:
 - :mod:`~fedlearn_edu.benchmark.federations`: :class:`FederationSpec`, :func:`parse_federation`;
 - :mod:`~fedlearn_edu.benchmark.protocol`: :class:`BenchmarkProtocol`;
 - :mod:`~fedlearn_edu.benchmark.execution`: one run (:func:`execute`, :func:`run_key`), and
-  recorded runs again with their kernels (:func:`replay`);
+  recorded runs again with their kernels (:func:`replay`) and how they match their records
+  (:func:`match_record`);
 - :mod:`~fedlearn_edu.benchmark.store`: the runs stored under ``<out>/runs``;
 - :mod:`~fedlearn_edu.benchmark.backends`: where runs execute, :func:`run_configs`;
 - :mod:`~fedlearn_edu.benchmark.summary`: :func:`summarize`, :func:`format_results_table`;
@@ -74,7 +76,7 @@ The package's modules, each importing only those above it:
 
 from ..stats import VERDICTS, t_interval
 from .backends import DASK_TIMEOUT, run_configs
-from .execution import RECORDS_CPU_CAPABILITY, execute, git_commit, replay, run_key
+from .execution import RECORDS_CPU_CAPABILITY, START_RTOL, execute, git_commit, match_record, replay, run_key
 from .federations import ATTACK_SETTINGS, FederationSpec, parse_federation
 from .grid import (
     CLASSROOM_FEDERATIONS,
@@ -106,6 +108,7 @@ from .report import (
     plot_verdict_map,
     verdict_counts,
     verdict_notes,
+    verdict_table,
 )
 from .results import BenchmarkResult, load, rerun
 from .store import RECORD_VERSION
@@ -139,6 +142,8 @@ __all__ = [
     "run",
     "execute",
     "replay",
+    "match_record",
+    "START_RTOL",
     "RECORDS_CPU_CAPABILITY",
     "load",
     "classroom_records",
@@ -157,6 +162,7 @@ __all__ = [
     "plot_intervals",
     "plot_verdict_map",
     "verdict_notes",
+    "verdict_table",
     "VERDICT_COLOURS",
     "MARKS",
     "markdown_report",

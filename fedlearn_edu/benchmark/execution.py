@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import math
 import os
 import subprocess
 import sys
@@ -345,6 +346,74 @@ def replay(configs: Sequence[Mapping], *, cpu_capability: str | None = None, roo
     if proc.returncode != 0:
         raise RuntimeError(f"replay's child process failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+# Where a replayed run's round 0 (the initial model, before any training) already differs from its
+# record, this machine's arithmetic differs from the records' (another BLAS code path: the same ATen
+# kernels on another vendor's CPU, say); its round-0 values must still agree to this relative tolerance.
+START_RTOL = 1e-6
+
+
+def match_record(live: Mapping, recorded, columns: Sequence[str] = VALUE_COLUMNS[1:]) -> dict:
+    """How a replayed run (:func:`replay`) matches its record: bit for bit, or how closely.
+
+    Two machines give the same bits only with the same arithmetic: the same PyTorch, kernels and
+    BLAS code path. Round 0 evaluates the initial model before any training, so it tells the two
+    cases apart. Where round 0 is bit for bit the record's, every round must be (a difference
+    later is a change of the code, not of the machine). Where round 0 already differs, the
+    machine's arithmetic does, and from there training amplifies last-bit differences round by
+    round; then round 0 must agree to :data:`START_RTOL` and the failures (NaN) must sit in the same
+    places, and the largest difference over the run is reported.
+
+    Args:
+        live: a :func:`replay` (or :func:`execute`) result with ``status == "ok"``.
+        recorded: the run's records (a DataFrame with ``round`` and ``columns``).
+        columns: the record columns to compare.
+
+    Returns:
+        ``{"identical": bool, "same_machine": bool, "ok": bool, "largest": float, "why": str}``:
+        ``same_machine`` is round 0 bit for bit; ``ok`` is the verdict of the rule above;
+        ``largest`` the largest absolute difference over the compared values; ``why`` says
+        what failed ('' when ``ok``).
+    """
+    import numpy as np
+
+    rec = recorded.sort_values("round")
+    rows = sorted(live["rows"], key=lambda r: r["round"])
+    if [r["round"] for r in rows] != rec["round"].tolist():
+        return {
+            "identical": False,
+            "same_machine": False,
+            "ok": False,
+            "largest": math.inf,
+            "why": "the replayed run has other rounds than its record",
+        }
+    identical, start_same, start_close, nan_same, largest, bad = True, True, True, True, 0.0, []
+    for column in columns:
+        again = np.array([r[column] for r in rows], dtype=float)
+        want = rec[column].to_numpy(dtype=float)
+        if not np.array_equal(again, want, equal_nan=True):
+            identical = False
+            bad.append(column)
+        if not np.array_equal(again[:1], want[:1], equal_nan=True):
+            start_same = False
+        if not np.allclose(again[:1], want[:1], rtol=START_RTOL, atol=0.0, equal_nan=True):
+            start_close = False
+        if not np.array_equal(np.isnan(again), np.isnan(want)):
+            nan_same = False
+        finite = ~np.isnan(want) & ~np.isnan(again)
+        largest = max(largest, float(np.abs(again - want)[finite].max(initial=0.0)))
+    if identical:
+        why = ""
+    elif start_same:
+        why = f"round 0 is bit for bit the record's but {bad} differ later: the code computes otherwise"
+    elif not start_close:
+        why = f"round 0 differs from the record by more than {START_RTOL:g} (relative): not a last-bit difference"
+    elif not nan_same:
+        why = "the failures (NaN) sit in other places than in the record"
+    else:
+        why = ""
+    return {"identical": identical, "same_machine": start_same, "ok": not why, "largest": largest, "why": why}
 
 
 def _replay_child() -> None:

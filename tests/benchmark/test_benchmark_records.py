@@ -5,7 +5,9 @@ running their grids. Here a sample of runs other than the chapters' is run again
 recorded configuration, with the CPU kernels the records were computed with
 (``benchmark.replay``), and every recorded number must come out identical, bit for bit: a change
 to the code that changes the results fails this test, and the records are then regenerated with
-the command in their README.
+the command in their README. On a machine whose arithmetic differs from the records' already in
+round 0 (another vendor's BLAS code path), ``benchmark.match_record`` asks round 0 to agree to
+``benchmark.START_RTOL`` and the failures to sit in the same places instead.
 """
 
 from __future__ import annotations
@@ -86,7 +88,7 @@ def test_the_summary_follows_from_the_records(grid):
     )
 
 
-def test_a_sample_of_runs_is_reproduced_bit_for_bit(grid):
+def test_a_sample_of_runs_is_reproduced(grid):
     name, result = grid
     methods, seed, size = SAMPLES[name]
     runs = result.runs
@@ -96,10 +98,11 @@ def test_a_sample_of_runs_is_reproduced_bit_for_bit(grid):
     for (_, run), live in zip(sample.iterrows(), lives):
         assert live["status"] == "ok", live.get("error")
         assert live["cpu_capability"] == benchmark.RECORDS_CPU_CAPABILITY  # x86-64: every such CPU has AVX2
-        rec = result.records[result.records.run_key == run.run_key].sort_values("round")
-        for column in COLUMNS:
-            again = np.array([row[column] for row in live["rows"]])
-            assert np.array_equal(again, rec[column].to_numpy(), equal_nan=True), (run.method, run.run_key, column)
+        rec = result.records[result.records.run_key == run.run_key]
+        match = benchmark.match_record(live, rec, COLUMNS)
+        # bit for bit where this machine's arithmetic is the records' (round 0 says so); else round 0 to
+        # START_RTOL and the failures in the same places (benchmark.match_record)
+        assert match["ok"], (run.method, run.run_key, match["why"])
 
 
 # --------------------------------------------------------------------------- what README.md says of the grids
