@@ -304,6 +304,15 @@ def verdict(mean: float, p_adjusted: float, p_equivalence: float = math.nan, alp
 def format_p(p: float, alpha: float = 0.05) -> str:
     """A p-value to two significant digits, three where two would round it up to ``alpha``.
 
+    So a p-value just below the level never prints as the level itself (0.0496 is not "0.05").
+
+    Args:
+        p: the p-value (NaN prints as ``"n/a"``).
+        alpha: the level whose line rounding must not cross.
+
+    Returns:
+        The text.
+
     >>> format_p(0.0496), format_p(0.0504), format_p(0.012345)
     ('0.0496', '0.05', '0.012')
     """

@@ -289,6 +289,54 @@ def plot_verdict_map(summary, metric: str = "lastk", labels=None):
     return fig
 
 
+def verdict_table(summary, metric: str = "lastk", alpha: float = 0.05):
+    """The full table of one metric: methods (rows) x federations (columns), every cell read in full.
+
+    A cell gives the method's mean ``+-`` the 95 % t half-width; against the baseline the paired
+    difference ``+-`` its half-width, the verdict, the Holm-adjusted p-value and the caveats of
+    :func:`verdict_notes` (their :data:`MARKS`); its failed runs; and for ``rounds_to_target``
+    the share of the seeds that reach the target. The table is not a ranking: methods keep the
+    summary's order.
+
+    Args:
+        summary: a :meth:`BenchmarkResult.summary` (or :func:`summarize`) DataFrame.
+        metric: a tested metric (:data:`TESTED_METRICS`).
+        alpha: the level that :func:`~fedlearn_edu.stats.format_p` keeps from being rounded to.
+
+    Returns:
+        A DataFrame of strings, indexed by method, one column per federation (``-``: not run).
+
+    Raises:
+        TypeError: ``summary`` is not a DataFrame.
+        ValueError: ``metric`` is not a tested metric, or the summary has no row.
+    """
+    import pandas as pd
+
+    check_instance(summary, "summary", pd.DataFrame, "a summarize() DataFrame")
+    _check_metrics(metric, TESTED_METRICS, "metric")
+    if len(summary) == 0:
+        raise ValueError(NOTHING_FINISHED)
+    scale, unit = (1.0, " rounds") if metric == "rounds_to_target" else (100.0, "")
+    feds = list(dict.fromkeys(summary["federation"]))
+    meths = list(dict.fromkeys(summary["method"]))
+    table = pd.DataFrame("-", index=pd.Index(meths, name="method"), columns=feds)
+    for _, r in summary.iterrows():
+        text = f"{scale * r[metric]:.1f} +- {scale * r[metric + '_ci']:.1f}{unit}"
+        if metric == "rounds_to_target":
+            text += f" ({100 * r['reached_share']:.0f} % of seeds reach it)"
+        v = r[f"vs_{metric}"]
+        if v not in ("baseline", "untested"):
+            text += (
+                f"; {scale * r['d_' + metric]:+.1f} +- {scale * r['d_' + metric + '_ci']:.1f}, {v}, "
+                f"p={format_p(r['p_holm_' + metric], alpha)}"
+            )
+        elif v == "untested":
+            text += "; untested"
+        marks = _marks(verdict_notes(r, metric))
+        table.loc[r["method"], r["federation"]] = text + (f" {marks}" if marks else "")
+    return table
+
+
 def verdict_counts(summary, metrics=GUIDE_METRICS, alpha: float = 0.05) -> dict:
     """How many comparisons with the baseline say what, before and after the corrections.
 

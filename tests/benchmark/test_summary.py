@@ -177,3 +177,18 @@ def test_the_forest_plot_marks_unconfirmed_verdicts_edges_and_failures():
     assert len(cells) == len(s) and cells.count("FedAvg") == s.federation.nunique()
     assert any(benchmark.MARKS["not_confirmed"] in c for c in cells)
     plt.close(fig)
+
+
+def test_the_verdict_table_reads_every_cell_in_full():
+    s = benchmark.load(benchmark.records_folder("lab")).summary()
+    table = benchmark.verdict_table(s, "lastk")
+    assert list(table.columns) == list(dict.fromkeys(s.federation)) and list(table.index) == list(
+        dict.fromkeys(s.method)
+    )
+    scaffold = table.loc["scaffold", "shards:2"]
+    assert scaffold.startswith("71.7 +- 2.8; -2.0 +- 1.9, inconclusive, p=0.093")
+    assert benchmark.MARKS["failures"] + "2" in scaffold and benchmark.MARKS["failures_change"] in scaffold
+    assert table.loc["fedvg", "clusters:4"] == "-"  # not run there
+    assert "% of seeds reach it" in benchmark.verdict_table(s, "rounds_to_target").loc["fedavg", "shards:2"]
+    with pytest.raises(ValueError, match="metric"):
+        benchmark.verdict_table(s, "std")

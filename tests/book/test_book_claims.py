@@ -183,10 +183,12 @@ _VERDICT_KEY = re.compile(r"verdict|better|worse|inconclusive|equiv|holm|(^|-)p(
 WORDING_OK: dict[str, dict[str, str]] = {
     "ch08_compare": {
         "might have done better still": "a hypothetical about the tuning grid, not a result",
-        "the paired difference to FedAvg in points": "the table's legend: defines better/worse",
         "better or worse after Holm": "shares of verdicts counted by benchmark.verdict_counts",
         "The guide reads the corrected verdicts": "defines how the guide reads its verdicts",
         "The authors found FedOUI ahead": "the paper's claim; ours is the glued verdict sentence",
+        "Holm's step-down keeps the chance": "the multiplicity plan: defines the families, not a result",
+        "is tested again with the exact sign-flip test": "the multiplicity plan: defines the checks of a verdict",
+        "Each point below is one method's paired difference": "the forest plot's legend: defines better/worse",
     },
     "ch09_robust": {
         "the paired difference to FedAvg on the same": "the table's legend: defines better/worse",
