@@ -476,8 +476,9 @@ def secure_sum(
 
 # What each strategy that is not sums-only needs from every client, and what could replace it.
 NEEDS_EACH = {
-    "fedvg": "each client's model theta_i, to evaluate its validation gradient on the server (would need the "
-    "clients to compute their weights' inputs, or a secure evaluation)",
+    "fedvg": "each client's model theta_i, to evaluate its validation gradient on the server, as this book runs "
+    "FedVG (with the paper's client-side scores it would fit two phases, as FedOUI would: reveal the scores, "
+    "then sum the weighted updates)",
     "fedoui": "each client's OUI score to weight it (would need revealing the scores, or securely computed weights)",
     "fedalign": "each client's alignment score to weight it (would need revealing the scores)",
     "craft": "each client's normalised update, for the Gram matrix U U^T (would need secure inner products)",

@@ -93,6 +93,8 @@ def test_the_secure_aggregation_table():
         if name in NEEDS_EACH:
             assert NEEDS_EACH[name] in why
     assert "each client's model theta_i" in table["fedvg"] and "Gram matrix" in table["craft"]
+    # FedVG is refused as the book runs it (server-side validation gradients), not in every form
+    assert "as this book runs FedVG" in table["fedvg"] and "client-side scores" in table["fedvg"]
     assert "OUI" in table["fedoui"] and "pairwise distances" in table["krum"]
     assert "no server aggregation" in table["gossip"] and "no server aggregation" in table["dac"]
     assert secure_aggregation_problem(Ditto(0.1)) == ""  # the base's (FedAvg's) sums; personal steps stay local
