@@ -14,7 +14,9 @@ plain Markdown and LaTeX:
   ``jupyter.source_hidden``, Colab's form view under a ``# @title`` line) and run inside
   ``fedlearn_edu.exercises.collapsed_output``, which shows their output in a closed ``<details>``
   block (:func:`solution_cell`);
-* labelled display maths gets its number as ``\\tag{2.1}``; labels and comments are dropped.
+* labelled display maths gets its number as ``\\tag{2.1}``; labels and comments are dropped;
+* the cells the rendered page hides (``remove-input``: the glue calls and the checks that guard
+  the prose) are kept, collapsed (:func:`_collapse_plumbing`).
 
 The code cells are the chapter's own (the first one is the install cell of :func:`install_cell`).
 The book's Sphinx extension (``fedlearn_book.py``) writes the copies at the end of every HTML build
@@ -533,6 +535,23 @@ def _hide(cell: dict, title: str) -> None:
     cell["source"] = solution_cell(_source(cell), title)
 
 
+PLUMBING_TITLE = "# @title The numbers the text quotes, and the checks that guard it"
+
+
+def _collapse_plumbing(cell: dict) -> None:
+    """Collapse a cell the rendered page hides (``remove-input``: glue calls, checks of the prose).
+
+    The reader's copy keeps it, since it computes the numbers the text quotes, with its source
+    hidden (JupyterLab's ``jupyter.source_hidden``; Colab's form view under a ``# @title`` line).
+    """
+    meta = cell.setdefault("metadata", {})
+    meta["jupyter"] = {**meta.get("jupyter", {}), "source_hidden": True}
+    meta["cellView"] = "form"
+    source = _source(cell)
+    if not source.startswith("# @title"):
+        cell["source"] = f"{PLUMBING_TITLE}\n{source}"
+
+
 def reader_copy(nb: dict, refs: References, docname: str, strict_glue: bool = False) -> dict:
     """The reader's copy of one chapter notebook (a new dict; ``nb`` is left as it is).
 
@@ -558,6 +577,8 @@ def reader_copy(nb: dict, refs: References, docname: str, strict_glue: bool = Fa
             cell["outputs"], cell["execution_count"] = [], None
             if solution_of:
                 _hide(cell, f"Solution to {solution_of}")
+            elif "remove-input" in cell.get("metadata", {}).get("tags", []):
+                _collapse_plumbing(cell)
             cells.append(cell)
             continue
         if cell["cell_type"] != "markdown":

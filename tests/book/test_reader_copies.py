@@ -191,6 +191,32 @@ def test_solution_code_cells_are_collapsed_and_the_input_is_not_modified():
     assert "jupyter" not in out["cells"][4]["metadata"] and "jupyter" not in out["cells"][0]["metadata"]
 
 
+def test_cells_the_page_hides_are_kept_collapsed_in_the_reader_copy():
+    nb = _nb(("code", "import x"), ("code", "y = 1"), ("code", 'glue("k", y, display=False)'))
+    nb["cells"][2]["metadata"]["tags"] = ["remove-input"]
+    before = json.dumps(nb)
+    out = rc.reader_copy(nb, _refs(), "book/ch09")
+    assert json.dumps(nb) == before, "the source notebook must not be modified"
+    glued = out["cells"][2]
+    assert glued["metadata"]["jupyter"] == {"source_hidden": True} and glued["metadata"]["cellView"] == "form"
+    assert glued["source"] == rc.PLUMBING_TITLE + '\nglue("k", y, display=False)'  # Colab's form view: a title
+    assert "jupyter" not in out["cells"][1]["metadata"]
+
+
+def test_no_chapter_shows_a_glue_call_or_a_check_of_its_prose():
+    """The rendered pages show the code a reader learns from; the glue calls live in cells they hide."""
+    shown = {}
+    for path in CHAPTERS:
+        for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
+            tags = cell.get("metadata", {}).get("tags", [])
+            source = "".join(cell["source"])
+            if cell["cell_type"] == "code" and "remove-input" not in tags:
+                n = sum(line.lstrip().startswith("glue(") for line in source.splitlines())
+                if n:
+                    shown[path.stem] = shown.get(path.stem, 0) + n
+    assert not shown, f"glue(...) lines on the rendered pages: {shown}"
+
+
 SOLUTION_CODE = '''\
 text = """a multi-line
   string, kept as it is"""
