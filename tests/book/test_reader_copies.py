@@ -336,8 +336,9 @@ def test_repository_url_is_written_only_in_config():
     tracked = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True)
     if tracked.returncode != 0:
         pytest.skip("not a git checkout")
-    # the chapters' install cells are generated from _config.yml (test above); README is read on GitHub
-    allowed = {"_config.yml", "README.md", *(str(p.relative_to(REPO)) for p in CHAPTERS)}
+    # the chapters' install cells are generated from _config.yml (test above); README is read on GitHub;
+    # CITATION.cff is read by GitHub and citation managers (tests/test_packaging.py checks it against _config.yml)
+    allowed = {"_config.yml", "README.md", "CITATION.cff", *(str(p.relative_to(REPO)) for p in CHAPTERS)}
     hits = [
         f
         for f in tracked.stdout.split()
