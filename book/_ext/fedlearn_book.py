@@ -14,6 +14,11 @@
    not over TCP ports another process can take before the kernel binds them (see
    ``kernel_transport.py``), and the build waits for their messages a second at a time, so a
    wake-up that pyzmq loses costs a second, not a cell's timeout (see ``kernel_polling.py``).
+6. Alt text: an image without one gets, in HTML, its file path as its ``alt`` (docutils'
+   default: ``../_images/<hash>.png``), which a screen reader reads out. An image inside a figure
+   gets the first sentence of the figure's caption instead (:func:`alt_from_captions`); a
+   figure cell without a caption can give its own with myst-nb's cell metadata
+   ``"mystnb": {"image": {"alt": "..."}}``. The build lists the images left without one.
 
 MathJax:
 MathJax 3 comes from the PyPI package ``django-static-mathjax`` (a plain copy of the
@@ -26,9 +31,12 @@ output. Without the package the build fails with a message saying what to instal
 
 from __future__ import annotations
 
+import re
 import shutil
 import sys
 from pathlib import Path
+
+from docutils import nodes
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import kernel_polling  # noqa: E402  (beside this file)
@@ -130,6 +138,56 @@ def _launch_readers(app, pagename, templatename, context, doctree) -> None:
                 button["url"] = urls[button["text"]]
 
 
+PATH_LIKE = re.compile(r"\.(png|jpe?g|gif|svg|webp)$|^\.{0,2}/|/_images/", re.I)
+
+
+def _needs_alt(image: nodes.image) -> bool:
+    alt = " ".join(str(image.get("alt", "")).split())
+    return not alt or alt == image.get("uri") or bool(PATH_LIKE.search(alt))
+
+
+def _first_sentence(text: str) -> str:
+    text = " ".join(text.replace("$", "").split())  # inline maths as its TeX, without the dollars
+    match = re.search(r"(?<=[.!?])\s+(?=[A-Z(])", text)  # a sentence's end: ". " before a capital
+    return text[: match.start()] if match else text
+
+
+def alt_from_captions(doctree: nodes.Node) -> list[nodes.image]:
+    """Give every image that has no real alt text the first sentence of its figure's caption.
+
+    Args:
+        doctree: a document's tree (``doctree-read``).
+
+    Returns:
+        The images still without an alt text (not inside a captioned figure).
+    """
+    missing = []
+    for image in doctree.findall(nodes.image):
+        if not _needs_alt(image):
+            continue
+        figure = image.parent
+        while figure is not None and not isinstance(figure, nodes.figure):
+            figure = figure.parent
+        caption = next(iter(figure.findall(nodes.caption)), None) if figure is not None else None
+        text = _first_sentence(caption.astext()) if caption is not None else ""
+        if text:
+            image["alt"] = text
+        else:
+            missing.append(image)
+    return missing
+
+
+def _alt_texts(app, doctree, docname) -> None:
+    from sphinx.util import logging
+
+    missing = alt_from_captions(doctree)
+    if missing:
+        logging.getLogger(__name__).info(
+            f"{docname}: {len(missing)} image(s) without alt text (no figure caption, no mystnb.image.alt): "
+            'give the cell a caption or "mystnb": {"image": {"alt": ...}}'
+        )
+
+
 DEFAULT_MODE = 'if (!document.documentElement.dataset.mode) { document.documentElement.dataset.mode = "auto"; }'
 
 
@@ -150,6 +208,7 @@ def setup(app):
     app.connect("build-finished", _unlink_kernels)
     app.connect("build-finished", _copy)
     app.connect("build-finished", _readers)
+    app.connect("doctree-resolved", _alt_texts)  # after every transform, glued figures included
     app.connect("html-page-context", _launch_readers, priority=600)
     app.connect("html-page-context", _dedupe_scripts, priority=900)
     app.add_js_file(None, body=DEFAULT_MODE, priority=1)
