@@ -129,7 +129,7 @@ def test_the_unit_tests_run_on_the_lowest_allowed_versions():
     job = _load("tests.yml")["jobs"]["lowest"]
     runs = " ".join(str(s.get("run", "")) for s in job["steps"])
     assert "uv pip install" in runs and "--resolution lowest-direct" in runs and '-e ".[test]"' in runs
-    assert 'pytest -m "not book and not deployment"' in runs
+    assert 'pytest -m "not book and not deployment and not records"' in runs  # records: another torch's bits
     python = next(s["with"]["python-version"] for s in job["steps"] if s.get("uses", "").startswith("actions/setup"))
     assert str(python) == _python_floor()
 

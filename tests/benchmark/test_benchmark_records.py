@@ -79,14 +79,19 @@ def test_the_summary_follows_from_the_records(grid):
     committed = pd.read_csv(RESULTS / name / "summary.csv").fillna({"edge": ""})  # no edge flag: an empty cell
     again = result.summary()
     drop = [c for c in committed.columns if c.startswith("sec_per_round")]
+    # mdd_*: a root of the power of the noncentral t, whose values scipy's releases compute differently
+    # in the last digits (1.11 vs 1.17: 2e-9 relative); every other number is exact arithmetic on the records
+    mdd = [c for c in committed.columns if c.startswith("mdd_")]
     pd.testing.assert_frame_equal(
-        committed.drop(columns=drop).reset_index(drop=True),
-        again.drop(columns=drop).reset_index(drop=True),
+        committed.drop(columns=drop + mdd).reset_index(drop=True),
+        again.drop(columns=drop + mdd).reset_index(drop=True),
         check_dtype=False,
         rtol=1e-12,
     )
+    pd.testing.assert_frame_equal(committed[mdd], again[mdd], check_dtype=False, rtol=1e-6)
 
 
+@pytest.mark.records
 def test_a_sample_of_runs_is_reproduced_bit_for_bit(grid):
     name, result = grid
     methods, seed, size = SAMPLES[name]
