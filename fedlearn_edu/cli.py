@@ -49,6 +49,45 @@ example:
 """
 
 
+EXIT_ALL_FAILED = 1  # a benchmark of which every run failed: no result (the failures are listed)
+EXIT_BAD_INPUT = 2  # argparse's own: a flag or value the command refuses, one line on stderr
+EXIT_DIVERGED = 3  # the run diverged (NaN/Inf): one line with the cause and the fix on stderr
+
+EXIT_STATUS = f"""\
+exit status:
+  0  done: the run finished, or the benchmark has a result
+  {EXIT_ALL_FAILED}  benchmark: every run failed (no result; the failures are listed)
+  {EXIT_BAD_INPUT}  bad input: one line on stderr names the flag and what is wrong
+  {EXIT_DIVERGED}  run: the training diverged (NaN/Inf); one line on stderr says which step to lower
+"""
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """``--help`` keeps the epilog's line breaks and shows every option's default.
+
+    A default is left out where there is none to show (``None``, an off switch, an empty list) and
+    where the option's help already says it.
+    """
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if not _shows_default(action) or "default" in text:
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+def _shows_default(action) -> bool:
+    nothing = action.default is None or action.default is False or action.default is argparse.SUPPRESS
+    return bool(action.option_strings) and not nothing and action.default != []  # 0 is a default to show
+
+
+def _help_for_defaults(parser: argparse.ArgumentParser) -> None:
+    """Give an option without help text one that states its default (argparse shows no help line otherwise)."""
+    for action in parser._actions:
+        if action.help is None and _shows_default(action):
+            action.help = "default: %(default)s"
+
+
 def _number(kind, low, high=None, low_open=False, high_open=True):
     """An argparse ``type``: ``kind`` (int or float) in the given range, else a one-line error."""
     from .checks import check_int, check_range
@@ -96,20 +135,25 @@ def build_parser() -> argparse.ArgumentParser:
         An ``argparse.ArgumentParser`` whose ``parse_args`` gives a ``Namespace`` with
         ``command == "run"`` and one attribute per flag (``args.clients_per_round``, ...).
     """
+    from . import __version__
     from .data import PARTITIONS
     from .models import MODELS
     from .strategies import STRATEGIES
 
     parser = argparse.ArgumentParser(
-        prog="python -m fedlearn_edu", description="Federated learning on heterogeneous data."
+        prog="python -m fedlearn_edu",
+        description="Federated learning on heterogeneous data.",
+        epilog=EXIT_STATUS,
+        formatter_class=_HelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"fedlearn-edu {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser(
         "run",
         help="simulate one strategy and print the fairness metrics",
         description="Simulate one strategy on a federated dataset and print the fairness metrics.",
-        epilog=SERVER_STEP_NOTES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=SERVER_STEP_NOTES + "\n" + EXIT_STATUS,
+        formatter_class=_HelpFormatter,
     )
     run.add_argument(
         "--dataset", default="digits", help="digits (bundled, default), mnist, fashion_mnist, cifar10, cifar100"
@@ -171,6 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="a client whose update is NaN/Inf: stop the run (raise, default) or drop it for the round (skip)",
     )
     run.set_defaults(error=run.error)  # errors found after parsing are reported like argparse's own
+    _help_for_defaults(run)
     _benchmark_parser(sub)
     return parser
 
@@ -210,8 +255,8 @@ def _benchmark_parser(sub) -> None:
         help="a fair comparison: tune each method, evaluate on fresh seeds, table with intervals",
         description="Tune every method's step on tuning seeds, evaluate the picks on fresh seeds, "
         "and write the records, plots and a Markdown report.",
-        epilog=BENCHMARK_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=BENCHMARK_EPILOG + "\n" + EXIT_STATUS,
+        formatter_class=_HelpFormatter,
     )
     _plugin_argument(bench, "--methods names (tuned on FedAvg's server-step grid)")
     bench.add_argument(
@@ -262,6 +307,7 @@ def _benchmark_parser(sub) -> None:
     bench.add_argument("--no-plots", action="store_true")
     bench.add_argument("--no-progress", action="store_true")
     bench.set_defaults(error=bench.error)
+    _help_for_defaults(bench)
 
 
 def _comma_list(error, flag: str, text: str, check, what: str, aliases=None) -> list[str]:
@@ -386,11 +432,6 @@ def _benchmark(args) -> int:
     return 0
 
 
-EXIT_ALL_FAILED = 1  # a benchmark of which every run failed: no result (the failures are listed)
-
-
-EXIT_DIVERGED = 3  # the run diverged (NaN/Inf): one line with the cause and the fix on stderr
-
 # Flags that only some strategies read: {flag: (attribute, the constructor argument it sets)}. A
 # flag applies to the strategies whose constructor (or default base's) takes that argument.
 STRATEGY_FLAGS = {
@@ -403,7 +444,8 @@ STRATEGY_FLAGS = {
 def main(argv=None) -> int:
     """Run the command line; input errors exit with status 2 and a one-line message, as argparse's own.
 
-    Exit status: 0 after a run; 2 for bad input (argparse's convention); ``EXIT_ALL_FAILED`` (1)
+    Exit status (``EXIT_STATUS``, the ``--help`` epilog): 0 after a run; 2 for bad input (argparse's
+    convention); ``EXIT_ALL_FAILED`` (1)
     after a benchmark of which every run failed; ``EXIT_DIVERGED`` (3) when the run diverges (a
     NaN/Inf update or server step): one line on stderr with the cause and the fix (e.g. "lower
     the client lr", "lower server_lr", ``--on-nonfinite skip``).

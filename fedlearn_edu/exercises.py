@@ -591,7 +591,7 @@ def check_personal_model(your_function: Callable, seed: int = 0) -> bool:
     ``node_config["partition-id"]`` is ``partition_id``, as ``{name: Tensor[...]}`` without the
     client axis: ``client_state(context)["personal"]`` holds the node's row, ``Tensor[1, ...]``.
     Node ids are Flower's own numbers (random 64-bit integers on real SuperNodes), not
-    partition ids. Needs Flower (``pip install "fedlearn_edu[flower]"``).
+    partition ids. Needs Flower (``pip install "flwr>=1.42,<2"``).
 
     Args:
         your_function: the reader's lookup, with the signature above.

@@ -1,6 +1,6 @@
 """Privacy accounting for client-level DP-FedAvg, from Google's ``dp-accounting`` library (not by hand).
 
-Needs the optional extra: ``pip install "fedlearn_edu[privacy]"`` (``dp-accounting``; the test
+Needs the optional extra ``privacy``: ``pip install "dp-accounting>=0.4"`` (the test
 suite cross-checks it against Opacus's ``RDPAccountant``). The core package imports neither.
 
 One round of DP-FedAvg (:class:`fedlearn_edu.strategies.DPFedAvg`) is the *sampled Gaussian
@@ -38,8 +38,8 @@ def _dp_accounting():
         import dp_accounting  # noqa: PLC0415
     except ImportError as err:
         raise ImportError(
-            "fedlearn_edu.privacy needs the 'privacy' extra: pip install \"fedlearn_edu[privacy]\" "
-            f"(or pip install dp-accounting). ({err})"
+            "fedlearn_edu.privacy needs the 'privacy' extra: pip install \"dp-accounting>=0.4\" "
+            f"(its one dependency). ({err})"
         ) from None
     return dp_accounting
 

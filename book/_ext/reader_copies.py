@@ -52,25 +52,23 @@ if importlib.util.find_spec("fedlearn_edu") is None:
     import importlib.metadata
     import subprocess
 
-    SOURCES = ["fedlearn-edu", "fedlearn-edu @ git+{repository_url}@{branch}"]  # the index first
+    # the exact source this notebook was built from, never a bare name on the package index
+    SOURCE = "fedlearn-edu @ git+{repository_url}@{ref}"
 
     def versions():
         dists = importlib.metadata.distributions()
         return {{(d.metadata["Name"] or "").replace("_", "-").lower(): d.version for d in dists}}
 
     before = versions()
-    for source in SOURCES:
-        print(f"pip install {{source!r}} ...")
-        pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", source], capture_output=True, text=True)
-        if pip.returncode == 0:
-            break
-    else:
+    print(f"pip install {{SOURCE!r}} ...")
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", SOURCE], capture_output=True, text=True)
+    if pip.returncode != 0:
         raise RuntimeError(
-            "Could not install fedlearn_edu from the package index nor from GitHub; pip said:\\n"
+            "Could not install fedlearn_edu from GitHub; pip said:\\n"
             + pip.stderr[-2000:]
             + "\\nWhat to do: check the internet connection (on Colab: Runtime -> Disconnect and delete "
             "runtime, then run again), or install it yourself in this environment with\\n"
-            "    pip install fedlearn-edu\\n"
+            f"    pip install '{{SOURCE}}'\\n"
             "and run this cell again."
         )
     importlib.invalidate_caches()
@@ -88,23 +86,80 @@ import fedlearn_edu  # noqa: E402,F401  (fails here, not one cell later, if the 
 """
 
 
-def install_cell(repository_url: str, branch: str = "main") -> str:
+def install_cell(repository_url: str, ref: str = "main") -> str:
     """Source of the chapters' first code cell.
 
     It puts the source checkout on ``sys.path`` (a chapter run from ``book/``), else installs
-    ``fedlearn-edu`` from the package index, falling back to the repository; it raises with what to
-    do when neither works, and asks for a restart only when the install replaced a package the
-    kernel had already imported. ``%matplotlib inline`` keeps the figures inline whatever
-    ``MPLBACKEND`` says.
+    ``fedlearn-edu`` from the repository at ``ref`` -- never the bare name from the package index,
+    where this project has published nothing (whoever registered the name would run their code
+    on every reader). It raises with what to do when the install fails (offline), and asks for a
+    restart only when the install replaced a package the kernel had already imported.
+    ``%matplotlib inline`` keeps the figures inline whatever ``MPLBACKEND`` says.
+
+    The chapters hold the cell for ``_config.yml``'s branch (:func:`sync_install_cells`); each
+    reader's copy gets the cell for the commit that built it (:func:`build_ref`).
 
     Args:
         repository_url: e.g. ``"https://github.com/org/repo"`` (``_config.yml``'s ``repository.url``).
-        branch: the branch the git fallback installs from.
+        ref: the commit (or, in the chapters, the branch) pip installs.
 
     Returns:
         The cell's source, one string.
     """
-    return INSTALL_CELL.format(repository_url=repository_url.rstrip("/"), branch=branch)
+    return INSTALL_CELL.format(repository_url=repository_url.rstrip("/"), ref=ref)
+
+
+COMMIT_VARIABLES = ("FEDLEARN_BUILD_COMMIT", "GITHUB_SHA")  # the Pages workflow sets the first
+_COMMIT = re.compile(r"[0-9a-f]{40}")
+
+
+def build_commit(root: Path, environ=None) -> str | None:
+    """The commit the book is built from: ``$FEDLEARN_BUILD_COMMIT``, ``$GITHUB_SHA``, else ``git rev-parse HEAD``.
+
+    Args:
+        root: the book's root (the repository checkout).
+        environ: the environment (default ``os.environ``).
+
+    Returns:
+        The full 40-digit commit hash, or ``None`` outside a git checkout with neither variable set.
+
+    Raises:
+        ValueError: a variable is set but is not a full commit hash.
+    """
+    import os
+    import subprocess
+
+    environ = os.environ if environ is None else environ
+    for name in COMMIT_VARIABLES:
+        value = environ.get(name, "").strip()
+        if value:
+            if not _COMMIT.fullmatch(value):
+                raise ValueError(f"{name}={value!r} is not a full 40-digit commit hash")
+            return value
+    try:
+        git = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=30, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    sha = git.stdout.strip()
+    return sha if git.returncode == 0 and _COMMIT.fullmatch(sha) else None
+
+
+def build_ref(root: Path, branch: str, environ=None) -> str:
+    """What the reader's copies and Binder install: the building commit (:func:`build_commit`), else ``branch``."""
+    return build_commit(root, environ) or branch
+
+
+def binder_requirements(repository_url: str, ref: str) -> str:
+    """The ``requirements.txt`` of the ``readers`` branch: the package at ``ref`` with CPU PyTorch."""
+    return (
+        "# Binder: the environment of the reader's copies (CPU PyTorch keeps the image small)\n"
+        "--extra-index-url https://download.pytorch.org/whl/cpu\n"
+        f"fedlearn-edu @ git+{repository_url.rstrip('/')}@{ref}\n"
+        "ipywidgets>=7  # the chapters' sliders (the package never imports it)\n"
+        "jupyterlab-myst\n"
+    )
 
 
 def book_config(root: Path) -> dict:
@@ -552,7 +607,9 @@ def _collapse_plumbing(cell: dict) -> None:
         cell["source"] = f"{PLUMBING_TITLE}\n{source}"
 
 
-def reader_copy(nb: dict, refs: References, docname: str, strict_glue: bool = False) -> dict:
+def reader_copy(
+    nb: dict, refs: References, docname: str, strict_glue: bool = False, install: str | None = None
+) -> dict:
     """The reader's copy of one chapter notebook (a new dict; ``nb`` is left as it is).
 
     Args:
@@ -561,6 +618,8 @@ def reader_copy(nb: dict, refs: References, docname: str, strict_glue: bool = Fa
         docname: the chapter's document name, e.g. ``"book/ch01_fedavg"``.
         strict_glue: refuse a ``{glue}`` role whose key ``refs.glue`` has no value for
             (otherwise the key is written, as code).
+        install: the source of the copy's first code cell (the install cell pinned to the
+            commit that built the copy, :func:`install_cell`); ``None`` keeps the chapter's.
 
     Returns:
         The converted notebook, without outputs.
@@ -572,9 +631,13 @@ def reader_copy(nb: dict, refs: References, docname: str, strict_glue: bool = Fa
     out = copy.deepcopy(nb)
     cells = []
     solution_of = None  # inside solution-start ... solution-end: the exercise's text
+    first_code = True
     for cell in out["cells"]:
         if cell["cell_type"] == "code":
             cell["outputs"], cell["execution_count"] = [], None
+            if first_code and install is not None:
+                cell["source"] = install.splitlines(keepends=True)
+            first_code = False
             if solution_of:
                 _hide(cell, f"Solution to {solution_of}")
             elif "remove-input" in cell.get("metadata", {}).get("tags", []):
@@ -625,7 +688,7 @@ def reader_copy(nb: dict, refs: References, docname: str, strict_glue: bool = Fa
 
 
 def write_reader_copies(
-    chapters: dict[str, Path], refs: References, dest: Path, executed: Path | None = None
+    chapters: dict[str, Path], refs: References, dest: Path, executed: Path | None = None, install: str | None = None
 ) -> list[Path]:
     """Write the reader's copy of every chapter under ``dest`` (``dest/<docname>.ipynb``).
 
@@ -635,6 +698,7 @@ def write_reader_copies(
         dest: output folder.
         executed: folder of the executed notebooks (``_build/jupyter_execute``), for glue values
             (:func:`executed_glue`); then a glued key without a value is an error, not a key in the copy.
+        install: every copy's first code cell (:func:`reader_copy`).
 
     Returns:
         The paths written.
@@ -648,7 +712,7 @@ def write_reader_copies(
         refs.glue = executed_glue(executed, docname) if executed else {}
         target = Path(dest) / f"{docname}.ipynb"
         target.parent.mkdir(parents=True, exist_ok=True)
-        copy_ = reader_copy(nb, refs, docname, strict_glue=executed is not None)
+        copy_ = reader_copy(nb, refs, docname, strict_glue=executed is not None, install=install)
         target.write_text(json.dumps(copy_, indent=1, ensure_ascii=False) + "\n")
         written.append(target)
     return written

@@ -16,7 +16,7 @@ import numpy as np
 from ..checks import check_instance, check_name, check_path
 from .execution import _plain_record, _version, git_commit, replay, run_key
 from .protocol import BenchmarkProtocol
-from .store import RECORD_VERSION, _atomic_write, _Store
+from .store import RECORD_VERSION, _atomic_write, _Store, exact_floats
 from .summary import format_results_table, summarize
 
 _RECORD_COLUMNS = {
@@ -268,7 +268,7 @@ def load(out) -> BenchmarkResult:
     for name, kw in options.items():
         with _damaged(out / name):
             try:
-                frames[name] = pd.read_csv(out / name, **kw)
+                frames[name] = pd.read_csv(out / name, **kw, **exact_floats())
             except pd.errors.EmptyDataError:
                 raise ValueError("the file is empty") from None
             missing = [c for c in _RECORD_COLUMNS[name] if c not in frames[name].columns]

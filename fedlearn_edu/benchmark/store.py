@@ -16,6 +16,19 @@ from .execution import _code_sha256
 RECORD_VERSION = 2
 
 
+def exact_floats() -> dict:
+    """``read_csv`` options that read every float back exactly as it was written.
+
+    Before pandas 3, ``read_csv``'s default float parser loses the last bit of about one value in
+    seven (pandas 1.5-2.2: ``2.2587077753508797`` comes back as ``2.25870777535088``), so records
+    read from disk would differ from the runs that wrote them; ``float_precision="round_trip"``
+    parses exactly. pandas 3 parses exactly by default and deprecates the option.
+    """
+    import pandas as pd
+
+    return {"float_precision": "round_trip"} if int(pd.__version__.split(".")[0]) < 3 else {}
+
+
 def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
@@ -162,5 +175,5 @@ class _Store:
     def frame(self, keys):
         import pandas as pd
 
-        frames = [pd.read_csv(self.runs / f"{k}.csv") for k in keys]
+        frames = [pd.read_csv(self.runs / f"{k}.csv", **exact_floats()) for k in keys]
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()

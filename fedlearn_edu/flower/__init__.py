@@ -1,7 +1,8 @@
 """Flower adapter: run any fedlearn_edu strategy across machines with Flower (flwr >= 1.42).
 
-Needs the optional extra: ``pip install "fedlearn_edu[flower]"``. The core package never
-imports Flower; only this subpackage does.
+Needs the optional extra ``flower``, that is Flower itself: ``pip install "flwr>=1.42,<2"`` (or
+``pip install -e ".[flower]"`` in a checkout). The core package never imports Flower; only this
+subpackage does.
 
 * :class:`FlowerStrategy` -- a ``flwr.serverapp.strategy.Strategy`` wrapping any
   fedlearn_edu strategy (the ServerApp side);
@@ -37,14 +38,14 @@ try:
 except ImportError as err:  # pragma: no cover - exercised in a subprocess by the tests
     raise ImportError(
         f"fedlearn_edu.flower needs Flower ({FLWR_REQUIREMENT}), which is not installed: "
-        'pip install "fedlearn_edu[flower]"  (or pip install "flwr>=1.42,<2").'
+        f'pip install "{FLWR_REQUIREMENT}" (the flower extra\'s one dependency; Python >= 3.11).'
     ) from err
 
 _version = tuple(int(p) for p in flwr.__version__.split(".")[:2] if p.isdigit())
 if not (1, 42) <= _version < (2, 0):  # pragma: no cover - depends on the installed Flower
     raise ImportError(
         f"fedlearn_edu.flower needs {FLWR_REQUIREMENT}; found flwr {flwr.__version__}. "
-        'pip install "fedlearn_edu[flower]" installs a matching release.'
+        f'pip install "{FLWR_REQUIREMENT}" installs a matching release.'
     )
 
 from . import bridge  # noqa: E402

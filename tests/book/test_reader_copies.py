@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -283,13 +284,87 @@ def test_install_cell_is_the_one_config_gives(path):
     )
 
 
+SHA = "0123456789abcdef0123456789abcdef01234567"
+
+
+def test_install_cell_installs_the_repository_never_the_bare_index_name():
+    """The index name is not registered: whoever took it would run their code on every reader."""
+    repo = rc.book_config(REPO)["repository_url"]
+    cell = rc.install_cell(repo, SHA)
+    assert f'SOURCE = "fedlearn-edu @ git+{repo}@{SHA}"' in cell
+    sources = re.findall(r"pip\", \"install\", \"-q\", (\w+)\]", cell)
+    assert sources == ["SOURCE"], sources  # one pip install, of SOURCE
+    assert '"fedlearn-edu"' not in cell and "pip install fedlearn-edu" not in cell
+
+
+def test_reader_copy_installs_the_commit_that_built_it():
+    repo = rc.book_config(REPO)["repository_url"]
+    chapter = json.loads(CHAPTERS[0].read_text(encoding="utf-8"))
+    copy = rc.reader_copy(chapter, _refs(), "book/ch", install=rc.install_cell(repo, SHA))
+    kept = rc.reader_copy(chapter, _refs(), "book/ch")  # without install=: the chapter's own cell
+    code, kept_code = ([rc._source(c) for c in nb["cells"] if c["cell_type"] == "code"] for nb in (copy, kept))
+    assert code[0] == rc.install_cell(repo, SHA) and kept_code[0] == rc.install_cell(repo, "main")
+    assert code[1:] == kept_code[1:] and len(code) > 1  # only the install cell differs
+
+
+def test_binder_installs_the_commit_that_built_the_copies():
+    lines = rc.binder_requirements("https://github.com/org/repo/", SHA).splitlines()
+    assert f"fedlearn-edu @ git+https://github.com/org/repo@{SHA}" in lines
+    assert not [ln for ln in lines if ln.split("#")[0].strip() in ("fedlearn-edu", "fedlearn_edu")]
+
+
+def test_the_build_commit_comes_from_the_workflow_else_from_git(tmp_path):
+    other = "f" * 40
+    env = {"FEDLEARN_BUILD_COMMIT": SHA, "GITHUB_SHA": other}
+    assert rc.build_commit(tmp_path, env) == SHA
+    assert rc.build_commit(tmp_path, {"GITHUB_SHA": other}) == other
+    with pytest.raises(ValueError, match="FEDLEARN_BUILD_COMMIT='main' is not a full 40-digit commit hash"):
+        rc.build_commit(tmp_path, {"FEDLEARN_BUILD_COMMIT": "main"})
+    plain = tmp_path / "plain"  # no git checkout, no variable: the branch, said so in the readers' README
+    plain.mkdir()
+    assert rc.build_commit(plain, {}) is None and rc.build_ref(plain, "main", {}) == "main"
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    checkout = tmp_path / "checkout"
+    subprocess.run(["git", "init", "-q", str(checkout)], check=True)
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "x"], cwd=checkout, check=True)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=checkout, capture_output=True, text=True).stdout.strip()
+    assert rc.build_ref(checkout, "main", {}) == head
+
+
+def test_install_cell_offline_stops_with_what_to_do(tmp_path):
+    """Where pip cannot fetch the source (offline: here a git that always fails), the cell stops with a clear error."""
+    repo = rc.book_config(REPO)["repository_url"]
+    cell = rc.install_cell(repo, SHA).replace("%matplotlib inline", "")
+    (tmp_path / "cell.py").write_text(cell, encoding="utf-8")
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "git").write_text("#!/bin/sh\necho 'fatal: unable to access GitHub (offline)' >&2\nexit 128\n")
+    (fake / "git").chmod(0o755)
+    env = {
+        "PATH": f"{fake}:{os.environ['PATH']}",
+        "HOME": str(tmp_path),
+        "PIP_NO_INDEX": "1",
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+    }
+    # -S: no site-packages, so fedlearn_edu is not importable (pip, a subprocess, still runs)
+    proc = subprocess.run(
+        [sys.executable, "-S", "cell.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert f"pip install 'fedlearn-edu @ git+{repo}@{SHA}' ..." in proc.stdout
+    err = proc.stderr
+    assert "RuntimeError: Could not install fedlearn_edu from GitHub; pip said:" in err
+    assert "check the internet connection" in err and f"pip install 'fedlearn-edu @ git+{repo}@{SHA}'" in err
+
+
 def test_repository_url_is_written_only_in_config():
     url = rc.book_config(REPO)["repository_url"]
     tracked = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True)
     if tracked.returncode != 0:
         pytest.skip("not a git checkout")
-    # the chapters' install cells are generated from _config.yml (test above); README is read on GitHub
-    allowed = {"_config.yml", "README.md", *(str(p.relative_to(REPO)) for p in CHAPTERS)}
+    # the chapters' install cells are generated from _config.yml (test above); README is read on GitHub;
+    # CITATION.cff is read by GitHub and citation managers (tests/test_packaging.py checks it against _config.yml)
+    allowed = {"_config.yml", "README.md", "CITATION.cff", *(str(p.relative_to(REPO)) for p in CHAPTERS)}
     hits = [
         f
         for f in tracked.stdout.split()

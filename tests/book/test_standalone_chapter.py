@@ -2,18 +2,22 @@
 
 1. Where the install cannot succeed (no package index, git refused): the first cell fails with the
    install cell's message, not with ``ModuleNotFoundError`` one cell later.
-2. Where it can (the locally built wheel on a find-links folder): the chapter runs top to bottom,
-   and so does its **reader's copy** (what Colab and Binder open, from the book build), through the
-   same install cell, as a reader in Colab would run it.
+2. Where it can: the chapter runs top to bottom, and so does its **reader's copy** (what Colab
+   and Binder open, from the book build), through the same install cell, as a reader in Colab
+   would run it. The cell installs ``fedlearn-edu @ git+<repository>@<commit or branch>``, which
+   is out of reach offline: the test checks that source line and points it at the locally built
+   wheel instead (the rest of the cell runs as it is).
 
-The venv gets ipykernel and nbclient; for the second case also torch/torchvision and the wheel's
-other dependencies (read from its metadata), as a reader's environment would have them.
+The venv gets ipykernel and nbclient; for the second case also torch/torchvision, the wheel's
+other dependencies (read from its metadata) and ipywidgets, as a reader's environment (Colab's)
+would have them.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import venv
 import zipfile
@@ -53,9 +57,24 @@ def _pip(py: Path, *args: str) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
-def _run_chapter(py: Path, work: Path, env: dict, chapter: Path = CHAPTER) -> dict:
+PINNED_SOURCE = re.compile(r'SOURCE = "fedlearn-edu @ git\+https://github\.com/[\w.-]+/[\w.-]+@([\w./-]+)"')
+
+
+def _from_wheel(text: str, wheel: Path) -> str:
+    """The notebook ``text`` whose install cell installs ``wheel`` in place of its pinned git source."""
+    nb = json.loads(text)
+    first = next(c for c in nb["cells"] if c["cell_type"] == "code")
+    source = "".join(first["source"])
+    assert len(PINNED_SOURCE.findall(source)) == 1, source  # the cell installs the repository at one ref
+    source = PINNED_SOURCE.sub(f'SOURCE = "fedlearn-edu @ {wheel.as_uri()}"', source)
+    first["source"] = source.splitlines(keepends=True)
+    return json.dumps(nb)
+
+
+def _run_chapter(py: Path, work: Path, env: dict, chapter: Path = CHAPTER, wheel: Path | None = None) -> dict:
     nb = work / chapter.name
-    nb.write_text(chapter.read_text(encoding="utf-8"), encoding="utf-8")
+    text = chapter.read_text(encoding="utf-8")
+    nb.write_text(_from_wheel(text, wheel) if wheel else text, encoding="utf-8")
     proc = subprocess.run(
         [str(py), "-c", RUN, str(nb), str(work)], cwd=work, env=env, capture_output=True, text=True, timeout=1500
     )
@@ -82,7 +101,8 @@ def test_chapter_alone_where_install_cannot_succeed(fresh_venv):
     result = _run_chapter(py, work, env)
     assert not result["ok"]
     assert result["code_cell"] == 0, result
-    assert "Could not install fedlearn_edu" in result["error"] and "pip install fedlearn-edu" in result["error"]
+    assert "Could not install fedlearn_edu from GitHub" in result["error"]
+    assert "pip install 'fedlearn-edu @ git+https://github.com/" in result["error"]
     assert "ModuleNotFoundError" not in result["error"]
 
 
@@ -96,7 +116,7 @@ def reader_venv(fresh_venv, built_dist) -> tuple[Path, Path, Path]:
     deps = [
         d for d in meta.get_all("Requires-Dist") if "extra ==" not in d and not d.startswith(("torch", "torchvision"))
     ]
-    _pip(py, *TORCH, *deps)
+    _pip(py, *TORCH, *deps, "ipywidgets")  # the chapters' sliders: Colab ships ipywidgets, Binder installs it
     return py, root, wheel
 
 
@@ -128,7 +148,7 @@ def test_chapter_alone_runs_from_the_built_wheel(reader_venv, built_book, copy):
     work.mkdir()
     env = _env(root, PIP_NO_INDEX="1", PIP_FIND_LINKS=str(wheel.parent), GIT_ALLOW_PROTOCOL="file")
     try:
-        result = _run_chapter(py, work, env, chapter)
+        result = _run_chapter(py, work, env, chapter, wheel)
         assert result["ok"], result
         _installed_from_the_wheel(py, root, work)
     finally:

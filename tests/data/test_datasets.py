@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import os
 import pickle
 import struct
 from pathlib import Path
@@ -24,9 +23,8 @@ from fedlearn_edu.data import (
     read_idx,
 )
 from fedlearn_edu.data import sources as src_mod
-
-MNIST_DIR = Path(os.environ.get("FEDLEARN_DATA", "/nonexistent")) / "mnist"  # set by conftest.py
-FASHION_DIR = Path("/usr/share/datasets/fashion-mnist")
+from tests import needs_data
+from tests.needs_data import require_fashion_mnist, require_mnist
 
 
 # --------------------------------------------------------------------------- #
@@ -114,7 +112,8 @@ def test_digits_split_is_fixed_stratified_and_scaled():
 
 
 def test_real_mnist_from_fedlearn_data(monkeypatch):
-    monkeypatch.setenv("FEDLEARN_DATA", str(MNIST_DIR.parent))
+    mnist_dir = require_mnist()  # skips, saying why, where MNIST is absent (fails in .ci/run)
+    monkeypatch.setenv("FEDLEARN_DATA", str(mnist_dir.parent))
     train, test = load_dataset("mnist")
     (x, y), (xt, yt) = train.tensors, test.tensors
     assert x.shape == (60000, 1, 28, 28) and xt.shape == (10000, 1, 28, 28)
@@ -122,12 +121,13 @@ def test_real_mnist_from_fedlearn_data(monkeypatch):
     assert float(x.min()) == 0.0 and float(x.max()) == 1.0
     np.testing.assert_array_equal(np.bincount(y.numpy()), [5923, 6742, 5958, 6131, 5842, 5421, 5918, 6265, 5851, 5949])
     np.testing.assert_array_equal(np.bincount(yt.numpy()), [980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009])
-    raw = read_idx(MNIST_DIR / "train-labels-idx1-ubyte.gz")
+    raw = read_idx(mnist_dir / "train-labels-idx1-ubyte.gz")
     assert hashlib.md5(raw.tobytes()).hexdigest() != ""  # readable directly too
     assert raw.dtype == np.uint8 and raw.shape == (60000,)
 
 
 def test_real_fashion_mnist_from_debian_package(monkeypatch):
+    require_fashion_mnist()
     monkeypatch.delenv("FEDLEARN_DATA", raising=False)
     train, test = load_dataset("fashion-mnist")
     assert train.tensors[0].shape == (60000, 1, 28, 28) and test.tensors[0].shape == (10000, 1, 28, 28)
@@ -136,14 +136,35 @@ def test_real_fashion_mnist_from_debian_package(monkeypatch):
 
 
 def test_folder_holding_the_other_dataset_is_skipped(tmp_path, monkeypatch):
-    monkeypatch.setenv("FEDLEARN_DATA", str(MNIST_DIR.parent))
-    assert (FASHION_DIR / "train-labels-idx1-ubyte.gz").exists(), (
-        "Fashion-MNIST is missing: apt-get install dataset-fashion-mnist (.ci/run does)"
-    )
-    for f in FASHION_DIR.glob("*-ubyte.gz"):
+    mnist_dir, fashion_dir = require_mnist(), require_fashion_mnist()
+    monkeypatch.setenv("FEDLEARN_DATA", str(mnist_dir.parent))
+    for f in fashion_dir.glob("*-ubyte.gz"):
         (tmp_path / f.name).symlink_to(f)
     train, _ = load_dataset("mnist", root=tmp_path)  # must fall through to the real MNIST
     assert np.bincount(train.tensors[1].numpy())[1] == 6742
+
+
+@pytest.mark.parametrize(
+    ("required", "fails"),
+    [("", False), ("mnist", False), ("fashion-mnist", True), ("mnist,fashion-mnist", True), ("1", True)],
+)
+def test_absent_data_skips_with_its_reason_unless_required(tmp_path, monkeypatch, required, fails):
+    """A newcomer's clone skips, saying what is missing and how to get it; .ci/run's FEDLEARN_REQUIRE_DATA fails."""
+    monkeypatch.setattr(needs_data, "FASHION_DIR", tmp_path / "no-fashion")
+    monkeypatch.setenv("FEDLEARN_REQUIRE_DATA", required)
+    with pytest.raises(pytest.fail.Exception if fails else pytest.skip.Exception) as stop:
+        needs_data.require_fashion_mnist()
+    assert f"Fashion-MNIST is absent ({tmp_path / 'no-fashion'}" in str(stop.value)
+    assert "apt-get install dataset-fashion-mnist" in str(stop.value)
+    (tmp_path / "no-fashion").mkdir()
+    (tmp_path / "no-fashion" / "train-labels-idx1-ubyte.gz").write_bytes(b"")
+    assert needs_data.require_fashion_mnist() == tmp_path / "no-fashion"  # present: the test runs
+
+
+def test_ci_requires_the_data_it_installs():
+    ci = (Path(__file__).resolve().parents[2] / ".ci" / "run").read_text(encoding="utf-8")
+    assert 'FEDLEARN_REQUIRE_DATA="fashion-mnist"' in ci and "apt-get install -y -qq dataset-fashion-mnist" in ci
+    assert 'FEDLEARN_REQUIRE_DATA+=",mnist"' in ci and "export FEDLEARN_REQUIRE_DATA" in ci
 
 
 @pytest.mark.parametrize("gz", [True, False], ids=["gzip", "raw"])
