@@ -193,7 +193,7 @@ WORDING_OK: dict[str, dict[str, str]] = {
     "ch09_robust": {
         "the paired difference to FedAvg on the same": "the table's legend: defines better/worse",
         "significantly better than FedAvg": "introduces the verdict table that follows",
-        "robust rules better than FedAvg": "the verdict table's header",
+        "Which robust rules are better than FedAvg under each attack is in": "points to the verdict figures",
     },
 }
 
@@ -274,3 +274,25 @@ def test_pm_means_the_95_percent_half_width_everywhere(path: Path):
     """notation.md: "±" after a mean or a difference is the 95 % half-width, in prose and printed tables."""
     bad = [line for kind in ("markdown", "code") for cell in _cells(path, kind) for line in pm_as_spread(cell)]
     assert not bad, f"{path.name}: a standard deviation written with '±' (print the half-width, or write 'sd'): {bad}"
+
+
+# --------------------------------------------------------------------------- exploratory results
+
+# Glued results outside the book's multiplicity plan (chapter 8: a comparison chosen after seeing the data,
+# one outside the corrected families, an uncorrected test): the paragraph that pastes one says *exploratory*.
+EXPLORATORY: dict[str, tuple[str, ...]] = {
+    "ch09_robust": ("rb-dp1-gain", "rb-dp-zfree"),  # dp1 - dp0, direction read off the data; an overlap rule
+    "evidence": ("ev-craft-avgm-verdict",),  # CRAFT - FedAvgM, outside the grid's families
+}
+
+
+@pytest.mark.parametrize("stem", sorted(EXPLORATORY))
+def test_results_outside_the_multiplicity_plan_are_labelled_exploratory(stem):
+    texts = [md for md in _cells(BOOK / f"{stem}.ipynb", "markdown")]
+    for key in EXPLORATORY[stem]:
+        found = [
+            p for md in texts for p in paragraphs(md) if re.search(rf"\{{glue(?::\w+)?\}}`{re.escape(key)}[`:]", p)
+        ]
+        assert found, f"{stem}: no paragraph pastes {key!r}; update EXPLORATORY with the chapter"
+        unlabelled = [p for p in found if "exploratory" not in p.lower()]
+        assert not unlabelled, f"{stem}: {key} is pasted without the word 'exploratory': {unlabelled[0][:200]}"
