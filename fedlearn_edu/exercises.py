@@ -711,7 +711,8 @@ def check_craft_direction(your_function: Callable, seed: int = 0) -> bool:
     **rank-deficient** (duplicate clients, as in chapter 3's exercise; opposite clients; more
     clients than dimensions): ``U U^T`` is singular there, so a solution through
     ``torch.linalg.solve`` fails them; ``U^+`` must be applied rank-safely (``torch.linalg.pinv``,
-    ``torch.linalg.lstsq`` or an eigendecomposition of ``U U^T`` with a cut-off, as the package
+    ``torch.linalg.lstsq`` with an SVD driver, ``driver="gelsd"``, or an eigendecomposition of ``U U^T``
+    with a cut-off, as the package
     does), which gives the least-squares compromise. The cases have at least two clients and no
     zero updates (the special rules for zero updates and a single client are not checked).
 
@@ -796,7 +797,8 @@ def check_craft_direction(your_function: Callable, seed: int = 0) -> bool:
     ]
     rank_safe = (
         "U U^T is singular here: torch.linalg.solve fails (or returns huge values) on a rank-deficient Gram "
-        "matrix. Use a rank-safe solve: torch.linalg.lstsq(U @ U.T, r).solution, torch.linalg.pinv(U) @ r, or an "
+        "matrix. Use a rank-safe solve: torch.linalg.lstsq(U @ U.T, r, driver='gelsd').solution (an SVD driver: "
+        "the default gelsy's rank cut-off is not always met by a float Gram matrix), torch.linalg.pinv(U) @ r, or an "
         "eigendecomposition of U U^T that drops the zero eigenvalues, as fedlearn_edu.aggregators.craft_direction"
     )
     cases += [Case(name, (u, r, ref), craft_direction(u, r, ref), rank_safe) for name, u, r, ref in rank_deficient]
