@@ -19,6 +19,8 @@
    gets the first sentence of the figure's caption instead (:func:`alt_from_captions`); a
    figure cell without a caption can give its own with myst-nb's cell metadata
    ``"mystnb": {"image": {"alt": "..."}}``. The build lists the images left without one.
+7. The theme's controls are named by what they show, and links on tinted boxes have enough
+   contrast (``accessibility.py``; axe-core checks every page in the browser test).
 
 MathJax:
 MathJax 3 comes from the PyPI package ``django-static-mathjax`` (a plain copy of the
@@ -39,7 +41,8 @@ from pathlib import Path
 from docutils import nodes
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import kernel_polling  # noqa: E402  (beside this file)
+import accessibility  # noqa: E402  (beside this file)
+import kernel_polling  # noqa: E402
 import kernel_transport  # noqa: E402
 import reader_copies  # noqa: E402
 
@@ -89,6 +92,11 @@ def _dedupe_scripts(app, pagename, templatename, context, doctree) -> None:
             seen.add(key)
             unique.append(js)
     scripts[:] = unique
+
+
+def _accessibility(app, exception) -> None:
+    if exception is None and app.builder.format == "html":
+        accessibility.fix_site(Path(app.outdir))
 
 
 def _readers(app, exception) -> None:
@@ -208,6 +216,8 @@ def setup(app):
     app.connect("build-finished", _unlink_kernels)
     app.connect("build-finished", _copy)
     app.connect("build-finished", _readers)
+    app.connect("build-finished", _accessibility)
+    app.add_css_file(accessibility.CSS_FILE)
     app.connect("doctree-resolved", _alt_texts)  # after every transform, glued figures included
     app.connect("html-page-context", _launch_readers, priority=600)
     app.connect("html-page-context", _dedupe_scripts, priority=900)

@@ -463,12 +463,19 @@ def test_reader_copy_has_no_raw_myst_and_no_visible_solution(copies, name):
             assert "<details open" not in text
         elif "solution" in cell["metadata"].get("tags", []):
             assert cell["metadata"]["jupyter"] == {"source_hidden": True, "outputs_hidden": True}
-    # the code is the chapter's own (solution cells: under Colab's form title, output collapsed)
-    ours = [
-        rc.solution_code(rc._source(c)) if "solution" in c["metadata"].get("tags", []) else rc._source(c)
-        for c in nb["cells"]
-        if c["cell_type"] == "code"
-    ]
+
+    # the code is the chapter's own (solution cells: under Colab's form title, output collapsed; the cells
+    # the page hides: under a title of their own, source collapsed)
+    def own(cell):
+        tags, text = cell["metadata"].get("tags", []), rc._source(cell)
+        if "solution" in tags:
+            return rc.solution_code(text)
+        if "remove-input" in tags:
+            assert cell["metadata"]["jupyter"]["source_hidden"] is True
+            return text.removeprefix(rc.PLUMBING_TITLE + "\n")
+        return text
+
+    ours = [own(c) for c in nb["cells"] if c["cell_type"] == "code"]
     theirs = [rc._source(c) for c in source["cells"] if c["cell_type"] == "code"]
     assert ours == theirs
 
