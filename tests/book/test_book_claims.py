@@ -68,6 +68,8 @@ QUOTED: dict[str, dict[str, str]] = {
         "25.9": "client-conditional paper: IFCA's accuracy loss under sparsity (%)",
         "39.9": "client-conditional paper: Ditto's accuracy loss under sparsity (%)",
         "38.8": "client-conditional paper: FedAvg's accuracy loss under sparsity (%)",
+    },
+    "appendix_conditional": {
         "34.6": "client-conditional paper: DAC's accuracy loss under sparsity (%)",
         "72.0": "client-conditional paper: Gossip's accuracy loss under sparsity (%)",
     },
