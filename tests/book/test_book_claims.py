@@ -187,8 +187,8 @@ WORDING_OK: dict[str, dict[str, str]] = {
         "might have done better still": "a hypothetical about the tuning grid, not a result",
         "better or worse after Holm": "shares of verdicts counted by benchmark.verdict_counts",
         "The guide reads the corrected verdicts": "defines how the guide reads its verdicts",
-        "Holm's step-down keeps the chance": "the multiplicity plan: defines the families, not a result",
-        "is tested again with the exact sign-flip test": "the multiplicity plan: defines the checks of a verdict",
+        "with Holm's step-down keeping the": "the multiplicity plan: defines the families, not a result",
+        "each verdict is tested again with the exact sign-flip test": "the multiplicity plan: defines the checks of a verdict",
         "Each point below is one method's paired difference": "the forest plot's legend: defines better/worse",
     },
     "ch09_robust": {
