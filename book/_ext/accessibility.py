@@ -6,6 +6,9 @@
   labelled "Color mode" beside icons titled "Light", "Dark" and "System Settings", and myst-nb's
   hidden-cell toggles show "Show code cell source" under the label "Toggle hidden content".
   Dropping those ``aria-label`` attributes lets each control be named by what it shows.
+* ``aria-required-children``: docutils writes a bibliography as ``role="list"`` whose entries carry
+  ``role="doc-biblioentry"``, a role ARIA 1.3 deprecates and axe-core no longer counts as a list
+  item; the entries become ``role="listitem"`` (each keeps its label and text).
 * ``color-contrast``: the theme's link colour on the tinted background of exercises, proofs and
   admonitions has a contrast of 4.3:1, under WCAG AA's 4.5:1; a darker blue there (light mode
   only) has 6:1.
@@ -37,6 +40,7 @@ _NAME_FIXES = (
     ),
     (re.compile(r'(theme-switch-button[^"]*") aria-label="Color mode"'), r"\1"),
     (re.compile(r'<summary aria-label="Toggle hidden content">'), "<summary>"),
+    (re.compile(r'(<div class="citation" id="[^"]*") role="doc-biblioentry"'), r'\1 role="listitem"'),
 )
 
 

@@ -17,15 +17,17 @@ THEME = '<button class="btn btn-sm nav-link pst-navbar-icon theme-switch-button 
 SUMMARY = (
     '<summary aria-label="Toggle hidden content">\n<p class="collapsed admonition-title">Show code cell source</p>'
 )
+CITATION = '<div role="list" class="citation-list">\n<div class="citation" id="id29" role="doc-biblioentry">'
 ICON_SEARCH = '<button class="btn btn-sm pst-navbar-icon search-button" title="Search" aria-label="Search">'
 
 
 def test_controls_are_named_by_what_they_show():
-    page = accessibility.fix_names(SEARCH + THEME + SUMMARY + ICON_SEARCH)
+    page = accessibility.fix_names(SEARCH + THEME + SUMMARY + ICON_SEARCH + CITATION)
     assert 'aria-label="Search" data-bs-toggle' not in page and "Search</span>" in page
     assert 'aria-label="Color mode"' not in page and "theme-switch-button" in page
     assert "<summary>\n<p" in page and "Toggle hidden content" not in page
     assert ICON_SEARCH in page  # an icon-only button keeps its label: it shows no text
+    assert '<div class="citation" id="id29" role="listitem">' in page and "doc-biblioentry" not in page
 
 
 def test_fix_site_writes_the_css_and_fixes_every_page(tmp_path):

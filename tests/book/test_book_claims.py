@@ -188,7 +188,7 @@ WORDING_OK: dict[str, dict[str, str]] = {
         "better or worse after Holm": "shares of verdicts counted by benchmark.verdict_counts",
         "The guide reads the corrected verdicts": "defines how the guide reads its verdicts",
         "with Holm's step-down keeping the": "the multiplicity plan: defines the families, not a result",
-        "each verdict is tested again with the exact sign-flip test": "the multiplicity plan: defines the checks of a verdict",
+        "each verdict is tested again with the exact sign-flip": "the multiplicity plan: the checks of a verdict",
         "Each point below is one method's paired difference": "the forest plot's legend: defines better/worse",
     },
     "ch09_robust": {
