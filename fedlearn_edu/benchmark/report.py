@@ -130,7 +130,7 @@ def verdict_notes(row, metric: str = "lastk") -> dict:
         if isinstance(chance, str) and chance not in (exact, "untested"):
             notes["failures_change"] = f"{chance} with its failed runs scored as chance"
     if failed > 0:
-        notes["failures"] = f"{int(failed)} of {int(failed) + int(get('n_seeds'))} runs failed"
+        notes["failures"] = f"{failed} of {failed + int(get('n_seeds'))} runs failed"
     edge = get("edge", "")
     if isinstance(edge, str) and edge:
         notes["edge"] = f"pick at the end of its grid ({edge})"

@@ -57,10 +57,8 @@ def _family_stats(out: list, baseline: str, protocol: BenchmarkProtocol) -> None
     for metric in TESTED_METRICS:
         for fed in dict.fromkeys(r["federation"] for r in tested):
             family = [r for r in tested if r["federation"] == fed and math.isfinite(r[f"p_{metric}"])]
-            for key, raw in ((f"p_holm_{metric}", f"p_{metric}"), (f"tost_holm_{metric}", f"tost_{metric}")):
-                finite = [r for r in family if math.isfinite(r[raw])]
-                for r, q in zip(finite, stats.holm([r[raw] for r in finite])):
-                    r[key] = float(q)
+            _holm_into(family, f"p_{metric}", f"p_holm_{metric}")
+            _holm_into(family, f"tost_{metric}", f"tost_holm_{metric}")
             for r in family:
                 sd, n = r[f"sd_{metric}"], r[f"n_{metric}"]
                 r[f"mdd_{metric}"] = (
@@ -81,6 +79,15 @@ def _family_stats(out: list, baseline: str, protocol: BenchmarkProtocol) -> None
     _check_verdicts(tested, protocol)
 
 
+def _holm_into(family: list, raw: str, key: str) -> None:
+    """Holm-adjust the finite values of column ``raw`` over the rows of ``family`` into column ``key``."""
+    from .. import stats
+
+    finite = [r for r in family if math.isfinite(r[raw])]
+    for r, q in zip(finite, stats.holm([r[raw] for r in finite])):
+        r[key] = float(q)
+
+
 def _check_verdicts(tested: list, protocol: BenchmarkProtocol) -> None:
     """The checks of each accuracy verdict, family by family (the same Holm families as the verdicts).
 
@@ -95,17 +102,9 @@ def _check_verdicts(tested: list, protocol: BenchmarkProtocol) -> None:
     for metric in ACCURACY_METRICS:
         for fed in dict.fromkeys(r["federation"] for r in tested):
             family = [r for r in tested if r["federation"] == fed]
-            for raw, key in (
-                (f"p_perm_{metric}", f"p_perm_holm_{metric}"),
-                (f"p_chance_{metric}", f"p_chance_holm_{metric}"),
-            ):
-                finite = [r for r in family if math.isfinite(r[raw])]
-                for r, q in zip(finite, stats.holm([r[raw] for r in finite])):
-                    r[key] = float(q)
-            chance_tost = [r for r in family if math.isfinite(r[f"tost_chance_{metric}"])]
-            chance_tost_holm = dict(
-                zip(map(id, chance_tost), stats.holm([r[f"tost_chance_{metric}"] for r in chance_tost]))
-            )
+            _holm_into(family, f"p_perm_{metric}", f"p_perm_holm_{metric}")
+            _holm_into(family, f"p_chance_{metric}", f"p_chance_holm_{metric}")
+            _holm_into(family, f"tost_chance_{metric}", f"tost_chance_holm_{metric}")
             for r in family:
                 if math.isfinite(r[f"p_perm_holm_{metric}"]):
                     r[f"vs_exact_{metric}"] = stats.verdict(
@@ -115,7 +114,7 @@ def _check_verdicts(tested: list, protocol: BenchmarkProtocol) -> None:
                     r[f"vs_chance_{metric}"] = stats.verdict(
                         r[f"d_chance_{metric}"],
                         r[f"p_chance_holm_{metric}"],
-                        chance_tost_holm.get(id(r), math.nan),
+                        r[f"tost_chance_holm_{metric}"],
                         protocol.alpha,
                     )
                 r[f"within_margin_{metric}"] = bool(
@@ -283,7 +282,8 @@ def summarize(
             if metric in ACCURACY_METRICS:
                 row.update({f"{c}_{metric}": math.nan for c in _CHECK_COLUMNS})
                 row.update({f"vs_exact_{metric}": word, f"within_margin_{metric}": False, f"vs_chance_{metric}": word})
-                row[f"tost_chance_{metric}"] = math.nan  # for the family's Holm; not a column of the summary
+                # the TOST of the chance-scored differences, raw and Holm-adjusted: for vs_chance_M only
+                row[f"tost_chance_{metric}"] = row[f"tost_chance_holm_{metric}"] = math.nan
                 if meth != baseline and base:
                     chance_d = _scored_as_chance(
                         seeds, base, metric, own_failed, failed.get((fed, baseline), set()), chance_of(fed)
@@ -318,6 +318,7 @@ def summarize(
     for row in out:
         for metric in ACCURACY_METRICS:
             row.pop(f"tost_chance_{metric}")
+            row.pop(f"tost_chance_holm_{metric}")
     return pd.DataFrame(out)
 
 
