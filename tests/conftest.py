@@ -10,7 +10,8 @@ The book build (``built_book``) is the exception: it runs as a newcomer's does, 
 copy of the checkout's files (no data folder in it or beside it), with no ``FEDLEARN_*``
 variable of this environment and with ``FEDLEARN_OFFLINE=1`` (the package downloads
 nothing), so every chapter is built on its bundled fallback; the reader's copies under
-nbval (``tests/book/test_reader_copies.py``) keep the data, so CI executes both paths.
+nbval (``tests/book/test_reader_copies.py``) keep the data, so CI executes both paths where they
+differ: the copies of the chapters that asked the build for a data set it lacked.
 """
 
 from __future__ import annotations
@@ -25,6 +26,10 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 BUILD_TIMEOUT_S = int(os.environ.get("FEDLEARN_BOOK_TIMEOUT", "3600"))
+# The build reads (so executes) this many pages at once: Sphinx's parallel read, which the
+# jupyter-book CLI does not expose. Every chapter's kernel computes on one thread
+# (torch.set_num_threads(1) in its imports cell), so two at a time suit a 2-core machine.
+BUILD_JOBS = int(os.environ.get("FEDLEARN_BOOK_JOBS", str(min(2, os.cpu_count() or 1))))
 SHARED_DATA = REPO.parent / "shared" / "data"
 if SHARED_DATA.is_dir():
     os.environ.setdefault("FEDLEARN_DATA", str(SHARED_DATA))
@@ -179,7 +184,10 @@ def built_book(tmp_path_factory) -> Path:
     cmd = [
         sys.executable,
         "-c",
-        "import sys; from jupyter_book.cli.main import main; sys.exit(main())",
+        # the CLI's own command, with Sphinx's parallel read (the CLI imports build_sphinx when it runs)
+        "import functools, sys; import jupyter_book.sphinx as s; "
+        f"s.build_sphinx = functools.partial(s.build_sphinx, jobs={BUILD_JOBS}); "
+        "from jupyter_book.cli.main import main; sys.exit(main())",
         "build",
         str(checkout),
         "--path-output",
@@ -206,3 +214,40 @@ def built_book(tmp_path_factory) -> Path:
         f"`jupyter-book build . -W -n --keep-going` failed (exit {proc.returncode}):\n{_tail(proc.stdout)}"
     )
     return html
+
+
+# --------------------------------------------------------------------------- #
+# time per tier: CI prints, for each tier of the suite, its total and its 25 slowest tests
+
+TIERS = ("deployment", "book", "unit")  # a test's tier: its first marker of these, else "unit"
+SLOWEST = 25
+_TIMES: dict[str, dict[str, float]] = {tier: {} for tier in TIERS}
+
+
+def _tier(keywords) -> str:
+    return next((t for t in TIERS[:-1] if t in keywords), "unit")
+
+
+def pytest_runtest_logreport(report):
+    """Add each phase's time (set-up, call, tear-down) to its test, under the test's tier."""
+    times = _TIMES[_tier(report.keywords)]
+    times[report.nodeid] = times.get(report.nodeid, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Per tier (``-m "not book and not deployment"`` is the unit tier): tests, seconds, the slowest."""
+    tr = terminalreporter
+    if not any(_TIMES.values()):
+        return
+    tr.section("time per tier (set-up + call + tear-down; a session fixture counts for its first test)")
+    for tier in TIERS:
+        times = _TIMES[tier]
+        if times:
+            tr.write_line(f"{tier:>10}: {len(times):5d} tests {sum(times.values()):8.1f} s")
+    for tier in TIERS:
+        times = _TIMES[tier]
+        if not times:
+            continue
+        tr.write_sep("-", f"the {min(SLOWEST, len(times))} slowest of the {tier} tier")
+        for nodeid, seconds in sorted(times.items(), key=lambda kv: -kv[1])[:SLOWEST]:
+            tr.write_line(f"{seconds:8.2f} s  {nodeid}")

@@ -21,6 +21,15 @@
    ``"mystnb": {"image": {"alt": "..."}}``. The build lists the images left without one.
 7. The theme's controls are named by what they show, and links on tinted boxes have enough
    contrast (``accessibility.py``; axe-core checks every page in the browser test).
+8. Data requests: before a page is read (and its notebook executed), ``FEDLEARN_DATA_LOG`` is
+   pointed at ``_build/data_requests/<page>.jsonl``, where the package notes every data set
+   beyond the bundled ones that the page's kernel asks for, and whether it was found
+   (:func:`fedlearn_edu.data.sources.log_request`). A page without a file asked for none, so its
+   execution does not depend on which data sets a machine has: the tests execute again, with
+   the data, only the reader's copies of the pages that missed one here.
+9. A build asked to read pages in parallel (Sphinx's ``parallel``, as the tests' build does; the
+   jupyter-book CLI reads one page at a time) does so one page per task, two chapters' kernels
+   at a time on two cores (:func:`_read_in_parallel` says what it takes).
 
 MathJax:
 MathJax 3 comes from the PyPI package ``django-static-mathjax`` (a plain copy of the
@@ -33,6 +42,7 @@ output. Without the package the build fails with a message saying what to instal
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import sys
@@ -199,6 +209,59 @@ def _alt_texts(app, doctree, docname) -> None:
 DEFAULT_MODE = 'if (!document.documentElement.dataset.mode) { document.documentElement.dataset.mode = "auto"; }'
 
 
+REQUEST_LOG_VAR = "FEDLEARN_DATA_LOG"  # = fedlearn_edu.data.sources.REQUEST_LOG_VAR (no import of the package here)
+REQUESTS_DIR = "data_requests"
+
+
+def requests_file(outdir: str | Path, docname: str) -> Path:
+    """Where the data requests of page ``docname`` are written: ``<outdir>/../data_requests/<docname>.jsonl``."""
+    return Path(outdir).parent / REQUESTS_DIR / f"{docname}.jsonl"
+
+
+def _log_requests(app, docname, source) -> None:
+    # source-read comes before the page is parsed, so before its kernel starts (with this environment)
+    path = requests_file(app.outdir, docname)
+    path.unlink(missing_ok=True)  # a page read again starts a fresh log
+    os.environ[REQUEST_LOG_VAR] = str(path)
+
+
+# Reading pages in parallel (the tests' build: Sphinx's parallel read, ``jobs`` > 1; jupyter-book's
+# CLI builds serially). Three things stop Sphinx from doing it well, fixed for HTML builds only:
+# - two extensions jupyter-book adds do not declare whether they are safe in parallel, so Sphinx
+#   reads serially: sphinx-multitoc-numbering only renumbers the merged table of contents in the
+#   main process, and sphinx-jupyterbook-latex acts only for a LaTeX builder; both are safe;
+# - sphinx-proof's domain keeps nothing in its own data (its proofs are in ``env.proof_list``,
+#   which sphinx-proof merges on ``env-merge-info``) but does not say how to merge it, so the
+#   merge raises: it is given a merge that keeps nothing;
+# - Sphinx hands each reading process a fixed slice of the sorted pages (9 of 19 each here), so
+#   one process can end with all the long chapters: each page becomes its own task instead, and
+#   a process that is done takes the next page.
+PARALLEL_SAFE_FOR_HTML = ("sphinx_multitoc_numbering", "sphinx_jupyterbook_latex")
+
+
+def _merge_nothing(self, docnames, otherdata) -> None:
+    """``Domain.merge_domaindata`` for a domain whose data holds nothing per page."""
+
+
+def _one_page_per_task(arguments, nproc, maxbatch=10):
+    return [[a] for a in arguments]
+
+
+def _read_in_parallel(app) -> None:
+    if app.builder.format != "html" or app.parallel <= 1:
+        return
+    import sphinx.builders
+    from sphinx_proof.domain import ProofDomain
+
+    for name in PARALLEL_SAFE_FOR_HTML:
+        ext = app.extensions.get(name)
+        if ext is not None:
+            ext.parallel_read_safe = ext.parallel_write_safe = True
+    if "merge_domaindata" not in vars(ProofDomain):
+        ProofDomain.merge_domaindata = _merge_nothing
+    sphinx.builders.make_chunks = _one_page_per_task
+
+
 def _link_kernels(app) -> None:
     kernel_transport.use_ipc()
     kernel_polling.poll_in_slices()
@@ -213,6 +276,8 @@ def setup(app):
     app.connect("config-inited", _substitutions, priority=900)
     app.connect("builder-inited", _configure)
     app.connect("builder-inited", _link_kernels)
+    app.connect("builder-inited", _read_in_parallel)
+    app.connect("source-read", _log_requests)
     app.connect("build-finished", _unlink_kernels)
     app.connect("build-finished", _copy)
     app.connect("build-finished", _readers)

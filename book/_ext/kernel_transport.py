@@ -12,7 +12,8 @@ cannot be taken by anyone else.
 How: myst-nb hands no options to the kernel manager it creates, so while the build runs,
 :func:`use_ipc` wraps nbclient's ``NotebookClient.create_kernel_manager`` (in the build's own
 process only): every new kernel manager gets ``transport = "ipc"`` and endpoints
-``<folder>/kernel-1`` ... ``-5``. jupyter_client removes the socket files when it cleans up a
+``<folder>/kernel<pid>-1`` ... ``-5`` (the pid of the build's process that reads the page: a parallel
+build reads two pages at once). jupyter_client removes the socket files when it cleans up a
 kernel; :func:`restore` puts the original method back and removes the folder. Where Unix
 sockets are missing (Windows), kernels keep TCP.
 """
@@ -50,7 +51,8 @@ def use_ipc(folder: str | None = None) -> str | None:
     def create_kernel_manager(self):
         km = original(self)
         km.transport = "ipc"
-        km.ip = os.path.join(folder, "kernel")  # endpoints <folder>/kernel-1 ... kernel-5
+        # endpoints <folder>/kernel<pid>-1 ... -5: a parallel build's reading processes never share a name
+        km.ip = os.path.join(folder, f"kernel{os.getpid()}")
         km.cache_ports = False  # the TCP port cache does not apply to IPC
         return km
 

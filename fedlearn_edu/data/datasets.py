@@ -49,6 +49,7 @@ from .sources import (
     find_idx_files,
     locate_cifar,
     locate_idx,
+    log_request,
 )
 
 __all__ = [
@@ -327,9 +328,14 @@ def load_dataset(name: str, root=None, download: bool = False) -> tuple[TensorDa
     key = _canonical(name)
     if key == "digits":
         return _load_digits()
-    if key in ("mnist", "fashion_mnist"):
-        return _load_idx_dataset(key, root, download)
-    return _load_cifar(key, root, download)
+    load = _load_idx_dataset if key in ("mnist", "fashion_mnist") else _load_cifar
+    try:
+        loaded = load(key, root, download)
+    except Exception:
+        log_request(key, found=False)
+        raise
+    log_request(key, found=True)
+    return loaded
 
 
 # --------------------------------------------------------------------------- #

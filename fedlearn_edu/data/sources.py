@@ -18,6 +18,7 @@ tests run sets it: every chapter is built on its fallback, as a newcomer's offli
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from pathlib import Path
 
@@ -26,7 +27,9 @@ from .readers import read_bytes
 __all__ = [
     "ENV_VAR",
     "OFFLINE_VAR",
+    "REQUEST_LOG_VAR",
     "downloads_allowed",
+    "log_request",
     "search_dirs",
     "download_root",
     "find_idx_files",
@@ -37,6 +40,8 @@ __all__ = [
 
 ENV_VAR = "FEDLEARN_DATA"
 OFFLINE_VAR = "FEDLEARN_OFFLINE"  # "1" (any value but "" and "0"): never download
+# A file: every request for a data set that is not bundled is appended to it (see log_request).
+REQUEST_LOG_VAR = "FEDLEARN_DATA_LOG"
 # Module-level so tests (and users with unusual layouts) can point them elsewhere.
 DEBIAN_FASHION_DIR = Path("/usr/share/datasets/fashion-mnist")
 DEFAULT_DOWNLOAD_DIR = Path("data")  # relative to the working directory, as torchvision's examples
@@ -76,6 +81,25 @@ def downloads_allowed() -> bool:
         True
     """
     return os.environ.get(OFFLINE_VAR, "") in ("", "0")
+
+
+def log_request(name: str, found: bool) -> None:
+    """Append ``{"dataset": name, "found": found}`` to the file ``$FEDLEARN_DATA_LOG`` names, if it is set.
+
+    The book build sets it for each page it executes (``book/_ext/fedlearn_book.py``), so the tests
+    know which chapters asked for a data set that the newcomer's offline build lacked, and execute
+    only those again with the data (``tests/book/test_reader_copies.py``). Unset, nothing is written.
+
+    Args:
+        name: the data set's canonical name, e.g. ``"mnist"``.
+        found: whether its files were found (or downloaded).
+    """
+    path = os.environ.get(REQUEST_LOG_VAR, "")
+    if not path:
+        return
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps({"dataset": name, "found": bool(found)}) + "\n")
 
 
 def download_root(root) -> Path:

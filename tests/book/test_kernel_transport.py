@@ -90,7 +90,8 @@ def test_over_the_books_ipc_the_kernel_starts_and_runs_the_notebook(tmp_path, a_
     finally:
         kernel_transport.restore()
     transport, ip = _stdout(nb.cells[0]).split()
-    assert (transport, ip) == ("ipc", str(folder / "kernel"))
+    # the endpoints' prefix names the process that started the kernel: a parallel build's readers never collide
+    assert (transport, ip) == ("ipc", str(folder / f"kernel{os.getpid()}"))
     assert _stdout(nb.cells[1]) == "42\n"
     assert not a_port_taken_before_the_kernel_binds  # no TCP port was chosen, so none could be taken
     assert folder.is_dir() and not any(folder.iterdir())  # the caller's folder stays; the kernel's sockets are gone

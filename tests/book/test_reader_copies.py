@@ -17,12 +17,14 @@ import os
 import re
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "book" / "_ext"))
+import fedlearn_book  # noqa: E402
 import reader_copies as rc  # noqa: E402
 
 CHAPTERS = sorted((REPO / "book").glob("*.ipynb"))  # every notebook page: the chapters and the closing page
@@ -502,29 +504,96 @@ def test_reader_copy_keeps_every_glued_number(copies, name):
     assert left == [], f"{name}: {len(left)} glue keys instead of numbers, e.g. {left[:5]}"
 
 
+def _requests(built_book: Path, name: str) -> list[dict]:
+    """The data requests the build's execution of chapter ``name`` logged (``book/_ext/fedlearn_book.py``, 8.)."""
+    path = fedlearn_book.requests_file(built_book, f"book/{Path(name).stem}")
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def missed_data(built_book: Path, name: str) -> list[str]:
+    """The data sets chapter ``name`` asked for and the newcomer's build did not have (sorted, unique)."""
+    return sorted({r["dataset"] for r in _requests(built_book, name) if not r["found"]})
+
+
+def test_the_build_logged_every_chapter_that_falls_back_to_the_digits(built_book):
+    """The log works: a chapter that calls ``dataset_or_digits`` asked the build for a data set it lacked
+    (the newcomer's build has no MNIST); else no copy would be executed again and nothing would say so."""
+    falls_back = [p.name for p in CHAPTERS if "dataset_or_digits(" in p.read_text(encoding="utf-8")]
+    assert falls_back, "no chapter falls back to the digits: this test checks nothing any more"
+    assert [n for n in falls_back if not missed_data(built_book, n)] == []
+
+
+class CopyRuns:
+    """The nbval runs of the reader's copies that the build's execution does not stand for, two at a time.
+
+    The build executed every chapter's code (the copy's code cells are the chapter's:
+    ``test_reader_copy_has_no_raw_myst_and_no_visible_solution``) on the newcomer's data. A copy is
+    executed again, alone in a folder outside the repository and with the data sets, only where the
+    chapter asked the build for a data set it did not have: there the copy takes another path.
+    The runs start together at the first one asked for, ``jobs`` at a time (each kernel computes on
+    one thread).
+    """
+
+    def __init__(self, copies: dict[str, Path], built_book: Path, tmp_factory, jobs: int):
+        self.copies, self.tmp_factory = copies, tmp_factory
+        self.missed = {name: missed_data(built_book, name) for name in copies}
+        self.pool = ThreadPoolExecutor(max_workers=max(1, jobs))
+        self.futures: dict = {}
+
+    def result(self, name: str) -> subprocess.CompletedProcess:
+        if not self.futures:
+            for n in sorted(n for n in self.copies if self.missed[n]):
+                self.futures[n] = self.pool.submit(self._run, n)
+        return self.futures[name].result()
+
+    def _run(self, name: str) -> subprocess.CompletedProcess:
+        folder = self.tmp_factory.mktemp(Path(name).stem)
+        nb = folder / name
+        nb.write_text(self.copies[name].read_text(encoding="utf-8"), encoding="utf-8")
+        env = dict(os.environ, PYTHONPATH=str(REPO), MPLBACKEND="Agg")
+        return subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                "--nbval-lax",
+                "--rootdir",
+                str(folder),
+                str(nb),
+            ],
+            cwd=folder,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+
+
+@pytest.fixture(scope="module")
+def copy_runs(copies, built_book, tmp_path_factory):
+    from tests.conftest import BUILD_JOBS
+
+    runs = CopyRuns(copies, built_book, tmp_path_factory, BUILD_JOBS)
+    yield runs
+    runs.pool.shutdown(cancel_futures=True)
+
+
 @pytest.mark.parametrize("name", [p.name for p in CHAPTERS])
-def test_reader_copy_runs_under_nbval(copies, name, tmp_path):
-    """Each copy, alone in a folder outside the repository, runs top to bottom (nbval, lax)."""
-    nb = tmp_path / name
-    nb.write_text(copies[name].read_text(encoding="utf-8"), encoding="utf-8")
-    env = dict(os.environ, PYTHONPATH=str(REPO), MPLBACKEND="Agg")
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "--nbval-lax",
-            "--rootdir",
-            str(tmp_path),
-            str(nb),
-        ],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert proc.returncode == 0, proc.stdout[-6000:]
+def test_reader_copy_runs_top_to_bottom(copy_runs, built_book, name):
+    """Each copy runs top to bottom with the data sets: under nbval (lax), alone in a folder outside the
+    repository, where its chapter asked the build for a data set it lacked; else the build's execution
+    of the same code on the same data stands for it (executed once, with no error output)."""
+    if copy_runs.missed[name]:
+        proc = copy_runs.result(name)
+        assert proc.returncode == 0, f"missed in the build: {copy_runs.missed[name]}\n{proc.stdout[-6000:]}"
+        return
+    executed = json.loads((built_book.parent / "jupyter_execute" / "book" / name).read_text(encoding="utf-8"))
+    code = [c for c in executed["cells"] if c["cell_type"] == "code"]
+    assert code and all(c.get("execution_count") for c in code if rc._source(c).strip()), "a code cell was not executed"
+    errors = [o for c in code for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    assert errors == []
