@@ -15,7 +15,9 @@ a whole raises, and carries the ``raises-exception`` tag so that a top-to-bottom
 The text outside the solutions that quotes a number glued in a solution cell (the answer) says
 "your result" instead.
 
-Points: an exercise's stars (★ routine, ★★, ★★★) are each of its graded cells' points.
+Points: an exercise's stars (★ routine, ★★, ★★★) are each of its graded cells' points. Written
+answers are nbgrader's manually graded cells with 0 points (``grade`` scores the checkers only;
+give them points in nbgrader's formgrader to grade them by hand).
 """
 
 from __future__ import annotations
@@ -224,9 +226,9 @@ def source_notebook(chapter: dict) -> dict:
                 md["source"] = piece.strip("\n").splitlines(keepends=True)
             else:
                 solutions += 1
-                md = _cell(
-                    "markdown", "\n".join(_region([piece.strip("\n")])), _meta(True, False, next_id(label, "text"))
-                )
+                # nbgrader: a written answer is a manually graded cell; 0 points, which ``grade`` does not score
+                meta = _meta(True, True, next_id(label, "text"), points=0)
+                md = _cell("markdown", "\n".join(_region([piece.strip("\n")])), meta)
             cells.append(md)
     if not solutions:
         raise ValueError("the notebook has no exercise with a solution ({solution-start} ... {solution-end})")
@@ -238,9 +240,24 @@ def source_notebook(chapter: dict) -> dict:
             meta["points"] = ours["points"] = points.get(label, 1)
             text = cell_source(grade_cell).replace("{points} point(s)", f"{meta['points']} point(s)")
             grade_cell["source"] = text.splitlines(keepends=True)
-    out["cells"] = cells
+    out["cells"] = _unique_ids(cells)
     out.setdefault("metadata", {})["fedlearn_edu"] = {"coursework": "source"}
     return out
+
+
+def _unique_ids(cells: list[dict]) -> list[dict]:
+    """Give every cell an id of its own (nbformat 4.5): a split cell's parts get the original's plus a suffix."""
+    seen: set[str] = set()
+    for k, cell in enumerate(cells):
+        base = cell.get("id") or cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") or f"cell-{k}"
+        base = re.sub(r"[^A-Za-z0-9_-]", "-", base)[:60]
+        new, n = base, 1
+        while new in seen:
+            n += 1
+            new = f"{base}-{n}"
+        cell["id"] = new
+        seen.add(new)
+    return cells
 
 
 def _stub(lines: list[str], markdown: bool) -> list[str]:
