@@ -308,7 +308,15 @@ def release_notebook(source: dict) -> dict:
 
 
 def graded_items(notebook: dict) -> list[GradedItem]:
-    """The graded cells of a source or release notebook, in order."""
+    """The graded cells of a source or release notebook, in order.
+
+    Args:
+        notebook: the notebook, as ``json.load`` reads it.
+
+    Returns:
+        One :class:`GradedItem` per graded cell (a cell with nbgrader's ``grade`` and this
+        package's ``fedlearn_edu`` metadata).
+    """
     items = []
     for cell in notebook.get("cells", []):
         ours = cell.get("metadata", {}).get("fedlearn_edu")

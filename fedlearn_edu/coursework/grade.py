@@ -38,6 +38,14 @@ PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 def find_submissions(submitted) -> list[tuple[str, Path]]:
     """``(student, notebook path)`` for every ``<student>/<name>.ipynb`` under ``submitted``.
 
+    Notebooks one folder deeper count too: nbgrader's ``submitted/<student>/<assignment>/<name>.ipynb``.
+
+    Args:
+        submitted: ``submitted/`` or the folder above it.
+
+    Returns:
+        The pairs, by student, then path.
+
     Raises:
         FileNotFoundError: ``submitted`` is not a folder, or holds no student's notebook.
     """
@@ -49,7 +57,8 @@ def find_submissions(submitted) -> list[tuple[str, Path]]:
     found = [
         (student.name, path)
         for student in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
-        for path in sorted(student.glob("*.ipynb"))
+        for path in sorted([*student.glob("*.ipynb"), *student.glob("*/*.ipynb")])  # nbgrader: <student>/<ps>/
+        if not path.parent.name.startswith(".")
     ]
     if not found:
         raise FileNotFoundError(f"{root}: no <student>/<notebook>.ipynb inside")
@@ -260,6 +269,12 @@ def summary(rows: list[dict]) -> str:
 
     Per exercise the class mean and the statuses, the mistakes the checkers named most often,
     per student the total.
+
+    Args:
+        rows: :func:`grade`'s rows (with their ``mistakes``).
+
+    Returns:
+        The Markdown text.
     """
     lines = [
         "# Grades",

@@ -18,7 +18,14 @@ SOLUTION_END = re.compile(r"^[ \t]*(`{3,}|:{3,})[ \t]*\{solution-end\}", re.M)
 
 
 def cell_source(cell: dict) -> str:
-    """A notebook cell's source as one string (nbformat allows a string or a list of lines)."""
+    """A notebook cell's source as one string (nbformat allows a string or a list of lines).
+
+    Args:
+        cell: the cell, as ``json.load`` reads it.
+
+    Returns:
+        Its source, one string.
+    """
     return "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
 
 

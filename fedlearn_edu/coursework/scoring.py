@@ -117,7 +117,13 @@ def _flagged(what: str, points: float) -> dict:
 
 
 def score(items: list[dict], namespace: dict, seeds) -> None:
-    """Print one result line (``MARK`` + JSON) per graded item, the student's names in ``namespace``."""
+    """Print one result line (``MARK`` + JSON) per graded item.
+
+    Args:
+        items: ``{"grade_id", "checker", "function", "points"}`` per graded item.
+        namespace: the student's kernel's globals, where the functions are.
+        seeds: the public seed, then the hidden one.
+    """
     from .. import exercises
 
     for item in items:

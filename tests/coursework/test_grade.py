@@ -27,8 +27,12 @@ def test_submissions_are_found_under_submitted_or_its_parent(tmp_path):
         (tmp_path / "course" / "submitted" / student).mkdir(parents=True)
         shutil.copy(release, tmp_path / "course" / "submitted" / student / "fixture.ipynb")
     (tmp_path / "course" / "submitted" / ".ipynb_checkpoints").mkdir()
+    (tmp_path / "course" / "submitted" / "bob" / ".ipynb_checkpoints").mkdir()
+    shutil.copy(release, tmp_path / "course" / "submitted" / "bob" / ".ipynb_checkpoints" / "fixture.ipynb")
+    (tmp_path / "course" / "submitted" / "carol" / "ps1").mkdir(parents=True)  # nbgrader's <student>/<assignment>/
+    shutil.copy(release, tmp_path / "course" / "submitted" / "carol" / "ps1" / "fixture.ipynb")
     found = find_submissions(tmp_path / "course")
-    assert [s for s, _ in found] == ["alice", "bob"]
+    assert [(s, p.parent.name) for s, p in found] == [("alice", "alice"), ("bob", "bob"), ("carol", "ps1")]
     assert found == find_submissions(tmp_path / "course" / "submitted")
     with pytest.raises(FileNotFoundError, match="no such folder"):
         find_submissions(tmp_path / "nowhere")
