@@ -32,7 +32,9 @@ __all__ = ["STATUSES", "find_submissions", "grade", "grade_notebook"]
 
 STATUSES = ("ok", "failed", "not_implemented", "timeout", "error", "flagged")
 COLUMNS = ("student", "notebook", "exercise", "points", "max_points", "status", "message")
-PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+_ROOT = Path(__file__).resolve().parents[2]
+# a source checkout's root goes on the kernels' PYTHONPATH, so that they import the package that grades
+PACKAGE_ROOT = str(_ROOT) if (_ROOT / "pyproject.toml").is_file() else ""
 
 
 def find_submissions(submitted) -> list[tuple[str, Path]]:
