@@ -284,7 +284,10 @@ def _run_case(title, your_function, case, rtol, atol, mistakes, inputs_unchanged
     except Exception as err:  # the reader's code may raise anything
         print(f"{title}: case '{case.name}' raised {type(err).__name__}: {err}")
         print(f"  input: {_show(case.args)}")
-        _print_hints(case, None, mistakes, rtol, atol)
+        if isinstance(err, NotImplementedError):  # a problem set's stub (python -m fedlearn_edu assign)
+            print("  hint: not implemented yet: replace `raise NotImplementedError()` with your code")
+        else:
+            _print_hints(case, None, mistakes, rtol, atol)
         return False, type(err).__name__
     try:
         got = _compare(got, case.expected, rtol, atol)
