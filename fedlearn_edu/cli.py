@@ -542,7 +542,7 @@ def _coursework(args) -> int:
             seed=args.seed,
             progress=None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True)),
         )
-    except (FileNotFoundError, ValueError) as err:
+    except (FileNotFoundError, ModuleNotFoundError, ValueError) as err:  # missing input, or the coursework extra
         args.error(" ".join(str(err).split()))
     got, most = sum(r["points"] for r in rows), sum(r["max_points"] for r in rows)
     summary = Path(args.out).with_suffix(".md")

@@ -3,7 +3,7 @@
 A chapter opens a solution with a ``{solution-start} LABEL`` directive and closes it with
 ``{solution-end}`` (sphinx-exercise's gated solutions), each in a Markdown cell; every cell
 between them, Markdown or code, is the solution. The reader's copies (``book/_ext/reader_copies.py``)
-and the coursework (:mod:`fedlearn_edu.coursework.assign`) both split the chapters with
+and the coursework (:mod:`fedlearn_edu.coursework.assignment`) both split the chapters with
 :func:`split_solutions`.
 """
 

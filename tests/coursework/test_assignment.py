@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from fedlearn_edu.coursework.assign import (
+from fedlearn_edu.coursework.assignment import (
     BEGIN,
     END,
     GIVEN_AWAY,

@@ -2,7 +2,7 @@
 
 ``SUBMITTED/<student>/<notebook>.ipynb`` (nbgrader's ``submitted`` layout; ``SUBMITTED`` may also
 be the folder above ``submitted/``). Each notebook runs in a worker process of its own
-(``python -m fedlearn_edu.coursework.grade --worker ...``) that starts its own kernel (nbclient),
+(``python -m fedlearn_edu.coursework.grading --worker ...``) that starts its own kernel (nbclient),
 executes the cells (errors allowed, as nbgrader's autograde does), then scores the graded functions
 in that kernel (:mod:`fedlearn_edu.coursework.scoring`). The notebook's time limit covers both; a
 worker past it is killed. One bad submission never stops the others.
@@ -25,7 +25,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from .assign import graded_items
+from .assignment import graded_items
 from .scoring import MARK
 
 __all__ = ["STATUSES", "find_submissions", "grade", "grade_notebook"]
@@ -92,7 +92,7 @@ def _worker(path: str, items_json: str, seeds_json: str, timeout: float) -> int:
     from nbclient import NotebookClient
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
-    from .assign import GradedItem
+    from .assignment import GradedItem
 
     items = [GradedItem(**i) for i in json.loads(items_json)]
     nb = nbformat.reads(Path(path).read_text(encoding="utf-8"), as_version=4)
@@ -129,7 +129,7 @@ def grade_notebook(path, items, seeds, timeout: float) -> list[dict]:
 
     Args:
         path: the submitted notebook.
-        items: its graded items (:func:`~fedlearn_edu.coursework.assign.graded_items` of the release).
+        items: its graded items (:func:`~fedlearn_edu.coursework.assignment.graded_items` of the release).
         seeds: the public seed, then the hidden one.
         timeout: seconds for the whole notebook, its cells and the scoring.
 
@@ -152,13 +152,14 @@ def grade_notebook(path, items, seeds, timeout: float) -> list[dict]:
 
     if _read(path) is None:
         return rows("error", "not a Jupyter notebook (it does not read as one)")
+    _require_kernels()
     payload = json.dumps([i.__dict__ for i in items])
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [PACKAGE_ROOT, os.environ.get("PYTHONPATH")])))
     env.setdefault("MPLBACKEND", "Agg")
     command = [
         sys.executable,
         "-m",
-        "fedlearn_edu.coursework.grade",
+        "fedlearn_edu.coursework.grading",
         "--worker",
         str(path),
         payload,
@@ -195,6 +196,18 @@ def grade_notebook(path, items, seeds, timeout: float) -> list[dict]:
             )
         out_rows.append(row)
     return out_rows
+
+
+def _require_kernels() -> None:
+    """Raise, saying what to install, when this environment cannot run notebooks."""
+    import importlib.util
+
+    missing = [m for m in ("nbclient", "nbformat", "ipykernel") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise ModuleNotFoundError(
+            f"grading runs notebooks, which needs {', '.join(missing)}: pip install 'fedlearn-edu[coursework]' "
+            "(or pip install nbclient nbformat ipykernel)"
+        )
 
 
 def _items_by_notebook(submissions, release) -> dict[str, list]:

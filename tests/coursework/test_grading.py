@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from fedlearn_edu.coursework import assign, find_submissions, grade
-from fedlearn_edu.coursework.grade import COLUMNS, summary
+from fedlearn_edu.coursework.grading import COLUMNS, summary
 from tests.coursework.fixture import ANSWERS, answered, chapter, write
 
 LIMIT = 60  # seconds per notebook: a fixture notebook takes ~6 s alone, ~25 s on a busy 2-core machine

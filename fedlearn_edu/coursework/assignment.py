@@ -5,7 +5,7 @@ its code between ``### BEGIN SOLUTION`` and ``### END SOLUTION`` (for a function
 checker tests, only the function's body, so the signature stays), its prose likewise. Each
 checker call of a solution moves to a **graded cell** of its own (locked, with points), with the
 checker and the function it tests in the cell's ``fedlearn_edu`` metadata, which
-:mod:`fedlearn_edu.coursework.grade` reads.
+:mod:`fedlearn_edu.coursework.grading` reads.
 
 :func:`release_notebook` is what nbgrader's ``generate_assignment`` makes of the source: every
 solution region replaced by ``# YOUR CODE HERE`` / ``raise NotImplementedError()`` (prose by
