@@ -31,6 +31,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -518,6 +519,10 @@ def quote(text: str) -> str:
 # notebooks
 
 # where a solution starts and ends: read by the package, which grades coursework from the same marks
+# (the checkout's own package, also where this runs as a script or another version is installed)
+_CHECKOUT = Path(__file__).resolve().parents[2]
+if (_CHECKOUT / "fedlearn_edu" / "coursework").is_dir() and "fedlearn_edu" not in sys.modules:
+    sys.path.insert(0, str(_CHECKOUT))
 from fedlearn_edu.coursework.notebook import (  # noqa: E402
     SOLUTION_END,  # noqa: F401
     SOLUTION_START,  # noqa: F401
