@@ -217,7 +217,47 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(error=run.error)  # errors found after parsing are reported like argparse's own
     _help_for_defaults(run)
     _benchmark_parser(sub)
+    _coursework_parsers(sub)
     return parser
+
+
+COURSEWORK_EPILOG = """\
+example:
+  python -m fedlearn_edu assign book/ch01_fedavg.ipynb --out ps1
+  # hand out ps1/release/ch01_fedavg.ipynb; collect submitted/<student>/ch01_fedavg.ipynb
+  python -m fedlearn_edu grade submitted --release ps1/release --out grades.csv
+"""
+
+
+def _coursework_parsers(sub) -> None:
+    assign = sub.add_parser(
+        "assign",
+        help="a problem set from chapters: nbgrader source and release notebooks",
+        description="Write DIR/source/<chapter>.ipynb (solutions between ### BEGIN SOLUTION / ### END SOLUTION) "
+        "and DIR/release/<chapter>.ipynb (solutions replaced by stubs, graded cells locked with points).",
+        epilog=COURSEWORK_EPILOG + "\n" + EXIT_STATUS,
+        formatter_class=_HelpFormatter,
+    )
+    assign.add_argument(
+        "chapters", nargs="+", metavar="CHAPTER.ipynb", help="the chapters (book/ch01_fedavg.ipynb ...)"
+    )
+    assign.add_argument("--out", default="assignment", help="the assignment's folder")
+    assign.set_defaults(error=assign.error)
+    grade = sub.add_parser(
+        "grade",
+        help="grade a class: run every submitted notebook, score each graded function per case",
+        description="Run every SUBMITTED/<student>/<notebook>.ipynb in a kernel of its own and score each graded "
+        "function with its checker on the public and hidden cases; write a CSV and a Markdown summary beside it.",
+        epilog=COURSEWORK_EPILOG + "\n" + EXIT_STATUS,
+        formatter_class=_HelpFormatter,
+    )
+    grade.add_argument("submitted", metavar="SUBMITTED", help="submitted/ (one folder per student) or its parent")
+    grade.add_argument("--out", default="grades.csv", help="the CSV to write (the summary goes beside it, .md)")
+    grade.add_argument("--timeout", type=_POSITIVE, default=300.0, help="seconds per notebook, cells and checks")
+    grade.add_argument("--release", default=None, metavar="DIR", help="read the graded cells from DIR (trusted)")
+    grade.add_argument("--seed", type=_SEED, default=None, help="the hidden cases' seed (default: a fresh random one)")
+    grade.add_argument("--quiet", action="store_true", help="no progress line per notebook")
+    grade.set_defaults(error=grade.error)
 
 
 BENCHMARK_EPILOG = """\
@@ -459,6 +499,8 @@ def main(argv=None) -> int:
     """
     _import_plugins(argv)
     args = build_parser().parse_args(argv)
+    if args.command in ("assign", "grade"):
+        return _coursework(args)
     if args.command == "benchmark":
         args.argv = None if argv is None else list(argv)[1:]
         return _benchmark(args)
@@ -480,6 +522,31 @@ def main(argv=None) -> int:
     except (ValueError, TypeError) as err:
         args.error(" ".join(str(err).split()))
     _report(args, history)
+    return 0
+
+
+def _coursework(args) -> int:
+    """``assign`` and ``grade``: bad input (a missing file or folder, not a chapter) exits with status 2."""
+    from . import coursework
+
+    try:
+        if args.command == "assign":
+            for source, release in coursework.assign(args.chapters, args.out):
+                print(f"wrote {source} and {release}")
+            return 0
+        rows = coursework.grade(
+            args.submitted,
+            args.out,
+            timeout=args.timeout,
+            release=args.release,
+            seed=args.seed,
+            progress=None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True)),
+        )
+    except (FileNotFoundError, ModuleNotFoundError, ValueError) as err:  # missing input, or the coursework extra
+        args.error(" ".join(str(err).split()))
+    got, most = sum(r["points"] for r in rows), sum(r["max_points"] for r in rows)
+    summary = Path(args.out).with_suffix(".md")
+    print(f"graded {len(rows)} exercises, {got:g} of {most:g} points; wrote {args.out} and {summary}")
     return 0
 
 

@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import contextvars
 import gc
 import html
+import io
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -35,6 +37,8 @@ __all__ = [
     "Case",
     "Mistake",
     "run_cases",
+    "CaseResult",
+    "recorded_cases",
     "check_fedavg",
     "check_fedvg_weights",
     "check_oui",
@@ -251,37 +255,109 @@ def run_cases(
     Returns:
         ``True`` when every case passes, ``False`` at the first failure.
     """
+    recorder = _RECORDER.get()
     passed: list[Case] = []
     for case in cases:
-        args = _clone(case.args)
-        try:
-            got = your_function(*args)
-        except Exception as err:  # the reader's code may raise anything
-            print(f"{title}: case '{case.name}' raised {type(err).__name__}: {err}")
-            print(f"  input: {_show(case.args)}")
+        if recorder is None:
+            ok, _ = _run_case(title, your_function, case, rtol, atol, mistakes, inputs_unchanged, answers, passed)
+            if not ok:
+                return False
+        else:  # grading: every case runs, each one's printout becomes its message
+            printed = io.StringIO()
+            with contextlib.redirect_stdout(printed):
+                ok, raised = _run_case(
+                    title, your_function, case, rtol, atol, mistakes, inputs_unchanged, answers, passed
+                )
+            recorder.append(CaseResult(title, case.name, ok, printed.getvalue().strip(), raised))
+        if ok:
+            passed.append(case)
+    if recorder is None:
+        print(f"{title}: all {len(cases)} cases passed.")
+    return len(passed) == len(cases)
+
+
+def _run_case(title, your_function, case, rtol, atol, mistakes, inputs_unchanged, answers, passed) -> tuple[bool, str]:
+    """One case of :func:`run_cases`: whether it passed (printing why not), and what the function raised (or '')."""
+    args = _clone(case.args)
+    try:
+        got = your_function(*args)
+    except Exception as err:  # the reader's code may raise anything
+        print(f"{title}: case '{case.name}' raised {type(err).__name__}: {err}")
+        print(f"  input: {_show(case.args)}")
+        if isinstance(err, NotImplementedError):  # a problem set's stub (python -m fedlearn_edu assign)
+            print("  hint: not implemented yet: replace `raise NotImplementedError()` with your code")
+        else:
             _print_hints(case, None, mistakes, rtol, atol)
-            return False
-        try:
-            got = _compare(got, case.expected, rtol, atol)
-        except (AssertionError, TypeError, ValueError) as err:
-            print(f"{title}: case '{case.name}' failed: {str(err).splitlines()[0]}")
-            print(f"  input:    {_show(case.args)}")
-            print(f"  expected: {_show(case.expected)}")
-            print(f"  received: {_show(got)}")
-            _print_hints(case, got, mistakes, rtol, atol, passed, answers)
-            return False
-        if inputs_unchanged and not _same(args, case.args):
-            print(f"{title}: case '{case.name}' failed: your function changed its input in place")
-            print(f"  input:      {_show(case.args)}")
-            print(f"  after call: {_show(args)}")
-            print(
-                "  hint: the output is right, but the caller's data must stay as it was: work on a copy "
-                "(np.array(x, dtype=float), sorted(x), x.clone()), never x.sort() or x[...] = ... on the input"
-            )
-            return False
-        passed.append(case)
-    print(f"{title}: all {len(cases)} cases passed.")
-    return True
+        return False, type(err).__name__
+    try:
+        got = _compare(got, case.expected, rtol, atol)
+    except (AssertionError, TypeError, ValueError) as err:
+        print(f"{title}: case '{case.name}' failed: {str(err).splitlines()[0]}")
+        print(f"  input:    {_show(case.args)}")
+        print(f"  expected: {_show(case.expected)}")
+        print(f"  received: {_show(got)}")
+        _print_hints(case, got, mistakes, rtol, atol, passed, answers)
+        return False, ""
+    if inputs_unchanged and not _same(args, case.args):
+        print(f"{title}: case '{case.name}' failed: your function changed its input in place")
+        print(f"  input:      {_show(case.args)}")
+        print(f"  after call: {_show(args)}")
+        print(
+            "  hint: the output is right, but the caller's data must stay as it was: work on a copy "
+            "(np.array(x, dtype=float), sorted(x), x.clone()), never x.sort() or x[...] = ... on the input"
+        )
+        return False, ""
+    return True, ""
+
+
+@dataclass
+class CaseResult:
+    """One case a checker ran inside :func:`recorded_cases`.
+
+    Attributes:
+        checker: the checker's name (``"check_fedavg"``).
+        case: what the case tests (its name).
+        passed: whether the function's output matched.
+        message: what the checker would print for it ('' on a pass): the failure and its hint.
+        raised: the name of the exception the function raised ('' when it returned).
+    """
+
+    checker: str
+    case: str
+    passed: bool
+    message: str = ""
+    raised: str = ""
+
+
+_RECORDER: contextvars.ContextVar[list[CaseResult] | None] = contextvars.ContextVar("fedlearn_cases", default=None)
+
+
+@contextlib.contextmanager
+def recorded_cases() -> Iterator[list[CaseResult]]:
+    """Inside the block, every checker runs **all** its cases, prints nothing, and records each one.
+
+    This is how coursework is graded (:mod:`fedlearn_edu.coursework`): partial credit per case,
+    and hidden cases by calling the checker with another ``seed`` (its random inputs change,
+    so an answer that hard-codes the public cases fails them). Outside the block the checkers
+    behave as always: they stop at the first failure and print it.
+
+    Yields:
+        The list the :class:`CaseResult` of every case is appended to, in order.
+
+    Example:
+        >>> from fedlearn_edu.exercises import check_fedavg, recorded_cases
+        >>> with recorded_cases() as results:
+        ...     check_fedavg(lambda d, w: d.mean(0))
+        False
+        >>> sum(r.passed for r in results), len(results)
+        (2, 6)
+    """
+    results: list[CaseResult] = []
+    token = _RECORDER.set(results)
+    try:
+        yield results
+    finally:
+        _RECORDER.reset(token)
 
 
 def check_fedavg(your_function: Callable, seed: int = 0) -> bool:

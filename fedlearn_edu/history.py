@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -147,6 +148,57 @@ class History:
     def summary(self) -> str:
         """A text table of the fairness metrics at each evaluation (at most ~8 rows)."""
         return format_table({self.strategy: self}, every=True)
+
+    def to_frame(self):
+        """The evaluations as a tidy ``pandas.DataFrame``: one row per evaluation and client.
+
+        Columns: ``strategy``, ``round``, ``client``, ``accuracy``, ``loss`` (of the model
+        ``evaluated`` names), ``accuracy_<model>`` for each of ``other_accuracy``'s models, and
+        ``model`` (``model_index``) when recorded. The fairness metrics of a round are a
+        ``groupby("round")`` away; what a student hands in as data (:meth:`to_csv`).
+
+        Returns:
+            ``DataFrame`` of ``E * N`` rows (E evaluations, N clients); no rows before any
+            evaluation. The History is left as it is.
+
+        Example:
+            >>> import numpy as np
+            >>> h = History("fedavg", eval_rounds=[0, 5], client_accuracy=np.array([[0.1, 0.2], [0.8, 0.9]]),
+            ...             client_loss=np.array([[2.0, 2.1], [0.5, 0.4]]))
+            >>> h.to_frame().groupby("round").accuracy.mean().round(2).tolist()
+            [0.15, 0.85]
+        """
+        import pandas as pd
+
+        acc = np.asarray(self.client_accuracy, dtype=float)
+        rounds, clients = acc.shape if acc.size else (0, 0)
+        frame = pd.DataFrame(
+            {
+                "strategy": self.strategy,
+                "round": np.repeat(np.asarray(self.eval_rounds, dtype=int), clients),
+                "client": np.tile(np.arange(clients), rounds),
+                "accuracy": acc.reshape(-1),
+                "loss": np.asarray(self.client_loss, dtype=float).reshape(-1),
+            }
+        )
+        for model, values in self.other_accuracy.items():
+            frame[f"accuracy_{model}"] = np.asarray(values, dtype=float).reshape(-1)
+        if self.model_index is not None:
+            frame["model"] = np.asarray(self.model_index).reshape(-1)
+        return frame
+
+    def to_csv(self, path) -> Path:
+        """Write :meth:`to_frame` to ``path`` as CSV (no index column); returns the path.
+
+        Args:
+            path: the file to write (its folder must exist).
+
+        Returns:
+            ``pathlib.Path(path)``.
+        """
+        path = Path(path)
+        self.to_frame().to_csv(path, index=False)
+        return path
 
     def add_evaluation(self, round: int, results: Mapping[str, tuple[np.ndarray, np.ndarray, Tensor | None]]) -> None:
         """Append one evaluation (in place): a row of every accuracy array, ``round`` to ``eval_rounds``.

@@ -469,3 +469,51 @@ def test_help_lists_the_exit_codes(command):
     for code in (0, cli.EXIT_ALL_FAILED, cli.EXIT_BAD_INPUT, cli.EXIT_DIVERGED):
         assert re.search(rf"^  {code}  \S", text, re.M), (command, code)
     assert cli.EXIT_STATUS in text
+
+
+def test_assign_writes_the_source_and_release_of_a_chapter(tmp_path, capsys):
+    from tests.coursework.fixture import chapter, write
+
+    path = write(tmp_path / "fixture.ipynb", chapter())
+    assert main(["assign", str(path), "--out", str(tmp_path / "ps")]) == 0
+    assert (tmp_path / "ps" / "source" / "fixture.ipynb").is_file()
+    assert (tmp_path / "ps" / "release" / "fixture.ipynb").is_file()
+    assert "wrote" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["assign", "missing.ipynb"], "missing.ipynb: no such notebook"),
+        (["grade", "nowhere"], "nowhere: no such folder"),
+        (["grade", ".", "--timeout", "0"], "--timeout"),
+    ],
+)
+def test_coursework_bad_input_is_one_line_and_exit_2(argv, message, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_grade_writes_the_csv_and_summary_and_reports_progress(tmp_path, capsys):
+    from tests.coursework.fixture import chapter, write
+
+    write(tmp_path / "fixture.ipynb", chapter())
+    assert main(["assign", str(tmp_path / "fixture.ipynb"), "--out", str(tmp_path / "ps")]) == 0
+    (tmp_path / "submitted" / "dana").mkdir(parents=True)
+    (tmp_path / "submitted" / "dana" / "fixture.ipynb").write_text("{not json")
+    out = tmp_path / "grades.csv"
+    argv = ["grade", str(tmp_path), "--release", str(tmp_path / "ps" / "release"), "--out", str(out)]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert "[1/1] dana/fixture.ipynb: 0/2 points (1 error" in captured.err
+    assert out.is_file() and out.with_suffix(".md").is_file()
+
+
+def test_grade_help_shows_the_defaults(capsys):
+    with pytest.raises(SystemExit):
+        main(["grade", "--help"])
+    text = capsys.readouterr().out
+    assert "(default: 300.0)" in text and "(default: grades.csv)" in text

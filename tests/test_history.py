@@ -65,3 +65,27 @@ def test_to_state_and_from_state_round_trip_a_run_bit_for_bit():
         assert h.other_accuracy.keys() == back.other_accuracy.keys()
         assert all(np.array_equal(h.other_accuracy[k], back.other_accuracy[k]) for k in h.other_accuracy)
         assert all(np.array_equal(a, b) for a, b in zip(h.selected, back.selected))
+
+
+def test_to_frame_has_one_row_per_evaluation_and_client_and_to_csv_reads_back(tmp_path):
+    import pandas as pd
+
+    acc = np.array([[0.1, 0.2, 0.3], [0.7, 0.8, 0.9]])
+    h = History(
+        "ditto",
+        eval_rounds=[0, 10],
+        client_accuracy=acc,
+        client_loss=1 - acc,
+        other_accuracy={"global": acc / 2},
+        model_index=np.array([[0, 1, 1], [1, 0, 0]]),
+    )
+    frame = h.to_frame()
+    assert list(frame.columns) == ["strategy", "round", "client", "accuracy", "loss", "accuracy_global", "model"]
+    assert len(frame) == 6 and frame["round"].tolist() == [0, 0, 0, 10, 10, 10]
+    row = frame[(frame["round"] == 10) & (frame.client == 1)].iloc[0]
+    assert (row.accuracy, row.loss, row.accuracy_global, row.model) == (0.8, acc[1, 1] * 0 + 1 - 0.8, 0.4, 0)
+    assert frame.groupby("round").accuracy.mean().round(6).tolist() == [0.2, 0.8]
+    np.testing.assert_array_equal(h.client_accuracy, acc)  # the History is left as it is
+    back = pd.read_csv(h.to_csv(tmp_path / "run.csv"))
+    pd.testing.assert_frame_equal(back, frame, check_dtype=False)
+    assert len(History("x").to_frame()) == 0

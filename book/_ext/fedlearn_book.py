@@ -111,8 +111,8 @@ def _accessibility(app, exception) -> None:
 
 def _readers(app, exception) -> None:
     """Write the reader's copies of the chapters (and the ``readers`` branch's Binder files)."""
-    if exception is not None or app.builder.format != "html":
-        return
+    if exception is not None or app.builder.format != "html" or app.config.fedlearn_hide_solutions:
+        return  # the student build has none: their solutions are collapsed, not gone
     site = app.config.html_baseurl.rstrip("/") + "/"
     chapters = {d: Path(app.env.doc2path(d)) for d in app.env.found_docs if str(app.env.doc2path(d)).endswith(".ipynb")}
     dest = Path(app.outdir) / reader_copies.READERS_DIR
@@ -273,6 +273,7 @@ def _unlink_kernels(app, exception) -> None:
 
 
 def setup(app):
+    app.setup_extension("student_build")  # FEDLEARN_HIDE_SOLUTIONS=1: the student build (book/instructors.md)
     app.connect("config-inited", _substitutions, priority=900)
     app.connect("builder-inited", _configure)
     app.connect("builder-inited", _link_kernels)

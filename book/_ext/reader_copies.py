@@ -31,6 +31,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -517,13 +518,17 @@ def quote(text: str) -> str:
 # --------------------------------------------------------------------------- #
 # notebooks
 
-SOLUTION_START = re.compile(r"^[ \t]*(`{3,}|:{3,})[ \t]*\{solution-start\}[ \t]*(?P<arg>\S*)", re.M)
-SOLUTION_END = re.compile(r"^[ \t]*(`{3,}|:{3,})[ \t]*\{solution-end\}", re.M)
-
-
-def _source(cell: dict) -> str:
-    return "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
-
+# where a solution starts and ends: read by the package, which grades coursework from the same marks
+# (the checkout's own package, also where this runs as a script or another version is installed)
+_CHECKOUT = Path(__file__).resolve().parents[2]
+if (_CHECKOUT / "fedlearn_edu" / "coursework").is_dir() and "fedlearn_edu" not in sys.modules:
+    sys.path.insert(0, str(_CHECKOUT))
+from fedlearn_edu.coursework.notebook import (  # noqa: E402
+    SOLUTION_END,  # noqa: F401
+    SOLUTION_START,  # noqa: F401
+    split_solutions,
+)
+from fedlearn_edu.coursework.notebook import cell_source as _source  # noqa: E402
 
 SOLUTION_HEADER = """\
 # @title {title} (hidden: open it to see the code)
@@ -631,6 +636,7 @@ def reader_copy(
     out = copy.deepcopy(nb)
     cells = []
     solution_of = None  # inside solution-start ... solution-end: the exercise's text
+    label = None  # ... and its label
     first_code = True
     for cell in out["cells"]:
         if cell["cell_type"] == "code":
@@ -647,27 +653,12 @@ def reader_copy(
         if cell["cell_type"] != "markdown":
             cells.append(cell)
             continue
-        text = _source(cell)
-        pieces = []
-        # split the cell at solution-start / solution-end markers
-        while True:
-            start, end = SOLUTION_START.search(text), SOLUTION_END.search(text)
-            marks = [m for m in (start, end) if m]
-            if not marks:
-                break
-            mark = min(marks, key=lambda m: m.start())
-            before, after = text[: mark.start()], text[mark.end() :]
-            pieces.append((before, solution_of))
-            # the marker's closing fence follows on its own line
-            fence = mark.group(1)
-            close = re.search(rf"^[ \t]*{re.escape(fence)}[ \t]*$", after, re.M)
-            text = after[close.end() :] if close else after
-            if mark is start:
-                label = start.group("arg")
-                solution_of = conv._number(label, "the exercise") if label else "the exercise"
-            else:
-                solution_of = None
-        pieces.append((text, solution_of))
+        pieces, label = split_solutions(_source(cell), label)
+        solution_of = None if label is None else (conv._number(label, "the exercise") if label else "the exercise")
+        pieces = [
+            (piece, None if inside is None else (conv._number(inside, "the exercise") if inside else "the exercise"))
+            for piece, inside in pieces
+        ]
         parts = []
         for piece, inside in pieces:
             md = conv.convert(piece).strip()
