@@ -60,29 +60,29 @@ CHECKERS = {
     "check_scaffold_control_update": "SCAFFOLD's option-II update of the clients' control variates (chapter 2)",
     "check_fednova": "FedNova's normalised aggregate for plain local SGD (chapter 2)",
     "check_craft_direction": (
-        "CRAFT's minimum-norm conflict-free direction, rank-deficient cases (duplicate clients) included (chapter 3)"
+        "CRAFT's minimum-norm conflict-free direction, rank-deficient cases (duplicate clients) included (chapter 4)"
     ),
-    "check_fedvg_weights": "FedVG's client weights from the validation-gradient norms (chapter 4)",
-    "check_oui": "the OUI of a layer: how evenly each unit's activity splits the batch (chapter 5)",
-    "check_beta_moments": "the Beta distribution with a given mean and variance, by the method of moments (chapter 5)",
-    "check_pca_fingerprint": "a client's PCA fingerprint: its top covariance eigenvalues over their total (chapter 6)",
+    "check_fedvg_weights": "FedVG's client weights from the validation-gradient norms (chapter 5)",
+    "check_oui": "the OUI of a layer: how evenly each unit's activity splits the batch (chapter 6)",
+    "check_beta_moments": "the Beta distribution with a given mean and variance, by the method of moments (chapter 6)",
+    "check_pca_fingerprint": "a client's PCA fingerprint: its top covariance eigenvalues over their total (chapter 7)",
     "check_personal_model": (
         "reading a Flower node's personal model: the node of a partition found by its node_config, "
-        "the client axis dropped (chapter 7)"
+        "the client axis dropped (chapter 8)"
     ),
     "check_fair_comparison": (
         "whether a comparison plan is fair: disjoint tuning and evaluation seeds, >= 3 different evaluation seeds, "
-        "every method's server step tuned (chapter 8)"
+        "every method's server step tuned (chapter 9)"
     ),
-    "check_interval_reading": "reading a paired difference and its interval: better, worse or inconclusive (chapter 8)",
-    "check_holm": "Holm's step-down adjusted p-values, for comparing several methods with one baseline (chapter 8)",
-    "check_bh": "Benjamini-Hochberg's adjusted p-values (q-values), the false discovery rate's step-up (chapter 8)",
-    "check_trimmed_mean": ("the coordinate-wise trimmed mean, floor(beta m) values cut at each end (chapter 9)"),
+    "check_interval_reading": "reading a paired difference and its interval: better, worse or inconclusive (chapter 9)",
+    "check_holm": "Holm's step-down adjusted p-values, for comparing several methods with one baseline (chapter 9)",
+    "check_bh": "Benjamini-Hochberg's adjusted p-values (q-values), the false discovery rate's step-up (chapter 9)",
+    "check_trimmed_mean": ("the coordinate-wise trimmed mean, floor(beta m) values cut at each end (chapter 10)"),
     "check_krum": (
-        "Krum's pick: the update with the least sum of squared distances to its m - f - 2 nearest others (chapter 9)"
+        "Krum's pick: the update with the least sum of squared distances to its m - f - 2 nearest others (chapter 10)"
     ),
     "check_clip_and_noise": (
-        "DP-FedAvg's noisy mean: clip each update's norm to C, add z C xi, divide by the fixed D (chapter 9)"
+        "DP-FedAvg's noisy mean: clip each update's norm to C, add z C xi, divide by the fixed D (chapter 10)"
     ),
 }
 """Every checker of this module and what it checks, in the book's order."""
@@ -708,7 +708,7 @@ def check_craft_direction(your_function: Callable, seed: int = 0) -> bool:
     ``g_hat = reference / ||reference||`` (``g_hat = 0`` for a zero reference): both
     normalisations are part of the answer, and cases with ``rho`` summing to more than one and
     with a reference of length other than one fail without them. Three cases are
-    **rank-deficient** (duplicate clients, as in chapter 3's exercise; opposite clients; more
+    **rank-deficient** (duplicate clients, as in chapter 4's exercise; opposite clients; more
     clients than dimensions): ``U U^T`` is singular there, so a solution through
     ``torch.linalg.solve`` fails them; ``U^+`` must be applied rank-safely (``torch.linalg.pinv``,
     ``torch.linalg.lstsq`` with an SVD driver, ``driver="gelsd"``, or an eigendecomposition of ``U U^T``
