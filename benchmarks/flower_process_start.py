@@ -4,7 +4,7 @@
     python benchmarks/flower_process_start.py --threads 1 --rounds 8 --repeats 5
 
 In a deployment every message to a SuperNode starts a ClientApp process, which imports
-PyTorch, Flower and fedlearn_edu before it trains for a fraction of a second. Chapter 7
+PyTorch, Flower and fedlearn_edu before it trains for a fraction of a second. Chapter 8
 therefore runs its federation in one process (``LocalGrid``); this script is the measurement
 behind that choice, run by hand because its numbers depend on the machine and its load.
 
@@ -12,7 +12,7 @@ It times, each the best of ``--repeats`` after one warm-up:
 
 * ``process start`` -- a fresh Python process that only imports ``torch``, ``flwr`` and
   ``fedlearn_edu.flower`` (what a ClientApp process pays before it can train);
-* ``in-process run`` -- chapter 7's federation for ``--rounds`` rounds in this process:
+* ``in-process run`` -- chapter 8's federation for ``--rounds`` rounds in this process:
   FedAvg through ``FlowerStrategy`` on ``LocalGrid``, 5 nodes of the bundled digits
   (Dirichlet 0.5), its MLP, 2 local epochs, batch 20, lr 0.05, every node in every round,
   federated evaluation included (real Flower messages, no network, no new process);
@@ -31,7 +31,7 @@ import sys
 
 from _timing import best_of
 
-HYPER = dict(local_epochs=2, batch_size=20, lr=0.05, seed=0)  # chapter 7's settings
+HYPER = dict(local_epochs=2, batch_size=20, lr=0.05, seed=0)  # chapter 8's settings
 NUM_NODES = 5
 
 
@@ -67,7 +67,7 @@ def in_process_run(rounds: int):
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rounds", type=int, default=8, help="rounds of the in-process run (chapter 7: 8)")
+    ap.add_argument("--rounds", type=int, default=8, help="rounds of the in-process run (chapter 8: 8)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
     args = ap.parse_args()
@@ -79,7 +79,7 @@ def main() -> None:
     start_s = best_of(process_start, args.repeats)
     run_s = best_of(in_process_run(args.rounds), args.repeats)
     round_s = run_s / args.rounds
-    print(f"chapter 7's federation, {NUM_NODES} nodes, digits, MLP, threads={args.threads}, best of {args.repeats}")
+    print(f"chapter 8's federation, {NUM_NODES} nodes, digits, MLP, threads={args.threads}, best of {args.repeats}")
     print("| measurement | seconds |")
     print("|---|---|")
     print(f"| process start (import torch, flwr, fedlearn_edu.flower) | {start_s:.2f} |")

@@ -1,4 +1,4 @@
-"""nbval runs of a chapter alone (``pytest book/ch04_fedvg.ipynb``): the chapters' kernels
+"""nbval runs of a chapter alone (``pytest book/ch05_fedvg.ipynb``): the chapters' kernels
 inherit ``FEDLEARN_DATA`` from here, as in ``tests/conftest.py`` (a value already set is kept)."""
 
 import os

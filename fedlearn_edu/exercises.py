@@ -64,29 +64,29 @@ CHECKERS = {
     "check_scaffold_control_update": "SCAFFOLD's option-II update of the clients' control variates (chapter 2)",
     "check_fednova": "FedNova's normalised aggregate for plain local SGD (chapter 2)",
     "check_craft_direction": (
-        "CRAFT's minimum-norm conflict-free direction, rank-deficient cases (duplicate clients) included (chapter 3)"
+        "CRAFT's minimum-norm conflict-free direction, rank-deficient cases (duplicate clients) included (chapter 4)"
     ),
-    "check_fedvg_weights": "FedVG's client weights from the validation-gradient norms (chapter 4)",
-    "check_oui": "the OUI of a layer: how evenly each unit's activity splits the batch (chapter 5)",
-    "check_beta_moments": "the Beta distribution with a given mean and variance, by the method of moments (chapter 5)",
-    "check_pca_fingerprint": "a client's PCA fingerprint: its top covariance eigenvalues over their total (chapter 6)",
+    "check_fedvg_weights": "FedVG's client weights from the validation-gradient norms (chapter 5)",
+    "check_oui": "the OUI of a layer: how evenly each unit's activity splits the batch (chapter 6)",
+    "check_beta_moments": "the Beta distribution with a given mean and variance, by the method of moments (chapter 6)",
+    "check_pca_fingerprint": "a client's PCA fingerprint: its top covariance eigenvalues over their total (chapter 7)",
     "check_personal_model": (
         "reading a Flower node's personal model: the node of a partition found by its node_config, "
-        "the client axis dropped (chapter 7)"
+        "the client axis dropped (chapter 8)"
     ),
     "check_fair_comparison": (
         "whether a comparison plan is fair: disjoint tuning and evaluation seeds, >= 3 different evaluation seeds, "
-        "every method's server step tuned (chapter 8)"
+        "every method's server step tuned (chapter 9)"
     ),
-    "check_interval_reading": "reading a paired difference and its interval: better, worse or inconclusive (chapter 8)",
-    "check_holm": "Holm's step-down adjusted p-values, for comparing several methods with one baseline (chapter 8)",
-    "check_bh": "Benjamini-Hochberg's adjusted p-values (q-values), the false discovery rate's step-up (chapter 8)",
-    "check_trimmed_mean": ("the coordinate-wise trimmed mean, floor(beta m) values cut at each end (chapter 9)"),
+    "check_interval_reading": "reading a paired difference and its interval: better, worse or inconclusive (chapter 9)",
+    "check_holm": "Holm's step-down adjusted p-values, for comparing several methods with one baseline (chapter 9)",
+    "check_bh": "Benjamini-Hochberg's adjusted p-values (q-values), the false discovery rate's step-up (chapter 9)",
+    "check_trimmed_mean": ("the coordinate-wise trimmed mean, floor(beta m) values cut at each end (chapter 10)"),
     "check_krum": (
-        "Krum's pick: the update with the least sum of squared distances to its m - f - 2 nearest others (chapter 9)"
+        "Krum's pick: the update with the least sum of squared distances to its m - f - 2 nearest others (chapter 10)"
     ),
     "check_clip_and_noise": (
-        "DP-FedAvg's noisy mean: clip each update's norm to C, add z C xi, divide by the fixed D (chapter 9)"
+        "DP-FedAvg's noisy mean: clip each update's norm to C, add z C xi, divide by the fixed D (chapter 10)"
     ),
 }
 """Every checker of this module and what it checks, in the book's order."""
@@ -784,7 +784,7 @@ def check_craft_direction(your_function: Callable, seed: int = 0) -> bool:
     ``g_hat = reference / ||reference||`` (``g_hat = 0`` for a zero reference): both
     normalisations are part of the answer, and cases with ``rho`` summing to more than one and
     with a reference of length other than one fail without them. Three cases are
-    **rank-deficient** (duplicate clients, as in chapter 3's exercise; opposite clients; more
+    **rank-deficient** (duplicate clients, as in chapter 4's exercise; opposite clients; more
     clients than dimensions): ``U U^T`` is singular there, so a solution through
     ``torch.linalg.solve`` fails them; ``U^+`` must be applied rank-safely (``torch.linalg.pinv``,
     ``torch.linalg.lstsq`` with an SVD driver, ``driver="gelsd"``, or an eigendecomposition of ``U U^T``
@@ -1859,3 +1859,177 @@ def check_clip_and_noise(your_function: Callable, seed: int = 0) -> bool:
         ),
     ]
     return run_cases("check_clip_and_noise", your_function, cases, mistakes=mistakes)
+
+
+# --------------------------------------------------------------------------
+# Convergence under heterogeneity (chapter 3, *Why FedAvg drifts, in theorems*).
+# Appended as its own section: registered in __all__ and CHECKERS here, after the chapter
+# 2 checkers, so that the module's checker machinery above stays untouched.
+
+
+def check_gradient_dissimilarity(your_function: Callable, seed: int = 0) -> bool:
+    """Check ``your_function(grads: Tensor[N, d], weights: Tensor[N]) -> float``: the gradient dissimilarity.
+
+    ``zeta^2 = sum_i p_i ||g_i - g||^2`` with ``p = weights / weights.sum()`` and ``g = sum_i p_i g_i``,
+    the mean the federation's gradient is (:func:`fedlearn_edu.convergence.gradient_dissimilarity`).
+
+    Args:
+        your_function: the reader's dissimilarity, with the signature above.
+        seed: seeds the random inputs of the cases.
+
+    Returns:
+        ``True`` when every case passes; otherwise ``False``, after printing the first
+        failing case with its expected and received values and a hint.
+    """
+    from .convergence import gradient_dissimilarity
+
+    g = torch.Generator().manual_seed(seed)
+    dt = torch.float64
+    weighted = "weight by the data shares p_i = n_i / n, both in the mean g and in the average of the squares"
+    same_mean = torch.randn(1, 4, generator=g, dtype=dt)
+    inputs = [
+        (
+            "6 clients of unequal sizes",
+            torch.randn(6, 5, generator=g, dtype=dt) + 1,
+            torch.tensor([5.0, 80, 20, 3, 40, 12]),
+            weighted,
+        ),
+        (
+            "clients that agree: zero dissimilarity, whatever the gradient's size",
+            same_mean.repeat(4, 1) * 10,
+            torch.tensor([1.0, 2.0, 3.0, 4.0]),
+            "zeta^2 measures the spread around the federation's gradient g, not the gradients' size: subtract g",
+        ),
+        (
+            "sample counts as weights (summing to 300, not 1)",
+            torch.randn(3, 2, generator=g, dtype=dt) * 3,
+            torch.tensor([100.0, 150.0, 50.0]),
+            "normalise the weights: p = weights / weights.sum()",
+        ),
+        (
+            "a client with weight zero does not count",
+            torch.randn(4, 3, generator=g, dtype=dt),
+            torch.tensor([2.0, 0.0, 1.0, 1.0]),
+            weighted,
+        ),
+        (
+            "one client: nothing to disagree with",
+            torch.randn(1, 6, generator=g, dtype=dt),
+            torch.tensor([7.0]),
+            "one client has g_1 = g",
+        ),
+    ]
+    cases = [Case(name, (x, w.to(dt)), float(gradient_dissimilarity(x, w.to(dt))), hint) for name, x, w, hint in inputs]
+
+    def p_of(w):
+        return w / w.sum()
+
+    mistakes = [
+        Mistake(
+            "the mean squared gradient sum_i p_i ||g_i||^2, without subtracting the federation's gradient g",
+            lambda x, w: float(p_of(w) @ (x**2).sum(1)),
+        ),
+        Mistake(
+            "the plain mean over clients (the data shares ignored)",
+            lambda x, w: float(((x - x.mean(0)) ** 2).sum(1).mean()),
+        ),
+        Mistake(
+            "centring on the plain mean of the gradients instead of the weighted g",
+            lambda x, w: float(p_of(w) @ ((x - x.mean(0)) ** 2).sum(1)),
+        ),
+        Mistake(
+            "the mean distance sum_i p_i ||g_i - g|| (not squared)",
+            lambda x, w: float(p_of(w) @ (x - p_of(w) @ x).norm(dim=1)),
+        ),
+        Mistake(
+            "unnormalised weights sum_i n_i ||g_i - g||^2",
+            lambda x, w: float(w @ ((x - p_of(w) @ x) ** 2).sum(1)),
+        ),
+    ]
+    return run_cases("check_gradient_dissimilarity", your_function, cases, rtol=1e-6, atol=1e-9, mistakes=mistakes)
+
+
+def check_participation_estimate(your_function: Callable, seed: int = 0) -> bool:
+    """Check ``your_function(deltas, sizes, num_clients, total) -> Tensor[d]``: the unbiased participation estimate.
+
+    ``deltas: Tensor[m, d]`` are the updates of the ``m`` clients sampled uniformly without
+    replacement from ``N = num_clients``, ``sizes: Tensor[m]`` their sample counts ``n_i`` and
+    ``total`` the federation's ``n = sum`` over all N clients. The estimate of the full average
+    ``sum_i (n_i / n) Delta_i`` that is unbiased over the sampling is
+    ``(N / m) sum_{i in S} (n_i / n) Delta_i`` (:func:`fedlearn_edu.convergence.unbiased_estimate`).
+
+    Args:
+        your_function: the reader's estimate, with the signature above.
+        seed: seeds the random inputs of the cases.
+
+    Returns:
+        ``True`` when every case passes; otherwise ``False``, after printing the first
+        failing case with its expected and received values and a hint.
+    """
+    from .convergence import unbiased_estimate
+
+    g = torch.Generator().manual_seed(seed)
+    dt = torch.float64
+    scale = "multiply by N / m: each client is sampled with probability m / N"
+    inputs = [
+        (
+            "3 of 10 clients of unequal sizes",
+            torch.randn(3, 4, generator=g, dtype=dt),
+            torch.tensor([50.0, 10, 200]),
+            10,
+            1000.0,
+            scale,
+        ),
+        (
+            "identical updates: the estimate still scales with the sampled data share",
+            torch.ones(2, 3, dtype=dt),
+            torch.tensor([30.0, 10.0]),
+            8,
+            400.0,
+            "do not renormalise over the sampled clients: divide n_i by the whole federation's n",
+        ),
+        (
+            "every client sampled (m = N): the full average",
+            torch.randn(4, 2, generator=g, dtype=dt),
+            torch.tensor([10.0, 20.0, 30.0, 40.0]),
+            4,
+            100.0,
+            "with m = N the estimate is sum_i (n_i / n) Delta_i",
+        ),
+        ("one of 20 clients", torch.randn(1, 5, generator=g, dtype=dt), torch.tensor([12.0]), 20, 600.0, scale),
+        (
+            "5 of 50 clients, float64",
+            torch.randn(5, 7, generator=g, dtype=dt),
+            torch.rand(5, generator=g, dtype=dt) * 90 + 10,
+            50,
+            2500.0,
+            scale,
+        ),
+    ]
+    cases = [
+        Case(name, (d, n.to(dt), N, total), unbiased_estimate(d, n.to(dt) / total, N), hint)
+        for name, d, n, N, total, hint in inputs
+    ]
+    mistakes = [
+        Mistake(
+            "renormalising over the sampled clients, sum_S n_i Delta_i / sum_S n_i (biased)",
+            lambda d, n, N, total: (n @ d) / n.sum(),
+        ),
+        Mistake("leaving out the factor N / m", lambda d, n, N, total: (n / total) @ d),
+        Mistake("the plain mean of the sampled updates", lambda d, n, N, total: d.mean(0)),
+        Mistake("dividing by m instead of multiplying by N / m", lambda d, n, N, total: (n / total) @ d / d.shape[0]),
+    ]
+    return run_cases("check_participation_estimate", your_function, cases, rtol=1e-6, atol=1e-9, mistakes=mistakes)
+
+
+__all__ += ["check_gradient_dissimilarity", "check_participation_estimate"]
+CHECKERS = {
+    **{k: v for k, v in CHECKERS.items() if "(chapter 1)" in v or "(chapter 2)" in v},
+    "check_gradient_dissimilarity": (
+        "the gradient dissimilarity zeta^2 = sum_i p_i ||g_i - g||^2 of a federation (chapter 3)"
+    ),
+    "check_participation_estimate": (
+        "the unbiased partial-participation estimate (N/m) sum_S (n_i/n) Delta_i (chapter 3)"
+    ),
+    **{k: v for k, v in CHECKERS.items() if not ("(chapter 1)" in v or "(chapter 2)" in v)},
+}

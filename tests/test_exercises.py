@@ -310,7 +310,7 @@ def test_a_hint_is_printed_when_the_mistake_is_not_recognised(capsys):
 
 
 # --------------------------------------------------------------------------
-# chapters 6 and 8: each usual wrong answer is named, and no other mistake
+# chapters 7 and 9: each usual wrong answer is named, and no other mistake
 
 
 def _fingerprint(x, y, c, l, ddof=1, scale="trace", center=True, labels=True, order="desc", root=False):
@@ -425,7 +425,7 @@ def test_a_mistake_that_fails_a_passed_case_is_not_named(capsys):
 
 
 # --------------------------------------------------------------------------
-# chapter 7: a Flower node's personal model, found by its node_config
+# chapter 8: a Flower node's personal model, found by its node_config
 
 
 def _personal(contexts, pid, by="config", axis=False):

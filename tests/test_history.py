@@ -21,7 +21,7 @@ def _model(fed):
 
 
 def test_the_simulation_module_re_exports_the_same_objects():
-    """``from fedlearn_edu.simulation import History, format_table`` (chapter 4) keeps working."""
+    """``from fedlearn_edu.simulation import History, format_table`` (chapter 5) keeps working."""
     assert simulation.History is History and simulation.format_table is format_table
     assert simulation.DIAGNOSTICS is DIAGNOSTICS
 

@@ -457,7 +457,7 @@ def appearance_shift(
     """Covariate shift the PCA fingerprint *can* see: per-cluster changes of how images look.
 
     Quarter turns and relabellings are orthogonal maps, to which the fingerprint is blind
-    (chapter 6). The changes here are not: cluster ``k`` gets its own
+    (chapter 7). The changes here are not: cluster ``k`` gets its own
 
     * ``contrast[k]`` -- ``x -> mean + c_k (x - mean)`` per image (scales the pixel variance
       by ``c_k**2`` against the unchanged label block),

@@ -11,7 +11,7 @@ and ``E`` encodes the label (default: one-hot). The client computes ``s_i``
 once, from its own training data, and keeps it: only model updates leave
 the client.
 
-What the eigenvalues keep and lose (proved in the book's chapter 6):
+What the eigenvalues keep and lose (proved in the book's chapter 7):
 
 * they do not depend on the order of the samples;
 * they do not change when ``phi(x)`` is replaced by ``Q phi(x)`` for an

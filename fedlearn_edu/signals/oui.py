@@ -116,7 +116,7 @@ def oui(preactivations: Tensor) -> float:
     ``OUI = clip(mean_j min(s_j, B - s_j) / floor(B/2), 0, 1)`` with ``s_j`` the number
     of samples on which unit ``j`` is active (pre-activation > 0).
 
-    Reading it (as in the original OUI paper and chapter 5 of the book): near 0, units
+    Reading it (as in the original OUI paper and chapter 6 of the book): near 0, units
     are almost always on or always off, so on this batch the layer acts as one linear
     map -- the *under-fitting* side (too much regularisation, or dead units); high, units
     split the samples in many ways and the network uses many linear pieces on a handful

@@ -27,7 +27,7 @@ RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 RECORDS = RESULTS / "classroom"
 COLUMNS = ("mean", "std", "worst10", "best10", "loss", "train_loss")
 # per grid: the methods the re-run sample is drawn from (quick ones), its seed, not the chapter's
-# (chapter 8 draws with seed 2026, chapter 9 with 2027), and how many runs (a lab run is 100 rounds
+# (chapter 9 draws with seed 2026, chapter 10 with 2027), and how many runs (a lab run is 100 rounds
 # of Fashion-MNIST with 100 clients, about 25 s on one core)
 SAMPLES = {
     "classroom": (("fedavgm", "fednova", "fedprox", "fedadam", "qfedavg", "fedfv"), 21, 3),

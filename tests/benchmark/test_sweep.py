@@ -165,7 +165,7 @@ def test_the_benchmark_table_and_the_histories_table_have_their_own_names():
     from fedlearn_edu import simulation
     from fedlearn_edu.benchmark import execution
 
-    assert "History" in simulation.format_table.__doc__  # the chapters' call (ch04), unchanged
+    assert "History" in simulation.format_table.__doc__  # the chapters' call (ch05), unchanged
     assert not hasattr(benchmark, "format_table") and "format_results_table" in benchmark.__all__
     assert not hasattr(execution, "_plain") and execution._plain_record((np.int64(2), {1: np.float32(0.5)})) == [
         2,

@@ -30,7 +30,7 @@ CHAPTERS = sorted(BOOK.glob("*.ipynb"))  # every notebook page: the chapters and
 # Numbers quoted from the papers the chapters discuss (not computed by the book).
 # Keep this short: a number the book computes is glued, not listed here.
 QUOTED: dict[str, dict[str, str]] = {
-    "ch03_craft": {
+    "ch04_craft": {
         "0.806": "CRAFT paper: CIFAR-10 ResNet-20 mean accuracy, round 500",
         "0.164": "CRAFT paper: its standard deviation across clients",
         "0.45": "CRAFT paper: best baselines' accuracy range, lower end",
@@ -39,7 +39,7 @@ QUOTED: dict[str, dict[str, str]] = {
         "7.8": "CRAFT paper: gain over FedAvgM on FEMNIST (%)",
         "221.5": "CRAFT paper: worst-10% gain over FedLF (%)",
     },
-    "ch05_fedoui": {
+    "ch06_fedoui": {
         "23.4": "FedOUI paper: FedOUI final accuracy, Dirichlet 0.1 (%)",
         "6.3": "FedOUI paper: its standard deviation over three seeds (points)",
         "21.6": "FedOUI paper: FedAvg final accuracy, Dirichlet 0.1 (%)",
@@ -54,7 +54,7 @@ QUOTED: dict[str, dict[str, str]] = {
         "0.277": "FedOUI authors' report: mean OUI of the worked example",
         "0.257": "FedOUI authors' report: OUI of client 9 in the worked example",
     },
-    "ch08_compare": {
+    "ch09_compare": {
         "80.6": "CRAFT authors' log: CIFAR-10 ResNet-20 mean accuracy, round 500 (%)",
         "23.1": "FedOUI paper: FedOUI final accuracy, noisy clients (%)",
         "27.3": "FedOUI paper: FedAvg final accuracy, noisy clients (%)",
@@ -64,7 +64,7 @@ QUOTED: dict[str, dict[str, str]] = {
         "82.75": "FL-Simulator's table: SCAFFOLD, CIFAR-10, Dirichlet 0.3 (%)",
         "83.22": "FL-Simulator's table: FedDyn, CIFAR-10, Dirichlet 0.3 (%)",
     },
-    "ch06_conditional": {
+    "ch07_conditional": {
         "25.9": "client-conditional paper: IFCA's accuracy loss under sparsity (%)",
         "39.9": "client-conditional paper: Ditto's accuracy loss under sparsity (%)",
         "38.8": "client-conditional paper: FedAvg's accuracy loss under sparsity (%)",
@@ -183,7 +183,7 @@ _VERDICT_KEY = re.compile(r"verdict|better|worse|inconclusive|equiv|holm|(^|-)p(
 # Paragraphs whose comparative words are not a claim about this chapter's runs, with the reason.
 # A key is a phrase of the paragraph's prose that identifies it.
 WORDING_OK: dict[str, dict[str, str]] = {
-    "ch08_compare": {
+    "ch09_compare": {
         "might have done better still": "a hypothetical about the tuning grid, not a result",
         "better or worse after Holm": "shares of verdicts counted by benchmark.verdict_counts",
         "The guide reads the corrected verdicts": "defines how the guide reads its verdicts",
@@ -191,7 +191,7 @@ WORDING_OK: dict[str, dict[str, str]] = {
         "each verdict is tested again with the exact sign-flip": "the multiplicity plan: the checks of a verdict",
         "Each point below is one method's paired difference": "the forest plot's legend: defines better/worse",
     },
-    "ch09_robust": {
+    "ch10_robust": {
         "the paired difference to FedAvg on the same": "the table's legend: defines better/worse",
         "significantly better than FedAvg": "introduces the verdict table that follows",
         "Which robust rules are better than FedAvg under each attack is in": "points to the verdict figures",
@@ -279,10 +279,10 @@ def test_pm_means_the_95_percent_half_width_everywhere(path: Path):
 
 # --------------------------------------------------------------------------- exploratory results
 
-# Glued results outside the book's multiplicity plan (chapter 8: a comparison chosen after seeing the data,
+# Glued results outside the book's multiplicity plan (chapter 9: a comparison chosen after seeing the data,
 # one outside the corrected families, an uncorrected test): the paragraph that pastes one says *exploratory*.
 EXPLORATORY: dict[str, tuple[str, ...]] = {
-    "ch09_robust": ("rb-dp1-gain", "rb-dp-zfree"),  # dp1 - dp0, direction read off the data; an overlap rule
+    "ch10_robust": ("rb-dp1-gain", "rb-dp-zfree"),  # dp1 - dp0, direction read off the data; an overlap rule
     "evidence": ("ev-craft-avgm-verdict",),  # CRAFT - FedAvgM, outside the grid's families
 }
 

@@ -7,7 +7,7 @@
 * The pages that name chapters by number (README, intro, notation, How to run, API) name
   chapters that exist, and where they name a chapter beside its link, the two agree.
 * The intro, the reading paths and the chapter-local notation cover every chapter; the glossary
-  defines the words of chapters 8 and 9.
+  defines the words of chapters 9 and 10.
 * The book's text holds no control character (a ``\\b`` of ``\\bar`` eaten by a string escape).
 
 All but the last test read files only; the last one reads the built book (``book`` marker).
@@ -69,7 +69,7 @@ def _section(text: str, heading: str) -> str:
 
 
 def _named_numbers(text: str) -> set[int]:
-    """Chapter numbers a text names: "chapter 4", "chapters 2–6", "chapters 4 and 5", "Ch. 7", "ch. 4, 5"."""
+    """Chapter numbers a text names: "chapter 5", "chapters 2–7", "chapters 5 and 6", "Ch. 8", "ch. 5, 6"."""
     numbers: set[int] = set()
     for group in re.findall(r"\b(?:[Cc]hapters?|[Cc]h\.)\s+((?:\d+(?:\s*(?:–|-|,|and|or|to)\s*)?)+)", text):
         for a, b in re.findall(r"(\d+)\s*(?:(?:–|-|to)\s*(\d+))?", group):
@@ -135,7 +135,7 @@ def test_pages_name_only_chapters_that_exist(page: Path):
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
 def test_a_chapter_named_beside_its_link_has_the_link_s_number(page: Path):
-    """ "chapter 8 ({doc}`ch08_compare`)", "chapter 8, *Comparing the methods* (`book/ch08_compare.ipynb`)"."""
+    """ "chapter 9 ({doc}`ch09_compare`)", "chapter 9, *Comparing the methods* (`book/ch09_compare.ipynb`)"."""
     text = re.sub(r"\s+", " ", page.read_text(encoding="utf-8"))
     pairs = re.findall(r"\b[Cc]hapter (\d+)[^.;:]{0,60}?[`/](ch\d\d_\w+)\b", text)
     for number, doc in pairs:
@@ -164,7 +164,7 @@ def test_reading_paths_and_local_notation_cover_every_chapter():
     assert [int(n) for n in local] == chapters, "one table of chapter-local symbols per chapter, in order"
 
 
-def test_glossary_defines_the_words_of_chapters_8_and_9():
+def test_glossary_defines_the_words_of_chapters_9_and_10():
     glossary = _section((BOOK / "notation.md").read_text(encoding="utf-8"), "Glossary")
     terms = set(re.findall(r"^(\S[^\n]*)\n: ", glossary, re.M))
     for term in (

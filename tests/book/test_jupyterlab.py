@@ -35,7 +35,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "book" / "_ext"))
 import reader_copies as rc  # noqa: E402
 
-CHAPTER = "ch05_fedoui.ipynb"  # small, on the bundled digits
+CHAPTER = "ch06_fedoui.ipynb"  # small, on the bundled digits
 START_TIMEOUT_S = 120
 RUN_TIMEOUT_S = int(os.environ.get("FEDLEARN_LAB_TIMEOUT", "600"))
 RAW_MYST = re.compile(

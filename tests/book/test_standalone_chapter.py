@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-CHAPTER = REPO / "book" / "ch05_fedoui.ipynb"  # small, on the bundled digits
+CHAPTER = REPO / "book" / "ch06_fedoui.ipynb"  # small, on the bundled digits
 TORCH = ["torch==2.14.1", "torchvision==0.29.1"]
 
 RUN = """\
