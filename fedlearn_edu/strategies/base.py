@@ -403,9 +403,11 @@ class Strategy(ABC):
     The object holds hyper-parameters only; everything that changes during a run is in the
     server state (:meth:`init_state`) or the client state.
 
-    **Required hook** (abstract: a class that does not define it cannot be built, and the
-    error names it): :meth:`direction`, the round's pseudo-gradient. A strategy without a
+    **Required hook** (abstract: a class that does not define it cannot be built, and Python's
+    ``TypeError`` names it): :meth:`direction`, the round's pseudo-gradient. A strategy without a
     server model (local-only training) returns an empty one and overrides :meth:`aggregate`.
+    ``Strategy`` itself is abstract; plain local SGD on the clients (a Flower node's default)
+    is :class:`~fedlearn_edu.strategies.fedavg.FedAvg`'s client side.
 
     **Optional hooks**, each with a default that is FedAvg's behaviour (``OPTIONAL_HOOKS``):
     :meth:`init_state` (server and client state at round 0), :meth:`server_params` /
@@ -459,18 +461,6 @@ class Strategy(ABC):
     diagnostics: tuple[str, ...] = ()
     prox_argument = ""
     default_base: str | None = None
-
-    def __new__(cls, *args, **kwargs):
-        """Refuse, at construction, a class that lacks a required hook (the message names it)."""
-        missing = sorted(getattr(cls, "__abstractmethods__", ()))
-        if missing:
-            what = "Strategy (the protocol's abstract base class)" if cls is Strategy else cls.__name__
-            raise TypeError(
-                f"{what} cannot be built: it does not define the required hook {missing[0]}() "
-                "(the round's pseudo-gradient: g, server_state, diagnostics = direction(server_state, updates)). "
-                "Define it, or subclass a strategy that does (FedAvg for plain local SGD on the clients)."
-            )
-        return super().__new__(cls)
 
     def __init__(self, server_lr: float | None = None, optimizer: ServerOptimizer | None = None):
         """Check the arguments (see the class docstring) and keep them."""
