@@ -375,6 +375,12 @@ def check_states(path, saved: dict, server_state: Mapping, client_state: dict, p
                 fail(f"its {label} lacks {missing[:5]}")
             for k, v in ours.items():
                 walk(v, theirs[k], f"{label}[{k!r}]")
+        elif isinstance(ours, (tuple, list)):  # a chain's optimizer state: one state per piece
+            if not isinstance(theirs, (tuple, list)) or len(theirs) != len(ours):
+                size = f" of {len(theirs)}" if isinstance(theirs, (tuple, list)) else ""
+                fail(f"its {label} is a {type(theirs).__name__}{size}, not a sequence of {len(ours)}")
+            for i, (mine, saved_one) in enumerate(zip(ours, theirs)):
+                walk(mine, saved_one, f"{label}[{i}]")
         elif isinstance(ours, Tensor):
             if not isinstance(theirs, Tensor):
                 fail(f"its {label} is a {type(theirs).__name__}, not a tensor")

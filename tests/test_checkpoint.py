@@ -126,11 +126,15 @@ def test_a_checkpoint_of_another_configuration_is_refused(fed, tmp_path):
 
 
 def _assert_same_tree(a, b, path="state"):
-    """Nested dicts or typed server states of tensors / plain values, bitwise equal and of the same types."""
+    """Nested dicts, tuples or typed server states of tensors / plain values, bitwise equal, of the same types."""
     if isinstance(a, Mapping):
         assert type(a) is type(b) and a.keys() == b.keys(), path
         for k in a:
             _assert_same_tree(a[k], b[k], f"{path}/{k}")
+    elif isinstance(a, (tuple, list)):  # a chain's optimizer state: one state per piece
+        assert type(a) is type(b) and len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b)):
+            _assert_same_tree(x, y, f"{path}/{i}")
     elif isinstance(a, torch.Tensor):
         assert torch.equal(a, b), path
     else:

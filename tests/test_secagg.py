@@ -182,6 +182,8 @@ def test_a_users_wrapper_that_changes_the_server_step_does_not_inherit_sums_only
     from fedlearn_edu.strategies import Wrapper
 
     class Halved(Wrapper):
+        wraps = {"server"}
+
         def direction(self, server_state, updates):
             g, state, diag = super().direction(server_state, updates)
             return {k: 0.5 * v for k, v in g.items()}, state, diag

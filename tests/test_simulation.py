@@ -367,6 +367,8 @@ def _excluding(strategy, client: int):
     cls = type(strategy)
 
     class Excluding(cls):
+        wraps = getattr(cls, "wraps", frozenset()) | {"client", "server"}  # a Wrapper declares what it changes
+
         def client_update(self, work, server_state, state):
             out = cls.client_update(self, work, server_state, state)
             row = work.client_ids == client
@@ -397,6 +399,10 @@ def _same(a, b, path=""):
         assert type(a) is type(b) and a.keys() == b.keys(), path
         for k in a:
             _same(a[k], b[k], f"{path}/{k}")
+    elif isinstance(a, (tuple, list)):  # a chain's optimizer state: one state per piece
+        assert type(a) is type(b) and len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b)):
+            _same(x, y, f"{path}/{i}")
     else:
         assert a == b, path
 

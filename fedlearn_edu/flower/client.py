@@ -16,6 +16,7 @@ from ..data.federation import ClientData, Federation
 from ..evaluation import evaluate_models
 from ..params import get_params
 from ..strategies.base import Strategy
+from ..strategies.fedavg import FedAvg
 from . import bridge
 from .records import arrays_to_state, record_to_config, reply_to_record, state_to_arrays
 
@@ -45,7 +46,7 @@ class Node:
             initial client state and its ``eval_models`` the model the node is evaluated on;
             both read the server's ``client_view`` the messages carry. Use the same kind of
             strategy the server runs (``Ditto(...)`` for Ditto). The
-            default, the base ``Strategy()``, is plain local SGD from theta_t without signals:
+            default, ``FedAvg()``'s client side, is plain local SGD from theta_t without signals:
             enough for FedAvg, CRAFT and FedVG, whose ``client_update`` is exactly that
             (FedProx's mu and other ``configure_local`` settings arrive in the round's config).
 
@@ -59,7 +60,7 @@ class Node:
     data: ClientData
     client_id: int
     num_classes: int
-    strategy: Strategy = field(default_factory=Strategy)
+    strategy: Strategy = field(default_factory=FedAvg)
 
 
 def node_partition(context: Context, federation: Federation) -> tuple[int, ClientData]:

@@ -8,8 +8,11 @@ Adding a method:
 
 1. One file in ``fedlearn_edu/strategies/`` with the class: a :class:`Strategy` subclass (or of
    the method it extends, e.g. :class:`FedAvg`) with its short name and the hooks it changes
-   (:meth:`Strategy.direction` at least; ``needs`` when it reads client signals, a validation
-   set or keeps other than one server model), decorated with :func:`register`::
+   (:meth:`Strategy.direction`, the one required hook: a class without it fails when it is
+   built; the others are optional, FedAvg's by default; ``needs`` when it reads client signals,
+   a validation set or keeps other than one server model), decorated with :func:`register`.
+   A method built on any other one subclasses :class:`Wrapper` and declares what it wraps
+   (``wraps = {"server"}``)::
 
        @register
        class FedMine(FedAvg):

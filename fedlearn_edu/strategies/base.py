@@ -99,6 +99,7 @@ FedNova      ``client_update`` adds ``signals["tau"] = LocalResult.num_steps``; 
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
@@ -116,6 +117,25 @@ from .state import ModelState, updated
 __all__ = ["ClientUpdates", "ClientWork", "ClientOutput", "Needs", "Strategy", "SERVER_MODELS", "check_base"]
 
 SERVER_MODELS = ("one", "clusters", "none")
+
+# The protocol's hooks. A concrete strategy defines the required one (it is abstract: a class
+# without it cannot be built); every optional one has a default that is FedAvg's behaviour.
+REQUIRED_HOOKS = ("direction",)
+OPTIONAL_HOOKS = (
+    "init_state",
+    "server_params",
+    "with_server_params",
+    "client_view",
+    "configure_local",
+    "client_signals",
+    "client_update",
+    "nonfinite_hint",
+    "apply",
+    "step",
+    "init_optimizer_state",
+    "aggregate",
+    "eval_models",
+)
 
 
 @dataclass(frozen=True)
@@ -377,16 +397,37 @@ class ClientOutput:
     recorded_loss: Tensor | None = None
 
 
-class Strategy:
-    """Base class. Subclasses override :meth:`direction` (and the other hooks as needed).
+class Strategy(ABC):
+    """The protocol's abstract base: a subclass defines :meth:`direction` and overrides the optional hooks it changes.
 
     The object holds hyper-parameters only; everything that changes during a run is in the
     server state (:meth:`init_state`) or the client state.
 
+    **Required hook** (abstract: a class that does not define it cannot be built, and Python's
+    ``TypeError`` names it): :meth:`direction`, the round's pseudo-gradient. A strategy without a
+    server model (local-only training) returns an empty one and overrides :meth:`aggregate`.
+    ``Strategy`` itself is abstract; plain local SGD on the clients (a Flower node's default)
+    is :class:`~fedlearn_edu.strategies.fedavg.FedAvg`'s client side.
+
+    **Optional hooks**, each with a default that is FedAvg's behaviour (``OPTIONAL_HOOKS``):
+    :meth:`init_state` (server and client state at round 0), :meth:`server_params` /
+    :meth:`with_server_params` (where the model lives in the state), :meth:`client_view`
+    (what is broadcast), :meth:`configure_local` (the clients' settings),
+    :meth:`client_signals` / :meth:`client_update` (the clients' round), :meth:`apply` /
+    :meth:`step` / :meth:`init_optimizer_state` (the optimizer's step),
+    :meth:`aggregate` (direction, then step), :meth:`nonfinite_hint` and :meth:`eval_models`.
+
     Args:
-        server_lr: server step size eta_s (used when ``optimizer`` is not given).
+        server_lr: server step size eta_s of the default ``ServerSGD(server_lr)`` (``None``:
+            1.0). Not with ``optimizer``, which carries its own step size.
         optimizer: the :class:`~fedlearn_edu.strategies.server_optim.ServerOptimizer` that
             applies the direction (default ``ServerSGD(server_lr)``).
+
+    Raises:
+        TypeError: the class does not define :meth:`direction`; ``optimizer`` is not a
+            ``ServerOptimizer``.
+        ValueError: both ``server_lr`` and ``optimizer`` are given (the optimizer's step size
+            would silently win), or the optimizer does not step against the direction.
 
     Class attributes, read by the driver and the Flower adapter:
 
@@ -421,8 +462,15 @@ class Strategy:
     prox_argument = ""
     default_base: str | None = None
 
-    def __init__(self, server_lr: float = 1.0, optimizer: ServerOptimizer | None = None):
+    def __init__(self, server_lr: float | None = None, optimizer: ServerOptimizer | None = None):
         """Check the arguments (see the class docstring) and keep them."""
+        if optimizer is not None and server_lr is not None:
+            raise ValueError(
+                f"server_lr={server_lr!r} and optimizer={optimizer!r} both set the server's step size, and "
+                "the optimizer's would silently win: give the step inside the optimizer (e.g. "
+                "optimizer=chain(clip_by_global_norm(1.0), sgd(0.5)) for a step of 0.5) and drop server_lr, or "
+                "drop optimizer."
+            )
         if optimizer is not None and not isinstance(optimizer, ServerOptimizer):
             raise TypeError(
                 "optimizer must be a ServerOptimizer (e.g. ServerAdam(), or a chain of transforms: "
@@ -434,7 +482,9 @@ class Strategy:
                 "direction (g points uphill). End a chain with sgd(lr), lr > 0, e.g. "
                 "chain(clip_by_global_norm(1.0), sgd(1.0))."
             )
-        self.optimizer = ServerSGD(check_positive(server_lr, "server_lr")) if optimizer is None else optimizer
+        if optimizer is None:
+            optimizer = ServerSGD(1.0 if server_lr is None else check_positive(server_lr, "server_lr"))
+        self.optimizer = optimizer
 
     @property
     def server_lr(self) -> float:
@@ -444,6 +494,8 @@ class Strategy:
     # ------------------------------------------------------------------ state
     def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[Mapping, dict]:
         """The server state and the client state at round 0.
+
+        Optional hook (this default is FedAvg's behaviour).
 
         Args:
             params: theta_0, ``{name: Tensor}`` on the run's device.
@@ -462,6 +514,8 @@ class Strategy:
     def server_params(self, server_state: Mapping) -> Params | None:
         """The server's model(s) in ``server_state``.
 
+        Optional hook (this default is FedAvg's behaviour).
+
         Args:
             server_state: the server state.
 
@@ -473,6 +527,8 @@ class Strategy:
 
     def with_server_params(self, server_state: Mapping, params: Params) -> Mapping:
         """``server_state`` with ``params`` in place of the server's model(s) (the inverse of :meth:`server_params`).
+
+        Optional hook (this default is FedAvg's behaviour).
 
         Args:
             server_state: the server state (not modified).
@@ -487,6 +543,8 @@ class Strategy:
     def client_view(self, server_state: Mapping) -> dict:
         """The part of the server state the clients read in :meth:`client_update` (what is broadcast).
 
+        Optional hook (this default is FedAvg's behaviour).
+
         Args:
             server_state: the server state.
 
@@ -499,6 +557,8 @@ class Strategy:
     # ------------------------------------------------------------- client side
     def configure_local(self, config: LocalTraining) -> LocalTraining:
         """The clients' local-training hyper-parameters this strategy asks for.
+
+        Optional hook (this default is FedAvg's behaviour).
 
         Args:
             config: the run's settings for the round.
@@ -517,6 +577,8 @@ class Strategy:
     ) -> dict:
         """Per-client values computed on the clients and sent with their updates (none by default).
 
+        Optional hook (this default is FedAvg's behaviour).
+
         Args:
             model: the architecture.
             global_params: theta_t ``{name: Tensor}``.
@@ -530,6 +592,8 @@ class Strategy:
 
     def client_update(self, work: ClientWork, server_state: Mapping, state: dict) -> ClientOutput:
         """The selected clients' round: train from theta_t, report ``Delta_i`` and the signals.
+
+        Optional hook (this default is FedAvg's behaviour).
 
         Args:
             work: the round's clients, engine and settings.
@@ -547,8 +611,9 @@ class Strategy:
         return ClientOutput(deltas, local.train_loss, signals)
 
     # ------------------------------------------------------------- server side
+    @abstractmethod
     def direction(self, server_state: Mapping, updates: ClientUpdates) -> tuple[Params, Mapping, dict]:
-        """The round's pseudo-gradient, a pure function of its inputs.
+        """The round's pseudo-gradient, a pure function of its inputs (the required hook).
 
         Args:
             server_state: the server state (not modified).
@@ -559,14 +624,19 @@ class Strategy:
             state with the strategy's own entries updated (the model and the optimizer's
             moments untouched: :meth:`aggregate` steps them), and the round's diagnostics.
         """
-        raise NotImplementedError(f"{type(self).__name__} must implement direction() or aggregate().")
+        raise NotImplementedError(f"{type(self).__name__} must define direction().")
 
     def nonfinite_hint(self) -> str:
-        """Advice for a NaN/Inf direction computed from finite updates (``""``: none)."""
+        """Advice for a NaN/Inf direction computed from finite updates (``""``: none).
+
+        Optional hook (this default is FedAvg's behaviour).
+        """
         return ""
 
     def apply(self, server_state: Mapping, g: Params, updates: ClientUpdates) -> Mapping:
         """Refuse a NaN/Inf direction, then :meth:`step` along ``g``.
+
+        Optional hook (this default is FedAvg's behaviour).
 
         Args:
             server_state: the state :meth:`direction` returned (not modified).
@@ -591,6 +661,8 @@ class Strategy:
     def step(self, server_state: Mapping, g: Params, optimizer: ServerOptimizer | None = None) -> Mapping:
         """The optimizer's step along ``g`` on the server's model, and what the strategy keeps after it.
 
+        Optional hook (this default is FedAvg's behaviour).
+
         A strategy that keeps something of each new model (AFL's averaged iterate) overrides
         this hook, so that a wrapper stepping its model (:class:`~fedlearn_edu.strategies.wrapper.Wrapper`)
         keeps it too.
@@ -611,6 +683,8 @@ class Strategy:
     def init_optimizer_state(self, server_state: Mapping, optimizer: ServerOptimizer) -> Mapping:
         """``server_state`` with ``optimizer``'s initial state in place of the optimizer's state.
 
+        Optional hook (this default is FedAvg's behaviour).
+
         A wrapper with an optimizer of its own calls it on its base's state (:meth:`step` then
         passes that optimizer).
 
@@ -626,6 +700,8 @@ class Strategy:
     def aggregate(self, server_state: Mapping, updates: ClientUpdates) -> tuple[Mapping, dict]:
         """One server step: :meth:`direction`, then the optimizer's step (:meth:`apply`); pure.
 
+        Optional hook (this default is FedAvg's behaviour).
+
         Args:
             server_state: the server state at round t (not modified).
             updates: the round's updates (not modified).
@@ -639,6 +715,8 @@ class Strategy:
     # -------------------------------------------------------------- evaluation
     def eval_models(self, model: nn.Module, server_state: Mapping, state: dict, train_sets) -> dict:
         """The models the driver evaluates, the first one primary.
+
+        Optional hook (this default is FedAvg's behaviour).
 
         Args:
             model: the architecture.

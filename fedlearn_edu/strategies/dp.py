@@ -163,7 +163,7 @@ class DPFedAvg(Strategy):
         clip: float = 1.0,
         noise_multiplier: float = 1.0,
         denominator: int | None = None,
-        server_lr: float = 1.0,
+        server_lr: float | None = None,
         optimizer: ServerOptimizer | None = None,
         target_quantile: float | None = None,
         clip_lr: float | None = None,

@@ -330,7 +330,9 @@ class FedNova(FedAvg):
     name = "fednova"
     needs = Needs(signals={"num_steps"}, sums_only=True)  # sum p_i tau_i, sum p_i Delta_i / tau_i
 
-    def __init__(self, server_lr: float = 1.0, optimizer: ServerOptimizer | None = None, prox_tau_eff: str = "steps"):
+    def __init__(
+        self, server_lr: float | None = None, optimizer: ServerOptimizer | None = None, prox_tau_eff: str = "steps"
+    ):
         """Check the arguments (see the class docstring) and keep them."""
         super().__init__(server_lr, optimizer)
         if prox_tau_eff not in PROX_TAU_EFF:

@@ -24,6 +24,16 @@ from .server_optim import ServerAdagrad, ServerAdam, ServerMomentum, ServerOptim
 __all__ = ["FedAvg", "FedAvgM", "FedProx", "FedAdam", "FedYogi", "FedAdagrad"]
 
 
+def _refuse_optimizer(strategy: str, optimizer, named: str, example: str) -> None:
+    """Refuse ``optimizer=`` for a strategy whose name is its optimizer (FedAvgM, FedAdam, ...), with the fix."""
+    if optimizer is not None:
+        raise TypeError(
+            f"{strategy} takes no optimizer (got optimizer={optimizer!r}): its server optimizer is its name, "
+            f"{named}. For FedAvg's direction under another or a composed optimizer use FedAvg(optimizer=...), "
+            f"e.g. FedAvg(optimizer={example})."
+        )
+
+
 @register
 class FedAvg(Strategy):
     """Federated averaging (McMahan et al., 2017).
@@ -72,15 +82,26 @@ class FedAvgM(FedAvg):
     ``v <- beta v + sum_i p_i g_i`` with ``g_i = -Delta_i``; ``theta <- theta - eta_s v``
     (FedAvg's direction under :class:`~fedlearn_edu.strategies.server_optim.ServerMomentum`).
 
+    ``FedAvgM(server_lr, momentum)`` is ``FedAvg(optimizer=ServerMomentum(server_lr, momentum))``
+    (the same step, bit for bit).
+
     Args:
         server_lr: eta_s.
         momentum: beta (0.9 by default).
+        optimizer: not accepted (FedAvgM's optimizer is its name): ``FedAvg(optimizer=...)`` takes any.
+
+    Raises:
+        TypeError: ``optimizer`` is given (the message says what to use instead).
     """
 
     name = "fedavgm"
 
-    def __init__(self, server_lr: float = 1.0, momentum: float = 0.9):
+    def __init__(self, server_lr: float = 1.0, momentum: float = 0.9, optimizer: None = None):
         """Check the arguments (see the class docstring) and keep them."""
+        _refuse_optimizer(
+            "FedAvgM", optimizer, "heavy-ball momentum, ServerMomentum(server_lr, momentum)",
+            "chain(clip_by_global_norm(1.0), momentum(0.9), sgd(1.0))",
+        )  # fmt: skip
         super().__init__(optimizer=ServerMomentum(check_positive(server_lr, "server_lr"), momentum))
 
     @property
@@ -104,7 +125,7 @@ class FedProx(FedAvg):
     name = "fedprox"
     prox_argument = "mu"  # the clients' prox_mu
 
-    def __init__(self, mu: float = 0.01, server_lr: float = 1.0, optimizer: ServerOptimizer | None = None):
+    def __init__(self, mu: float = 0.01, server_lr: float | None = None, optimizer: ServerOptimizer | None = None):
         """Check the arguments (see the class docstring) and keep them."""
         super().__init__(server_lr, optimizer)
         self.mu = check_positive(mu, "mu", allow_zero=True)
@@ -134,6 +155,7 @@ class _FedOptStrategy(FedAvg):
     """
 
     _optimizer: type
+    _scaler: str
 
     def __init__(
         self,
@@ -142,7 +164,14 @@ class _FedOptStrategy(FedAvg):
         beta2: float = 0.99,
         tau: float = 1e-3,
         weighting: str = "size",
+        optimizer: None = None,
     ):
+        """Check the arguments (see the class docstring) and keep them."""
+        _refuse_optimizer(
+            type(self).__name__, optimizer,
+            f"{self._optimizer.__name__}(server_lr, ...) = {self._scaler}(beta1, beta2, tau, lr=server_lr)",
+            f"chain(clip_by_global_norm(1.0), {self._scaler}(lr=0.01))",
+        )  # fmt: skip
         super().__init__(optimizer=self._optimizer(check_positive(server_lr, "server_lr"), beta1, beta2, tau))
         if weighting not in CLIENT_WEIGHTING:
             raise ValueError(f"weighting must be one of {CLIENT_WEIGHTING}, got {weighting!r}.")
@@ -165,11 +194,20 @@ class FedAdam(_FedOptStrategy):
     The client mean is weighted by data size (``p_i = n_i / sum_j n_j``) by default; Reddi et
     al.'s Algorithm 2 takes the plain mean ``(1/|S|) sum_{i in S} Delta_i``: ``weighting="uniform"``.
 
+    A strategy alias: ``FedAdam(server_lr, beta1, beta2, tau)`` is
+    ``FedAvg(optimizer=scale_by_adam(beta1, beta2, tau, lr=server_lr))`` bit for bit (its optimizer,
+    :class:`~fedlearn_edu.strategies.server_optim.ServerAdam`, is that scaler with the step first).
+
     Args:
         server_lr: eta_s (0.01).
         beta1, beta2: moment decay rates (0.9, 0.99).
         tau: adaptivity (1e-3).
         weighting: ``"size"`` (default) or ``"uniform"`` (Algorithm 2's ``1/|S|``).
+        optimizer: not accepted (FedAdam's optimizer is its name): ``FedAvg(optimizer=...)`` takes any,
+            e.g. clipped FedAdam ``FedAvg(optimizer=chain(clip_by_global_norm(C), scale_by_adam(lr=0.01)))``.
+
+    Raises:
+        TypeError: ``optimizer`` is given (the message says what to use instead).
 
     Example:
         >>> FedAdam(server_lr=0.03).server_lr
@@ -178,6 +216,7 @@ class FedAdam(_FedOptStrategy):
 
     name = "fedadam"
     _optimizer = ServerAdam
+    _scaler = "scale_by_adam"
 
 
 @register
@@ -189,6 +228,7 @@ class FedYogi(_FedOptStrategy):
 
     name = "fedyogi"
     _optimizer = ServerYogi
+    _scaler = "scale_by_yogi"
 
 
 @register
@@ -200,3 +240,4 @@ class FedAdagrad(_FedOptStrategy):
 
     name = "fedadagrad"
     _optimizer = ServerAdagrad
+    _scaler = "scale_by_adagrad"

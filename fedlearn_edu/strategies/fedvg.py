@@ -64,7 +64,7 @@ class FedVG(Wrapper):
             ``s_{k,l} ∝ 1/(||g_{k,l}|| + eps)``).
         mix: use ``(s_k + n_k / sum_j n_j) / 2`` (the authors' mixed weight).
         eps: added before inverting the norms (1e-8).
-        server_lr: eta_s.
+        server_lr: eta_s (``None``: 1.0); not with ``optimizer`` or ``base``, which carry the step.
         server_momentum: beta of FedAvgM-style server momentum on the FedVG-weighted
             pseudo-gradient (0: plain FedVG); a shorthand for
             ``optimizer=ServerMomentum(server_lr, beta)``.
@@ -93,6 +93,7 @@ class FedVG(Wrapper):
     """
 
     name = "fedvg"
+    wraps = frozenset({"client", "server"})  # the clients' prox_mu; its own weighting of the updates
 
     def __init__(
         self,
@@ -101,7 +102,7 @@ class FedVG(Wrapper):
         mode: str = "clientwise",
         mix: bool = False,
         eps: float = 1e-8,
-        server_lr: float = 1.0,
+        server_lr: float | None = None,
         server_momentum: float = 0.0,
         prox_mu: float = 0.0,
         batch_size: int = 32,
@@ -125,7 +126,21 @@ class FedVG(Wrapper):
         prox_mu = check_positive(prox_mu, "prox_mu", allow_zero=True)
         mix = check_bool(mix, "mix")
         batch_size = check_int(batch_size, "batch_size", 1)
+        if optimizer is not None and (server_lr is not None or server_momentum):
+            given = "server_lr" if server_lr is not None else "server_momentum"
+            raise ValueError(
+                f"{given}={server_lr if server_lr is not None else server_momentum!r} beside optimizer={optimizer!r}: "
+                "the optimizer carries the server's step, and would silently win. Give the step inside the "
+                "optimizer (e.g. optimizer=ServerMomentum(0.5, 0.9)) and drop server_lr and server_momentum."
+            )
+        if base is not None and server_lr is not None:
+            raise ValueError(
+                f"server_lr={server_lr!r} with base={type(base).__name__}: FedVG steps with its base's optimizer, "
+                f"which would silently win. Set the step on the base (e.g. base={type(base).__name__}(server_lr=...)) "
+                "or pass optimizer=."
+            )
         if optimizer is None:
+            server_lr = 1.0 if server_lr is None else server_lr
             if base is not None and server_momentum == 0:
                 optimizer = base.optimizer  # stateless: its moments live in the server state
             elif server_momentum:

@@ -136,6 +136,18 @@ class LocalOnly(Strategy):
         deltas = {k: local.params[k] - personal[k] for k in personal}
         return ClientOutput(deltas, local.train_loss, state={"personal": local.params})
 
+    def direction(self, server_state: Mapping, updates: ClientUpdates) -> tuple[Params, Mapping, dict]:
+        """No server model, so no pseudo-gradient: an empty one (:meth:`aggregate` takes no step).
+
+        Args:
+            server_state: the (empty) server state, returned as given.
+            updates: the round's updates (unused).
+
+        Returns:
+            ``({}, server_state, {})``.
+        """
+        return {}, server_state, {}
+
     def aggregate(self, server_state: Mapping, updates: ClientUpdates) -> tuple[Mapping, dict]:
         """No server step: the (empty) state unchanged, no diagnostics.
 
@@ -368,6 +380,7 @@ class Ditto(Wrapper):
     """
 
     name = "ditto"  # the registry's; an instance over another base is named "ditto+<base>"
+    wraps = frozenset({"state", "client", "evaluation"})  # personal models; the base's server step
     default_base = "fedavg"
     evaluates = "personal"
 

@@ -85,7 +85,9 @@ class _Robust(Strategy):
     needs = Needs()
     layerwise = False
 
-    def __init__(self, server_lr: float = 1.0, optimizer: ServerOptimizer | None = None, layerwise: bool = False):
+    def __init__(
+        self, server_lr: float | None = None, optimizer: ServerOptimizer | None = None, layerwise: bool = False
+    ):
         """Check the arguments (see the class docstring) and keep them."""
         super().__init__(server_lr, optimizer)
         self.layerwise = bool(layerwise)
@@ -147,7 +149,7 @@ class Median(_Robust):
 
     name = "median"
 
-    def __init__(self, server_lr: float = 1.0, optimizer: ServerOptimizer | None = None):
+    def __init__(self, server_lr: float | None = None, optimizer: ServerOptimizer | None = None):
         """Check the arguments (see the class docstring) and keep them."""
         super().__init__(server_lr, optimizer)
 
@@ -177,7 +179,7 @@ class TrimmedMean(_Robust):
 
     name = "trimmedmean"
 
-    def __init__(self, beta: float = 0.1, server_lr: float = 1.0, optimizer: ServerOptimizer | None = None):
+    def __init__(self, beta: float = 0.1, server_lr: float | None = None, optimizer: ServerOptimizer | None = None):
         """Check the arguments (see the class docstring) and keep them."""
         super().__init__(server_lr, optimizer)
         self.beta = check_range(beta, "beta", 0.0, 0.5, high_open=True)
@@ -212,7 +214,11 @@ class Krum(_Robust):
     name = "krum"
 
     def __init__(
-        self, f: int | None = None, server_lr: float = 1.0, optimizer: ServerOptimizer | None = None, layerwise=False
+        self,
+        f: int | None = None,
+        server_lr: float | None = None,
+        optimizer: ServerOptimizer | None = None,
+        layerwise=False,
     ):
         """Check the arguments (see the class docstring) and keep them."""
         super().__init__(server_lr, optimizer, layerwise)
@@ -279,7 +285,7 @@ class MultiKrum(Krum):
         self,
         f: int | None = None,
         k: int | None = None,
-        server_lr: float = 1.0,
+        server_lr: float | None = None,
         optimizer: ServerOptimizer | None = None,
         layerwise: bool = False,
     ):
@@ -315,7 +321,11 @@ class Bulyan(_Robust):
     name = "bulyan"
 
     def __init__(
-        self, f: int | None = None, server_lr: float = 1.0, optimizer: ServerOptimizer | None = None, layerwise=False
+        self,
+        f: int | None = None,
+        server_lr: float | None = None,
+        optimizer: ServerOptimizer | None = None,
+        layerwise=False,
     ):
         """Check the arguments (see the class docstring) and keep them."""
         super().__init__(server_lr, optimizer, layerwise)
@@ -369,7 +379,7 @@ class GeometricMedian(_Robust):
         iterations: int = 10,
         ftol: float = 1e-6,
         weighting: str = "size",
-        server_lr: float = 1.0,
+        server_lr: float | None = None,
         optimizer: ServerOptimizer | None = None,
         layerwise: bool = False,
     ):
@@ -420,7 +430,7 @@ class NormClipping(_Robust):
         self,
         clip: float = 1.0,
         weighting: str = "size",
-        server_lr: float = 1.0,
+        server_lr: float | None = None,
         optimizer: ServerOptimizer | None = None,
         layerwise: bool = False,
     ):
@@ -467,7 +477,7 @@ class CenteredClipping(_Robust):
         self,
         tau: float = 1.0,
         iterations: int = 1,
-        server_lr: float = 1.0,
+        server_lr: float | None = None,
         optimizer: ServerOptimizer | None = None,
         layerwise: bool = False,
     ):

@@ -21,15 +21,20 @@ A server step is a pure transform in the style of Optax: ``init(params) -> state
 :class:`chain` ``(*transforms)``       each transform's ``u`` is the next one's direction
 =====================================  ============================================================
 
-The named optimizers are chains of them, bitwise the same as the update rules they name:
+One name per optimizer: the lower-case transform is the canonical one (it holds the math);
+the ``Server*`` names are documented aliases, thin subclasses that only put the step size first
+(``ServerAdam(eta)``), bitwise the same steps and states (tested), and the strategies ``FedAvgM``,
+``FedAdam``, ``FedYogi`` and ``FedAdagrad`` are FedAvg's direction under them:
 
-=========================  ==================================================================
-:class:`ServerSGD`         ``chain(sgd(eta))``: ``theta <- theta - eta g``
-:class:`ServerMomentum`    ``chain(momentum(beta), sgd(eta))``: ``theta <- theta - eta v`` (FedAvgM)
-:class:`ServerAdagrad`     ``chain(scale_by_adagrad(b1, b2, tau, lr=eta))``
-:class:`ServerAdam`        ``chain(scale_by_adam(b1, b2, tau, lr=eta))``
-:class:`ServerYogi`        ``chain(scale_by_yogi(b1, b2, tau, lr=eta))``
-=========================  ==================================================================
+=========================  =============================================  =====================
+alias                      canonical                                      strategy
+=========================  =============================================  =====================
+:class:`ServerSGD`         ``sgd(eta)``: ``theta <- theta - eta g``       ``FedAvg``
+:class:`ServerMomentum`    ``chain(momentum(beta), sgd(eta))``            ``FedAvgM``
+:class:`ServerAdagrad`     ``scale_by_adagrad(b1, b2, tau, lr=eta)``      ``FedAdagrad``
+:class:`ServerAdam`        ``scale_by_adam(b1, b2, tau, lr=eta)``         ``FedAdam``
+:class:`ServerYogi`        ``scale_by_yogi(b1, b2, tau, lr=eta)``         ``FedYogi``
+=========================  =============================================  =====================
 
 The last three are FedOpt (Reddi et al., 2021, Algorithm 2): ``m_0 = 0``,
 ``v_0 = tau^2`` and ``theta <- theta - eta m / (sqrt(v) + tau)``, without bias
@@ -46,9 +51,11 @@ is ``chain(clip_by_global_norm(C), scale_by_adam(lr=0.01))``. The order matters:
 A transform is pure: it holds only its hyper-parameters. Its state (momentum, moments)
 is created by ``init`` (:meth:`ServerOptimizer.init_state`) and passed in and returned
 by ``update`` and :meth:`ServerOptimizer.step`; the strategy keeps it in the server
-state (``server_state["optimizer"]``), which the driver checkpoints. A chain's state is
-one dict holding each piece's entries (``{"velocity": ...}``, ``{"m": ..., "v": ...}``),
-so a piece keeps a name no other piece of the chain keeps.
+state (``server_state["optimizer"]``), which the driver checkpoints. A piece's state is a
+dict (``{}``, ``{"velocity": ...}``, ``{"m": ..., "v": ...}``); a chain's is the tuple of
+its pieces' states, one per piece in order (as Optax's), so any pieces compose:
+``chain(momentum(0.9), momentum(0.5), sgd(1.0))`` keeps two velocities,
+``({"velocity": ...}, {"velocity": ...}, {})``.
 """
 
 from __future__ import annotations
@@ -175,27 +182,48 @@ class ServerOptimizer:
             ValueError: a name missing or unexpected, or a shape that differs.
         """
         expected = {k: tuple(v.shape) for k, v in params.items()}
-        trees = [("direction", direction)]
-        for moment in self.init_state({}):
+        self._check_tree(type(self).__name__, "direction", direction, expected)
+        self.check_state(expected, state, type(self).__name__, "state")
+
+    def check_state(self, expected: dict, state, owner: str, where: str) -> None:
+        """Refuse a state that lacks one of the moments :meth:`init_state` makes, or whose moment does not match.
+
+        Args:
+            expected: ``{name: shape}`` of the parameters.
+            state: this transform's state (a dict of moments; a chain's: a tuple of its pieces').
+            owner: the optimizer whose ``step`` checks (for the message).
+            where: the state's label in the message (``"state"``, ``"state[1]"``).
+
+        Raises:
+            ValueError: a moment missing, a name missing or unexpected, or a shape that differs.
+        """
+        moments = self.init_state({})
+        if moments and not isinstance(state, Mapping):
+            raise ValueError(
+                f"{owner}.step needs {where} to be {type(self).__name__}'s state, a dict of {sorted(moments)} "
+                f"(from init_state(params)); got a {type(state).__name__}."
+            )
+        for moment in moments:
             if not isinstance(state.get(moment), Mapping):
                 raise ValueError(
-                    f"{type(self).__name__}.step needs state[{moment!r}] (from init_state(params)); the state "
-                    f"has {sorted(state)}."
+                    f"{owner}.step needs {where}[{moment!r}] (from init_state(params)); the state has {sorted(state)}."
                 )
-            trees.append((f"state[{moment!r}]", state[moment]))
-        for what, tree in trees:
-            missing, unknown = sorted(set(expected) - set(tree)), sorted(set(tree) - set(expected))
-            if missing or unknown:
+            self._check_tree(owner, f"{where}[{moment!r}]", state[moment], expected)
+
+    @staticmethod
+    def _check_tree(owner: str, what: str, tree: Mapping, expected: dict) -> None:
+        """Refuse ``tree`` unless it has exactly the names and shapes of ``expected``."""
+        missing, unknown = sorted(set(expected) - set(tree)), sorted(set(tree) - set(expected))
+        if missing or unknown:
+            raise ValueError(
+                f"{owner}.step: {what} must have the names of params {sorted(expected)}; "
+                f"missing {missing[:5]}, unexpected {unknown[:5]}."
+            )
+        for k, shape in expected.items():
+            if tuple(tree[k].shape) != shape:
                 raise ValueError(
-                    f"{type(self).__name__}.step: {what} must have the names of params {sorted(expected)}; "
-                    f"missing {missing[:5]}, unexpected {unknown[:5]}."
+                    f"{owner}.step: {what}[{k!r}] has shape {tuple(tree[k].shape)}, params[{k!r}] has {shape}."
                 )
-            for k, shape in expected.items():
-                if tuple(tree[k].shape) != shape:
-                    raise ValueError(
-                        f"{type(self).__name__}.step: {what}[{k!r}] has shape {tuple(tree[k].shape)}, "
-                        f"params[{k!r}] has {shape}."
-                    )
 
     def pieces(self) -> tuple[ServerOptimizer, ...]:
         """The transforms it is made of, in order (itself, for one piece; :class:`chain` flattens).
@@ -464,8 +492,8 @@ class scale_by_yogi(_scale_by_fedopt):
 class chain(ServerOptimizer):
     """Transforms applied in order: each one's update is the next one's direction.
 
-    The state is one dict holding every piece's entries (a piece sees only its own), so
-    two pieces may not keep an entry of the same name (two momenta, two FedOpt scalers).
+    The state is the tuple of the pieces' states, one per piece in order (Optax's layout): each
+    piece sees only its own, so any pieces compose, two momenta or two FedOpt scalers included.
 
     Args:
         *transforms: the pieces (:class:`scale`, :class:`sgd`, :class:`momentum`,
@@ -475,12 +503,11 @@ class chain(ServerOptimizer):
     Raises:
         TypeError: a piece is not a :class:`ServerOptimizer` (e.g. the class ``sgd`` instead
             of ``sgd(1.0)``).
-        ValueError: two pieces keep a state entry of the same name.
 
     Example:
         >>> clipped = chain(clip_by_global_norm(1.0), sgd(0.5))
         >>> clipped.step({"w": torch.zeros(2)}, {"w": torch.tensor([3.0, 4.0])}, clipped.init_state({}))
-        ({'w': tensor([-0.3000, -0.4000])}, {})
+        ({'w': tensor([-0.3000, -0.4000])}, ({}, {}))
     """
 
     def __init__(self, *transforms: ServerOptimizer):
@@ -491,18 +518,7 @@ class chain(ServerOptimizer):
                     f"chain's transform {i} must be a server transform (e.g. clip_by_global_norm(1.0), sgd(1.0), "
                     f"ServerAdam()), got {t!r} ({type(t).__name__})."
                 )
-        keys, owner = [], {}
-        for t in transforms:
-            keys.append(tuple(t.init_state({})))
-            for k in keys[-1]:
-                if k in owner:
-                    raise ValueError(
-                        f"chain: {owner[k]!r} and {t!r} both keep the state entry {k!r}; a chain's state is one "
-                        "dict of its pieces' entries, so chain at most one piece that keeps it."
-                    )
-                owner[k] = t
         self.transforms = tuple(transforms)
-        self._keys = tuple(keys)
 
     @property
     def lr(self) -> float | None:
@@ -515,39 +531,65 @@ class chain(ServerOptimizer):
         rates = [t.lr for t in self.transforms if t.lr is not None]
         return -math.prod(-r for r in rates) if rates else None
 
-    def init(self, params: Params) -> dict:
-        """Every piece's state, in one dict.
+    def init(self, params: Params) -> tuple:
+        """Every piece's state, one per piece.
 
         Args:
             params: the parameters it will step, ``{name: Tensor[...]}``.
 
         Returns:
-            ``{entry: {name: Tensor[...]}}``: the union of the pieces' states.
+            ``(state of piece 0, state of piece 1, ...)``: each ``{entry: {name: Tensor[...]}}``
+            (``{}`` for a stateless piece; a nested chain's is a tuple again).
         """
-        return {k: v for t in self.transforms for k, v in t.init_state(params).items()}
+        return tuple(t.init_state(params) for t in self.transforms)
 
-    def update(self, direction: Params, state: dict, params: Params) -> tuple[Params, dict]:
-        """Each piece's update of the previous piece's, in order.
+    def _check_pieces(self, state, owner: str, where: str) -> None:
+        """Refuse a state that is not a tuple of one state per piece."""
+        if not isinstance(state, (tuple, list)) or len(state) != len(self.transforms):
+            got = f"a {type(state).__name__} of {len(state)}" if isinstance(state, (tuple, list)) else repr(state)
+            got = got if len(got) <= 80 else f"a {type(state).__name__}"
+            raise ValueError(
+                f"{owner}: {where} must be the chain's state, a tuple of its {len(self.transforms)} pieces' states "
+                f"in order (from init_state(params)); got {got}."
+            )
+
+    def check_state(self, expected: dict, state, owner: str, where: str) -> None:
+        """Refuse a state that is not one matching state per piece (see :meth:`ServerOptimizer.check_state`).
+
+        Args:
+            expected: ``{name: shape}`` of the parameters.
+            state: the chain's state, one state per piece.
+            owner: the optimizer whose ``step`` checks (for the message).
+            where: the state's label in the message.
+
+        Raises:
+            ValueError: not a tuple of one state per piece, or a piece's state that does not match.
+        """
+        self._check_pieces(state, f"{owner}.step", where)
+        for i, (t, own) in enumerate(zip(self.transforms, state)):
+            t.check_state(expected, own, owner, f"{where}[{i}]")
+
+    def update(self, direction: Params, state: tuple, params: Params) -> tuple[Params, tuple]:
+        """Each piece's update of the previous piece's, in order, each on its own state.
 
         Args:
             direction: ``g``, ``{name: Tensor[...]}``.
-            state: the chain's state (:meth:`init`, or the previous update's); not modified.
+            state: the chain's state (:meth:`init`, or the previous update's): one state per
+                piece, in order; not modified.
             params: theta_t, passed to every piece.
 
         Returns:
-            ``(the last piece's update, the pieces' new states in one dict)``.
+            ``(the last piece's update, the pieces' new states, one per piece)``.
 
         Raises:
-            ValueError: ``state`` lacks an entry a piece keeps.
+            ValueError: ``state`` is not a tuple of one state per piece.
         """
-        new_state = {}
-        for t, keys in zip(self.transforms, self._keys):
-            missing = [k for k in keys if k not in state]
-            if missing:
-                raise ValueError(f"chain.update: state lacks {missing} (from init(params)); it has {sorted(state)}.")
-            direction, own = t.update(direction, {k: state[k] for k in keys}, params)
-            new_state.update(own)
-        return direction, new_state
+        self._check_pieces(state, "chain.update", "state")
+        new_state = []
+        for t, own in zip(self.transforms, state):
+            direction, own = t.update(direction, own, params)
+            new_state.append(own)
+        return direction, tuple(new_state)
 
     def pieces(self) -> tuple[ServerOptimizer, ...]:
         """Every piece of the chain, nested chains and named optimizers flattened, in order."""
@@ -559,12 +601,12 @@ class chain(ServerOptimizer):
 
 
 # ---------------------------------------------------------------------------------------------
-# The named optimizers: names for chains
+# The named optimizers: documented aliases of the canonical transforms (one name per optimizer)
 # ---------------------------------------------------------------------------------------------
 
 
 class _Named(ServerOptimizer):
-    """An optimizer that is a name for a chain (:meth:`as_chain`), built from its hyper-parameters."""
+    """A name for a chain (:meth:`as_chain`), built from its hyper-parameters; its state is the chain's."""
 
     def as_chain(self) -> chain:
         """The chain this optimizer names."""
@@ -574,18 +616,29 @@ class _Named(ServerOptimizer):
         """The pieces of the chain it names."""
         return self.as_chain().pieces()
 
-    def init(self, params: Params) -> dict:
+    def init(self, params: Params) -> tuple:
         """The chain's state (see :meth:`chain.init`).
 
         Args:
             params: the parameters it will step, ``{name: Tensor[...]}``.
 
         Returns:
-            ``{entry: {name: Tensor[...]}}``.
+            One state per piece of the chain.
         """
         return self.as_chain().init(params)
 
-    def update(self, direction: Params, state: dict, params: Params) -> tuple[Params, dict]:
+    def check_state(self, expected: dict, state, owner: str, where: str) -> None:
+        """The chain's check (see :meth:`chain.check_state`).
+
+        Args:
+            expected: ``{name: shape}`` of the parameters.
+            state: the chain's state, one state per piece.
+            owner: the optimizer whose ``step`` checks (for the message).
+            where: the state's label in the message.
+        """
+        self.as_chain().check_state(expected, state, owner, where)
+
+    def update(self, direction: Params, state: tuple, params: Params) -> tuple[Params, tuple]:
         """The chain's update (see :meth:`chain.update`).
 
         Args:
@@ -599,8 +652,8 @@ class _Named(ServerOptimizer):
         return self.as_chain().update(direction, state, params)
 
 
-class ServerSGD(_Named):
-    """``theta <- theta - eta g``: ``chain(sgd(eta))``.
+class ServerSGD(sgd):
+    """Alias of :class:`sgd`: ``theta <- theta - eta g`` (the same step and state, under the name FedAvg's repr shows).
 
     Args:
         lr: eta (> 0).
@@ -610,15 +663,12 @@ class ServerSGD(_Named):
         ({'w': tensor([0., 2.])}, {})
     """
 
-    def as_chain(self) -> chain:
-        """``chain(sgd(lr))``."""
-        return chain(sgd(self.lr))
-
 
 class ServerMomentum(_Named):
     """Heavy-ball server momentum (FedAvgM, Hsu et al., 2019): ``v <- beta v + g``, ``theta <- theta - eta v``.
 
-    ``chain(momentum(beta), sgd(eta))``. The velocity starts at zero, so ``v_1 = g``.
+    A name for ``chain(momentum(beta), sgd(eta))`` (:meth:`as_chain`): the same step and the
+    chain's state, ``({"velocity": ...}, {})``. The velocity starts at zero, so ``v_1 = g``.
 
     Args:
         lr: eta_s.
@@ -635,35 +685,52 @@ class ServerMomentum(_Named):
         return chain(momentum(self.momentum), sgd(self.lr))
 
 
-class _FedOpt(_Named):
-    """Adaptive server optimizers of Reddi et al. (2021): ``chain(scaler(b1, b2, tau, lr=eta))``."""
-
-    _scaler: type[_scale_by_fedopt]
+class _StepFirst:
+    """The FedOpt aliases' constructor: the step size first, then the scaler's arguments."""
 
     def __init__(self, lr: float = 0.01, beta1: float = 0.9, beta2: float = 0.99, tau: float = 1e-3):
-        self.beta1 = check_range(beta1, "beta1", 0, 1, high_open=True)
-        self.beta2 = check_range(beta2, "beta2", 0, 1, high_open=True)
-        self.tau = check_positive(tau, "tau")
-        super().__init__(lr)
-
-    def as_chain(self) -> chain:
-        """``chain(scale_by_...(beta1, beta2, tau, lr=lr))``."""
-        return chain(self._scaler(self.beta1, self.beta2, self.tau, lr=self.lr))
+        """Check the arguments (see the class docstring) and keep them."""
+        super().__init__(beta1, beta2, tau, lr=1.0)
+        self.lr = check_positive(lr, "lr")  # a step is required (the scaler alone would take lr=None)
 
 
-class ServerAdagrad(_FedOpt):
-    """FedAdagrad's server step: ``v <- v + g^2`` (``beta2`` unused); ``chain(scale_by_adagrad(..., lr=eta))``."""
+class ServerAdagrad(_StepFirst, scale_by_adagrad):
+    """Alias of :class:`scale_by_adagrad` with its step first: FedAdagrad's server step, ``v <- v + g^2``.
 
-    _scaler = scale_by_adagrad
+    ``ServerAdagrad(lr, beta1, beta2, tau)`` is ``scale_by_adagrad(beta1, beta2, tau, lr=lr)``: a
+    subclass that only orders the arguments (the same update and state ``{"m", "v"}``, bit for bit).
+
+    Args:
+        lr: eta (> 0; 0.01).
+        beta1: the first moment's decay b1, in [0, 1).
+        beta2: unused by Adagrad (checked like Adam's).
+        tau: the adaptivity floor (> 0); ``v_0 = tau^2``.
+    """
 
 
-class ServerAdam(_FedOpt):
-    """FedAdam's server step: ``v <- beta2 v + (1 - beta2) g^2``; ``chain(scale_by_adam(..., lr=eta))``."""
+class ServerAdam(_StepFirst, scale_by_adam):
+    """Alias of :class:`scale_by_adam` with its step first: FedAdam's server step, ``v <- b2 v + (1 - b2) g^2``.
 
-    _scaler = scale_by_adam
+    ``ServerAdam(lr, beta1, beta2, tau)`` is ``scale_by_adam(beta1, beta2, tau, lr=lr)``: a subclass
+    that only orders the arguments (the same update and state ``{"m", "v"}``, bit for bit).
+
+    Args:
+        lr: eta (> 0; 0.01).
+        beta1: the first moment's decay b1, in [0, 1).
+        beta2: the second moment's decay b2, in [0, 1).
+        tau: the adaptivity floor (> 0); ``v_0 = tau^2``.
+    """
 
 
-class ServerYogi(_FedOpt):
-    """FedYogi's server step: ``v <- v - (1 - beta2) g^2 sign(v - g^2)``; ``chain(scale_by_yogi(..., lr=eta))``."""
+class ServerYogi(_StepFirst, scale_by_yogi):
+    """Alias of :class:`scale_by_yogi` with its step first: FedYogi's step, ``v <- v - (1 - b2) g^2 sign(v - g^2)``.
 
-    _scaler = scale_by_yogi
+    ``ServerYogi(lr, beta1, beta2, tau)`` is ``scale_by_yogi(beta1, beta2, tau, lr=lr)``: a subclass
+    that only orders the arguments (the same update and state ``{"m", "v"}``, bit for bit).
+
+    Args:
+        lr: eta (> 0; 0.01).
+        beta1: the first moment's decay b1, in [0, 1).
+        beta2: the second moment's decay b2, in [0, 1).
+        tau: the adaptivity floor (> 0); ``v_0 = tau^2``.
+    """

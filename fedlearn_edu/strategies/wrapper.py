@@ -3,9 +3,13 @@
 A method that changes one part of a round and keeps the rest of any other method -- FedVG
 changes the server's weighting of the updates (its :meth:`~Strategy.direction`), Ditto adds a
 personal step to the clients' update and evaluates the personal models -- subclasses
-:class:`Wrapper` and overrides only what it changes::
+:class:`Wrapper`, declares which parts of its base's round it wraps (``wraps``, from
+:data:`WRAPPER_PARTS`: ``"state"``, ``"client"``, ``"server"``, ``"evaluation"``) and overrides
+only hooks of those parts::
 
     class Halved(Wrapper):                      # half of the base's server step, over any base
+        wraps = {"server"}
+
         def direction(self, server_state, updates):
             g, server_state, diag = super().direction(server_state, updates)
             return {k: v / 2 for k, v in g.items()}, server_state, diag
@@ -17,17 +21,23 @@ Everything else is the base's, on the base's state: the server state is a
 (a wrapper that keeps entries of its own declares a subclass with them), the client state is
 the base's (a wrapper may add rows of its own), and the server's model is where the base keeps
 it (:meth:`Wrapper.server_params` asks the base, recursively through nested wrappers). The
-server step is :meth:`~Strategy.direction` (the base's, unless overridden), then
-:meth:`~Strategy.apply`, whose :meth:`~Strategy.step` is the base's with the wrapper's
+server step is the base's own ``aggregate`` unless the wrapper declares ``"server"`` (or has an
+optimizer of its own); then it is :meth:`~Strategy.direction` (the base's, unless overridden),
+then :meth:`~Strategy.apply`, whose :meth:`~Strategy.step` is the base's with the wrapper's
 optimizer -- so what a base keeps after its step (AFL's averaged iterate) is kept under any
-wrapper. A base that does its server work in an ``aggregate`` override of its own (rather than
-in ``direction`` and ``step``) keeps it only under a wrapper that overrides neither.
+wrapper. A wrapper that declares ``"server"`` may read each update, so it does not inherit its
+base's ``sums_only`` (secure aggregation) or ``private`` (DP-FedAvg) declarations.
+
+The declaration is checked when the class is defined: a hook overridden outside the declared
+parts is refused there, with the line to add, so behaviour never depends on which methods a
+subclass happens to override.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
+from typing import ClassVar
 
 from torch import Tensor, nn
 
@@ -37,7 +47,16 @@ from .base import ClientOutput, ClientUpdates, ClientWork, Needs, Strategy
 from .server_optim import ServerOptimizer
 from .state import WrapperState, updated
 
-__all__ = ["Wrapper"]
+__all__ = ["Wrapper", "WRAPPER_PARTS"]
+
+# The parts of a round a wrapper may change, and the hooks of each. A Wrapper subclass declares
+# the parts it changes (``wraps``); it may override only those parts' hooks.
+WRAPPER_PARTS: dict[str, tuple[str, ...]] = {
+    "state": ("init_state", "init_optimizer_state", "server_params", "with_server_params", "client_view"),
+    "client": ("configure_local", "client_signals", "client_update"),
+    "server": ("direction", "apply", "step", "aggregate", "nonfinite_hint"),
+    "evaluation": ("eval_models",),
+}
 
 
 class Wrapper(Strategy):
@@ -50,6 +69,14 @@ class Wrapper(Strategy):
         optimizer: the optimizer of the server step (default: the base's). A different one keeps
             its state where the base keeps its optimizer's (:meth:`Strategy.init_optimizer_state`).
 
+    Class attribute:
+
+    - ``wraps``: the parts of the base's round the subclass changes, a subset of
+      :data:`WRAPPER_PARTS` (``"state"``, ``"client"``, ``"server"``, ``"evaluation"``); empty by
+      default (every hook is the base's). ``"server"`` makes the server step the wrapper's own
+      (:meth:`direction`, then :meth:`apply`) and drops the base's ``sums_only`` and ``private``.
+      A subclass that overrides a hook of an undeclared part is refused when it is defined.
+
     Raises:
         TypeError: ``base`` is not a :class:`Strategy`, or ``optimizer`` not a
             :class:`~fedlearn_edu.strategies.server_optim.ServerOptimizer`.
@@ -60,6 +87,36 @@ class Wrapper(Strategy):
         >>> w.needs.personal, w.evaluates, w.optimizer is w.base.optimizer
         (True, 'personal', True)
     """
+
+    wraps: ClassVar[frozenset[str]] = frozenset()
+
+    def __init_subclass__(cls, **kwargs):
+        """Check the subclass's ``wraps`` against the hooks it overrides (at class definition)."""
+        super().__init_subclass__(**kwargs)
+        wraps = cls.__dict__.get("wraps", cls.wraps)
+        wraps = (wraps,) if isinstance(wraps, str) else wraps
+        try:
+            wraps = frozenset(wraps)
+        except TypeError:
+            raise TypeError(
+                f"{cls.__name__}.wraps must be a set of parts of the round, e.g. {{'server'}}, got {wraps!r}."
+            ) from None
+        unknown = sorted(str(p) for p in wraps - set(WRAPPER_PARTS))
+        if unknown:
+            raise TypeError(
+                f"{cls.__name__}.wraps names {unknown[0]!r}, not a part of the round; the parts are "
+                f"{list(WRAPPER_PARTS)}."
+            )
+        cls.wraps = wraps
+        for part, hooks in WRAPPER_PARTS.items():
+            for hook in hooks:
+                if hook in cls.__dict__ and part not in wraps:
+                    declared = sorted(wraps | {part})
+                    raise TypeError(
+                        f"{cls.__name__} overrides {hook}(), a hook of the round's {part!r} part, but does not "
+                        f"declare that it wraps it: add  wraps = {{{', '.join(map(repr, declared))}}}  to its class "
+                        "body (a Wrapper declares the parts of its base's round it changes)."
+                    )
 
     def __init__(self, base: Strategy | None, optimizer: ServerOptimizer | None = None):
         """Check the arguments (see the class docstring) and keep them."""
@@ -107,13 +164,12 @@ class Wrapper(Strategy):
     def needs(self) -> Needs:
         """The base's :class:`~fedlearn_edu.strategies.base.Needs`, less what a new server step voids.
 
-        A subclass that overrides ``direction``, ``apply`` or ``step`` may read each update and
-        re-weight them, so the base's ``sums_only`` (secure aggregation) and ``private`` (DP-FedAvg's
-        sensitivity bound) no longer hold for it: they are ``False`` unless the subclass declares
-        its own ``needs``.
+        A subclass that wraps the ``"server"`` part may read each update and re-weight them, so the
+        base's ``sums_only`` (secure aggregation) and ``private`` (DP-FedAvg's sensitivity bound) no
+        longer hold for it: they are ``False`` unless the subclass declares its own ``needs``.
         """
         needs = self._inner.needs
-        if self.base is not None and self._overrides_server_hooks():
+        if self.base is not None and "server" in self.wraps:
             needs = replace(needs, sums_only=False, private=False)
         return needs
 
@@ -284,9 +340,9 @@ class Wrapper(Strategy):
     def aggregate(self, server_state: Mapping, updates: ClientUpdates) -> tuple[Mapping, dict]:
         """The base's server step (:meth:`direction`, :meth:`apply`) on the base's state; pure.
 
-        A wrapper that overrides none of ``direction``, ``apply`` and ``step`` runs the base's
-        own ``aggregate`` (whatever the base does there); otherwise :meth:`direction`, then
-        :meth:`apply`.
+        A wrapper that does not wrap the ``"server"`` part (and steps with its base's optimizer)
+        runs the base's own ``aggregate`` (whatever the base does there); otherwise
+        :meth:`direction`, then :meth:`apply`.
 
         Args:
             server_state: the wrapper's server state at round t (not modified).
@@ -295,19 +351,11 @@ class Wrapper(Strategy):
         Returns:
             ``(server_state at t + 1, diagnostics)``.
         """
-        if self.base is not None and not self._changes_server_step():
+        own_step = "server" in self.wraps or (self.base is not None and self.optimizer is not self.base.optimizer)
+        if self.base is not None and not own_step:
             base, diag = self.base.aggregate(self.base_state(server_state), updates)
             return self.with_base_state(server_state, base), diag
         return super().aggregate(server_state, updates)
-
-    def _changes_server_step(self) -> bool:
-        """Whether the subclass overrides ``direction``, ``apply`` or ``step`` (or has its own optimizer)."""
-        return self._overrides_server_hooks() or self.optimizer is not self.base.optimizer
-
-    def _overrides_server_hooks(self) -> bool:
-        """Whether the subclass overrides ``direction``, ``apply`` or ``step``."""
-        cls = type(self)
-        return any(getattr(cls, hook) is not getattr(Wrapper, hook) for hook in ("direction", "apply", "step"))
 
     # ------------------------------------------------------------------ evaluation
     def eval_models(self, model: nn.Module, server_state: Mapping, state: dict, train_sets) -> dict:

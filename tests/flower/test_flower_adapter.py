@@ -28,7 +28,6 @@ from fedlearn_edu import (  # noqa: E402
     FedVG,
     LocalOnly,
     QFedAvg,
-    Strategy,
     chain,
     clip_by_global_norm,
     federated_dataset,
@@ -110,7 +109,7 @@ def flower_run(fed, model, server_strategy, client_strategy, rounds=3, errors="r
     return strategy, grid, result
 
 
-class Diverging(Strategy):
+class Diverging(FedAvg):
     """Client side only: local training whose update comes out NaN (a diverged client)."""
 
     def client_update(self, work, params, state):
@@ -142,7 +141,7 @@ class CountingFedAvg(FedAvg):
 STRATEGIES = {
     "fedavg": lambda val: (FedAvg(), FedAvg()),
     "craft": lambda val: (CRAFT(server_lr=0.5), CRAFT()),
-    "fedvg": lambda val: (FedVG(val), Strategy()),  # FedVG's signals are computed on the server
+    "fedvg": lambda val: (FedVG(val), FedAvg()),  # FedVG's signals are computed on the server
     "fedoui": lambda val: (FedOUI(probe_size=16), FedOUI(probe_size=16)),
     # the one-line server-side clipping: the rounds' directions have norms 0.26 to 0.35 here, so C = 0.2 clips
     "fedavg-clipped": lambda val: (FedAvg(optimizer=chain(clip_by_global_norm(0.2), sgd(1.0))), FedAvg()),
@@ -216,7 +215,7 @@ def test_fedoui_without_oui_metric_is_a_clear_error(setting):
     """A FedOUI server whose nodes do not report OUI stops with a message naming what is missing."""
     fed, _, model = setting
     with pytest.raises(ValueError, match=r"lacks the signal\(s\) \['oui'\].*FedOUI"):
-        flower_run(fed, model, FedOUI(probe_size=16), Strategy(), rounds=1)
+        flower_run(fed, model, FedOUI(probe_size=16), FedAvg(), rounds=1)
 
 
 def test_qfedavg_losses_travel_in_metric_records(setting):
@@ -236,7 +235,7 @@ def test_non_finite_client_is_dropped_without_touching_the_others(setting):
 
     def node_fn(context):
         pid, data = node_partition(context, fed)
-        return Node(model, data, pid, fed.num_classes, Diverging() if pid == 1 else Strategy())
+        return Node(model, data, pid, fed.num_classes, Diverging() if pid == 1 else FedAvg())
 
     strategy, _, result = flower_run(fed, model, FedAvg(), FedAvg(), rounds=1, node_fn=node_fn)
     assert strategy.diagnostics[0]["dropped"] == [1]

@@ -217,12 +217,19 @@ def test_a_step_whose_direction_or_state_does_not_match_the_parameters_names_it(
         opt.step(params, {"w": torch.ones(2), "b": torch.ones(1), "c": torch.ones(1)}, state)
     with pytest.raises(ValueError, match=r"direction\['w'\] has shape \(1,\), params\['w'\] has \(2,\)"):
         opt.step(params, {"w": torch.ones(1), "b": torch.ones(1)}, state)
-    if state:
-        moment = next(iter(state))
-        with pytest.raises(ValueError, match=rf"needs state\['{moment}'\]"):
+    where, own = "state", state
+    if isinstance(state, tuple):  # ServerMomentum: its chain's state, one per piece (the velocity first)
+        with pytest.raises(ValueError, match=r"state must be the chain's state, a tuple of its 2 pieces' states"):
             opt.step(params, {"w": torch.ones(2), "b": torch.ones(1)}, {})
-        partial = {**state, moment: {"w": state[moment]["w"]}}
-        with pytest.raises(ValueError, match=rf"state\['{moment}'\] must have the names of params"):
+        where, own = r"state\[0\]", state[0]
+    if own:
+        moment = next(iter(own))
+        bad = {} if where == "state" else ({}, {})
+        with pytest.raises(ValueError, match=rf"needs {where}\['{moment}'\]"):
+            opt.step(params, {"w": torch.ones(2), "b": torch.ones(1)}, bad)
+        partial = {**own, moment: {"w": own[moment]["w"]}}
+        partial = partial if where == "state" else (partial, {})
+        with pytest.raises(ValueError, match=rf"{where}\['{moment}'\] must have the names of params"):
             opt.step(params, {"w": torch.ones(2), "b": torch.ones(1)}, partial)
     new, _ = opt.step(params, {"w": torch.ones(2), "b": torch.ones(1)}, state)  # a matching step still runs
     assert new.keys() == params.keys() and torch.equal(params["w"], torch.ones(2))
@@ -295,6 +302,24 @@ def _frozen_step(kind, hp, params, g, state):
     return {k: p - lr * m[k] / (v[k].sqrt() + tau) for k, p in params.items()}, {"m": m, "v": v}
 
 
+def _canonical(kind, hp):
+    """The canonical transform an alias names (one name per optimizer)."""
+    if kind == "sgd":
+        return sgd(hp["lr"])
+    if kind == "momentum":
+        return chain(momentum(hp["momentum"]), sgd(hp["lr"]))
+    scaler = {"adam": scale_by_adam, "yogi": scale_by_yogi, "adagrad": scale_by_adagrad}[kind]
+    return scaler(hp["beta1"], hp["beta2"], hp["tau"], lr=hp["lr"])
+
+
+def _flat(state):
+    """An alias's state in the frozen layout: ServerMomentum's chain state is (momentum's, sgd's {})."""
+    if isinstance(state, tuple):
+        assert len(state) == 2 and state[1] == {}
+        return state[0]
+    return state
+
+
 NAMED = [
     (ServerSGD, "sgd", dict(lr=0.3)),
     (ServerMomentum, "momentum", dict(lr=0.7, momentum=0.6)),
@@ -307,29 +332,33 @@ NAMED = [
 @pytest.mark.parametrize("stacked", [False, True], ids=["one model", "stacked K"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("cls, kind, hp", NAMED, ids=[c.__name__ for c, _, _ in NAMED])
-def test_named_optimizers_are_chains_bitwise_equal_to_todays_formulas(cls, kind, hp, dtype, stacked):
+def test_named_optimizers_are_aliases_bitwise_equal_to_todays_formulas(cls, kind, hp, dtype, stacked):
     """Six steps with directions from 1e-3 to 1e2: parameters and every state tensor bit for bit."""
     opt = cls(**hp)
-    assert isinstance(opt.as_chain(), chain) and opt.lr == hp["lr"]
+    canonical = _canonical(kind, hp)
+    assert opt.lr == hp["lr"] == canonical.lr
+    # a thin alias: a subclass of the canonical transform (ServerMomentum: a name for its chain)
+    assert isinstance(opt, type(canonical)) if kind != "momentum" else repr(opt.as_chain()) == repr(canonical)
     params = _tree(0, dtype, stacked)
     state = opt.init_state(params)
     frozen_params = dict(params)
-    frozen_state = {} if kind == "sgd" else {m: {k: t.clone() for k, t in s.items()} for m, s in state.items()}
+    frozen_state = {m: {k: t.clone() for k, t in s.items()} for m, s in _flat(state).items()}
     for t in range(6):
         g = _tree(t + 1, dtype, stacked, scale_=10.0 ** (t - 3))
         params, state = opt.step(params, g, state)
         frozen_params, frozen_state = _frozen_step(kind, hp, frozen_params, g, frozen_state)
         for k in params:
             assert params[k].dtype == dtype and torch.equal(params[k], frozen_params[k]), (t, k)
-        assert state.keys() == frozen_state.keys()  # {}, {"velocity"} or {"m", "v"}: today's layout
-        for m in state:
-            for k in state[m]:
-                assert torch.equal(state[m][k], frozen_state[m][k]), (t, m, k)
-    # the name and its chain are the same step
-    chained = opt.as_chain()
+        flat = _flat(state)
+        assert flat.keys() == frozen_state.keys()  # {}, {"velocity"} or {"m", "v"}
+        for m in flat:
+            for k in flat[m]:
+                assert torch.equal(flat[m][k], frozen_state[m][k]), (t, m, k)
+    # the alias and its canonical transform are the same step, on the same state layout
     a, sa = opt.step(params, g, state)
-    b, sb = chained.step(params, g, state)
+    b, sb = canonical.step(params, g, state)
     assert all(torch.equal(a[k], b[k]) for k in a)
+    sa, sb = _flat(sa), _flat(sb)
     assert all(torch.equal(sa[m][k], sb[m][k]) for m in sa for k in sa[m])
 
 
@@ -338,7 +367,7 @@ def test_named_optimizers_keep_their_repr_and_chains_read_as_formulas():
     assert repr(ServerMomentum(0.7, 0.6)) == "ServerMomentum(momentum=0.6, lr=0.7)"
     assert repr(ServerAdam()) == "ServerAdam(beta1=0.9, beta2=0.99, tau=0.001, lr=0.01)"
     assert repr(ServerMomentum(0.7, 0.6).as_chain()) == "chain(momentum(beta=0.6), sgd(lr=0.7))"
-    assert repr(ServerYogi(0.1).as_chain()) == "chain(scale_by_yogi(beta1=0.9, beta2=0.99, tau=0.001, lr=0.1))"
+    assert repr(ServerYogi(0.1)) == "ServerYogi(beta1=0.9, beta2=0.99, tau=0.001, lr=0.1)"
     clipped = FedAvg(optimizer=chain(clip_by_global_norm(2.0), sgd(0.5)))
     assert repr(clipped) == "FedAvg(optimizer=chain(clip_by_global_norm(max_norm=2.0), sgd(lr=0.5)))"
     # the step size Strategy.server_lr reports: the product of the pieces' (scale(f) steps by -f)
@@ -394,14 +423,14 @@ def test_chain_order_matters_clip_then_scale_differs_from_scale_then_clip():
     """||g|| = 0.5 < C = 1: clipping first leaves g, then x3 gives norm 1.5; x3 first gives norm 1.5,
     which clipping brings to 1."""
     g = {"w": torch.tensor([0.3, 0.4], dtype=torch.float64)}
-    a, _ = chain(clip_by_global_norm(1.0), scale(3.0)).update(g, {}, {})
-    b, _ = chain(scale(3.0), clip_by_global_norm(1.0)).update(g, {}, {})
+    a, _ = chain(clip_by_global_norm(1.0), scale(3.0)).update(g, ({}, {}), {})
+    b, _ = chain(scale(3.0), clip_by_global_norm(1.0)).update(g, ({}, {}), {})
     assert _norm(a) == pytest.approx(1.5) and _norm(b) == pytest.approx(1.0)
     # the clipped FedAvg step is bounded by eta C when clipping comes first, by C when it comes last
     big = {"w": torch.tensor([30.0, 40.0], dtype=torch.float64)}
     theta = {"w": torch.zeros(2, dtype=torch.float64)}
-    first, _ = chain(clip_by_global_norm(1.0), sgd(0.5)).step(theta, big, {})
-    last, _ = chain(sgd(0.5), clip_by_global_norm(1.0)).step(theta, big, {})
+    first, _ = chain(clip_by_global_norm(1.0), sgd(0.5)).step(theta, big, ({}, {}))
+    last, _ = chain(sgd(0.5), clip_by_global_norm(1.0)).step(theta, big, ({}, {}))
     assert _norm(first) == pytest.approx(0.5) and _norm(last) == pytest.approx(1.0)
     torch.testing.assert_close(first["w"], torch.tensor([-0.3, -0.4], dtype=torch.float64))
 
@@ -427,11 +456,11 @@ def test_sgd_on_a_quadratic_has_its_minimiser_as_fixed_point():
     star = torch.tensor([1.0, -2.0], dtype=torch.float64)
     grad = lambda theta: {"w": a @ (theta["w"] - star)}  # noqa: E731
     opt = chain(sgd(0.4))
-    fixed, _ = opt.step({"w": star.clone()}, grad({"w": star}), {})
+    fixed, _ = opt.step({"w": star.clone()}, grad({"w": star}), ({},))
     assert torch.equal(fixed["w"], star)
     theta = {"w": torch.zeros(2, dtype=torch.float64)}
     for _ in range(200):
-        theta, _ = opt.step(theta, grad(theta), {})
+        theta, _ = opt.step(theta, grad(theta), ({},))
     torch.testing.assert_close(theta["w"], star, rtol=0, atol=1e-12)
 
 
@@ -441,13 +470,13 @@ def test_transforms_are_pure_and_a_nested_named_optimizer_chains():
     params, g = _tree(0), _tree(1)
     opt = chain(clip_by_global_norm(0.5), ServerAdam(0.1))
     state = opt.init_state(params)
-    assert set(state) == {"m", "v"}
-    saved = {m: {k: v.clone() for k, v in s.items()} for m, s in state.items()}
+    assert state[0] == {} and set(state[1]) == {"m", "v"}
+    saved = {m: {k: v.clone() for k, v in s.items()} for m, s in state[1].items()}
     given = {k: v.clone() for k, v in g.items()}
     (pa, sa), (pb, sb) = opt.step(params, g, state), opt.step(params, g, state)
     assert all(torch.equal(pa[k], pb[k]) for k in pa)
-    assert all(torch.equal(sa[m][k], sb[m][k]) for m in sa for k in sa[m])
-    assert all(torch.equal(state[m][k], saved[m][k]) for m in state for k in state[m])
+    assert all(torch.equal(sa[1][m][k], sb[1][m][k]) for m in sa[1] for k in sa[1][m])
+    assert all(torch.equal(state[1][m][k], saved[m][k]) for m in saved for k in saved[m])
     assert all(torch.equal(g[k], given[k]) for k in g)
     # = clipping the direction by hand, then FedAdam's step
     clipped, _ = clip_by_global_norm(0.5).update(g, {}, params)
@@ -461,12 +490,12 @@ def test_a_users_own_transform_chains_and_is_checked_like_the_others():
             return {k: -v for k, v in direction.items()}, state
 
     opt = chain(Negate(), scale(0.5))
-    new, _ = opt.step({"w": torch.ones(2)}, {"w": torch.tensor([2.0, -2.0])}, {})
+    new, _ = opt.step({"w": torch.ones(2)}, {"w": torch.tensor([2.0, -2.0])}, ({}, {}))
     assert torch.equal(new["w"], torch.tensor([0.0, 2.0]))
     with pytest.raises(ValueError, match=r"chain\.step: direction must have the names of params"):
-        opt.step({"w": torch.ones(2)}, {"v": torch.ones(2)}, {})
+        opt.step({"w": torch.ones(2)}, {"v": torch.ones(2)}, ({}, {}))
     with pytest.raises(NotImplementedError, match="must define update"):
-        chain(ServerOptimizer()).step({"w": torch.ones(1)}, {"w": torch.ones(1)}, {})
+        chain(ServerOptimizer()).step({"w": torch.ones(1)}, {"w": torch.ones(1)}, ({},))
 
 
 def test_bad_transforms_and_hyper_parameters_are_refused_by_name():
@@ -474,10 +503,6 @@ def test_bad_transforms_and_hyper_parameters_are_refused_by_name():
         chain(clip_by_global_norm(1.0), "sgd")
     with pytest.raises(TypeError, match=r"chain's transform 0 must be a server transform .*\(type\)"):
         chain(sgd)  # the class, not sgd(1.0)
-    with pytest.raises(ValueError, match=r"both keep the state entry 'velocity'"):
-        chain(momentum(0.9), sgd(1.0), momentum(0.5))
-    with pytest.raises(ValueError, match=r"both keep the state entry 'm'"):
-        chain(ServerAdam(), scale_by_yogi())
     for c in (0, -1.0):
         with pytest.raises(ValueError, match=rf"^max_norm must be > 0, got {c}"):
             clip_by_global_norm(c)
@@ -494,8 +519,8 @@ def test_bad_transforms_and_hyper_parameters_are_refused_by_name():
         scale_by_adagrad(tau=0)
     with pytest.raises(TypeError, match=r"^factor must be a real number, got '2'"):
         scale("2")
-    with pytest.raises(ValueError, match=r"chain\.update: state lacks \['velocity'\]"):
-        chain(momentum(0.5)).update({"w": torch.ones(1)}, {}, {})
+    with pytest.raises(ValueError, match=r"chain\.update: state must be the chain's state, a tuple of its 1 pieces'"):
+        chain(momentum(0.5)).update({"w": torch.ones(1)}, {}, {})  # a dict of entries: the layout before per-piece
     with pytest.raises(TypeError, match=r"ServerOptimizer .*chain\(clip_by_global_norm"):
         FedAvg(optimizer=clip_by_global_norm)
 
@@ -528,7 +553,8 @@ def test_a_chain_with_state_resumes_bit_identically(fed, tmp_path):
     resumed = simulate(fed, _model(fed), make(), checkpoint=path, resume=True, **KW)
     _assert_same_history(full, resumed)
     _assert_same_tree(full.final_server_state, resumed.final_server_state)
-    assert set(full.final_server_state["optimizer"]) == {"m", "v"}
+    clip_state, adam_state = full.final_server_state["optimizer"]  # one state per piece
+    assert clip_state == {} and set(adam_state) == {"m", "v"}
 
 
 def test_a_chains_step_size_is_the_size_of_its_step_against_the_direction():
@@ -563,3 +589,70 @@ def test_pieces_flatten_chains_and_named_optimizers_and_fedvg_reads_its_momentum
     assert FedVG(val, base=FedAvg(optimizer=nested)).server_momentum == 0.7
     assert FedVG(val, base=FedAvg(optimizer=ServerMomentum(1.0, 0.8))).server_momentum == 0.8
     assert FedVG(val, base=FedAvg(optimizer=chain(sgd(1.0)))).server_momentum == 0.0
+
+
+def test_a_chain_keeps_one_state_per_piece_so_two_momenta_compose():
+    """Was: ValueError "both keep the state entry 'velocity'" (one merged dict). Now Optax's layout,
+    checked against NumPy: v1 <- 0.9 v1 + g, v2 <- 0.5 v2 + v1, theta <- theta - 1.0 v2."""
+    opt = chain(momentum(0.9), momentum(0.5), sgd(1.0))
+    params = _tree(0)
+    state = opt.init_state(params)
+    assert len(state) == 3 and set(state[0]) == set(state[1]) == {"velocity"} and state[2] == {}
+    theta = {k: v.numpy().copy() for k, v in params.items()}
+    v1 = {k: np.zeros_like(v) for k, v in theta.items()}
+    v2 = {k: np.zeros_like(v) for k, v in theta.items()}
+    for t in range(5):
+        g = _tree(t + 1)
+        params, state = opt.step(params, g, state)
+        for k in theta:
+            v1[k] = 0.9 * v1[k] + g[k].numpy()
+            v2[k] = 0.5 * v2[k] + v1[k]
+            theta[k] = theta[k] - 1.0 * v2[k]
+            np.testing.assert_allclose(params[k].numpy(), theta[k], rtol=1e-13, atol=1e-13)
+            np.testing.assert_allclose(state[0]["velocity"][k].numpy(), v1[k], rtol=1e-13, atol=1e-13)
+            np.testing.assert_allclose(state[1]["velocity"][k].numpy(), v2[k], rtol=1e-13, atol=1e-13)
+    # two FedOpt scalers compose too, each with its own moments
+    two = chain(scale_by_adam(), scale_by_yogi(), sgd(0.1))
+    state = two.init_state(params)
+    assert set(state[0]) == set(state[1]) == {"m", "v"}
+    stepped, _ = two.step(params, _tree(9), state)
+    assert all(torch.isfinite(stepped[k]).all() for k in stepped)
+
+
+def test_each_optimizer_has_one_canonical_name_and_the_others_are_aliases():
+    """ServerSGD/ServerAdam/ServerYogi/ServerAdagrad are subclasses of sgd and the FedOpt scalers that
+    only put the step first; FedAdam (the strategy) is FedAvg's direction under that same step."""
+    for alias, canonical in [
+        (ServerSGD(0.3), sgd(0.3)),
+        (ServerAdam(0.05, 0.8, 0.95, 1e-2), scale_by_adam(0.8, 0.95, 1e-2, lr=0.05)),
+        (ServerYogi(0.05), scale_by_yogi(lr=0.05)),
+        (ServerAdagrad(0.05), scale_by_adagrad(lr=0.05)),
+    ]:
+        assert isinstance(alias, type(canonical)) and vars(alias) == vars(canonical)
+        assert type(alias).update is type(canonical).update
+    assert FedAdam(server_lr=0.05).optimizer.lr == 0.05 and isinstance(FedAdam().optimizer, scale_by_adam)
+    assert isinstance(FedYogi().optimizer, scale_by_yogi) and isinstance(FedAdagrad().optimizer, scale_by_adagrad)
+    with pytest.raises(TypeError, match=r"^lr must be a real number"):
+        ServerAdam(lr=None)  # the alias always steps (the scaler alone may leave the step to a chain)
+
+
+def test_fedadam_is_fedavg_under_scale_by_adam_bit_for_bit(fed):
+    """The strategy alias: FedAdam(server_lr, b1, b2, tau) runs as FedAvg(optimizer=scale_by_adam(..., lr=...))."""
+    kw = dict(rounds=3, clients_per_round=3, local_epochs=1, batch_size=16, lr=0.05, seed=4, progress=False)
+    a = simulate(fed, _model(fed), FedAdam(server_lr=0.03, beta1=0.8, tau=1e-2), **kw)
+    b = simulate(fed, _model(fed), FedAvg(optimizer=scale_by_adam(0.8, 0.99, 1e-2, lr=0.03)), **kw)
+    _assert_same_tree(a.final_params, b.final_params)
+    _assert_same_tree(a.final_server_state["optimizer"], b.final_server_state["optimizer"])
+
+
+def test_a_checkpoint_of_another_optimizer_layout_is_refused_by_name(fed, tmp_path):
+    """A FedAvgM checkpoint whose optimizer state is the old merged dict does not fit the chain's tuple."""
+    from fedlearn_edu.checkpoint import check_states
+
+    model = _model(fed)
+    params = get_params(model)
+    server, clients = FedAvgM().init_state(params, model, len(fed), 0)
+    old = {"server_state": {**dict(server), "optimizer": dict(server["optimizer"][0])}, "client_state": clients}
+    with pytest.raises(ValueError, match=r"server_state\['optimizer'\] is a dict, not a sequence of 2"):
+        check_states(tmp_path / "old.pt", old, server, clients, params)
+    check_states(tmp_path / "new.pt", {"server_state": dict(server), "client_state": clients}, server, clients, params)

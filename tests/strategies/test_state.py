@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 import torch
 
-from fedlearn_edu import CRAFT, SCAFFOLD, DPFedAvg, FedAvg, Strategy, federated_dataset, make_model, simulate
+from fedlearn_edu import CRAFT, SCAFFOLD, DPFedAvg, FedAvg, federated_dataset, make_model, simulate
 from fedlearn_edu.data import server_validation_split
 from fedlearn_edu.engine import LocalTraining, make_engine
 from fedlearn_edu.params import get_params, select_rows, to_device
@@ -175,7 +175,7 @@ def test_a_user_strategy_may_keep_a_dict_and_a_wrapper_over_it_nests_it(setting,
         state = h.final_server_state
         inner = state if isinstance(state, dict) else state.base
         assert type(inner) is dict and int(inner["rounds"]) == 3
-        assert isinstance(Strategy().init_state(get_params(_model(fed)), _model(fed), 2, 0)[0], ModelState)
+        assert isinstance(FedAvg().init_state(get_params(_model(fed)), _model(fed), 2, 0)[0], ModelState)
 
 
 def test_a_field_that_would_hide_a_method_of_the_state_is_refused():

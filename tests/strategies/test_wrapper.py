@@ -74,12 +74,16 @@ class NoOp(Wrapper):
 class OwnDirection(Wrapper):
     """A wrapper whose own server step is a no-op: the base's direction, unchanged."""
 
+    wraps = {"server"}
+
     def direction(self, server_state, updates):
         return super().direction(server_state, updates)
 
 
 class Halved(Wrapper):
     """A user's wrapper that overrides only the direction: half of the base's."""
+
+    wraps = {"server"}
 
     def direction(self, server_state, updates):
         g, server_state, diag = super().direction(server_state, updates)
@@ -208,3 +212,39 @@ def test_capabilities_are_read_from_needs_not_from_names_or_attributes():
         with pytest.raises(ValueError, match="declared-personal is already personalised"):
             outer(_DeclaredPersonal())
     assert not hasattr(Strategy, "model_key") and not hasattr(DPFedAvg, "private")
+
+
+def test_a_wrapper_declares_what_it_wraps_and_an_undeclared_override_is_refused_at_definition():
+    """Was: Wrapper decided its server step (and dropped sums_only/private) by checking which methods a
+    subclass overrides. Now the class says so (``wraps``), and the check runs when the class is defined."""
+    from fedlearn_edu.strategies.wrapper import WRAPPER_PARTS
+
+    assert Wrapper.wraps == frozenset() and NoOp.wraps == frozenset() and Halved.wraps == {"server"}
+    assert Ditto.wraps == {"state", "client", "evaluation"} and FedVG.wraps == {"client", "server"}
+    assert set(WRAPPER_PARTS) == {"state", "client", "server", "evaluation"}
+    with pytest.raises(TypeError, match=r"^Undeclared overrides direction\(\), a hook of the round's 'server' part"):
+
+        class Undeclared(Wrapper):
+            def direction(self, server_state, updates):
+                return super().direction(server_state, updates)
+
+    with pytest.raises(TypeError, match=r"add  wraps = \{'client', 'server'\}  to its class body"):
+
+        class HalfDeclared(Wrapper):
+            wraps = {"server"}
+
+            def client_update(self, work, server_state, state):
+                return super().client_update(work, server_state, state)
+
+    with pytest.raises(TypeError, match=r"wraps names 'servers', not a part of the round"):
+
+        class Typo(Wrapper):
+            wraps = {"servers"}
+
+    # the declaration, not the overrides, decides: declared "server" with no override of its own is
+    # the base's direction + step (not its aggregate), and it drops the base's sums_only
+    class DeclaredOnly(Wrapper):
+        wraps = "server"
+
+    assert DeclaredOnly.wraps == {"server"} and not DeclaredOnly(FedAvg()).needs.sums_only
+    assert NoOp(FedAvg()).needs.sums_only

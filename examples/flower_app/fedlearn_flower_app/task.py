@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from fedlearn_edu import Ditto, Federation, Strategy, federated_dataset, make_model, make_strategy
+from fedlearn_edu import Ditto, FedAvg, Federation, Strategy, federated_dataset, make_model, make_strategy
 from fedlearn_edu.data import server_validation_split
 
 # Strategies whose server side needs the server's validation set; their clients are
@@ -59,5 +59,5 @@ def _strategy(name: str, validation) -> Strategy:
     if name.startswith("ditto+"):
         return Ditto(base=_strategy(name.removeprefix("ditto+"), validation))
     if name in NEEDS_VALIDATION:
-        return Strategy() if validation is None else make_strategy(name, val_data=validation)
+        return FedAvg() if validation is None else make_strategy(name, val_data=validation)
     return make_strategy(name)
