@@ -50,7 +50,6 @@ the update-level kinds replace the attackers' rows of the round's stacked update
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from statistics import NormalDist
 from typing import NamedTuple
@@ -77,6 +76,10 @@ ATTACKS = (
     "stale_free_rider",
 )
 _TAG_CHOICE, _TAG_NOISE = 0xA77AC4, 0x6A055
+# the fields beyond kind, fraction and seed that each kind reads; any other is refused unless left at
+# its default (a sigma given to a sign flip would be ignored without a word)
+USES = {"sign_flip": ("scale",), "scale": ("scale",), "gaussian": ("sigma",), "model_replacement": ("target",)}
+_DEFAULTS = {"scale": 1.0, "sigma": 1.0, "target": None}
 
 
 _FRACTION_WHY = "(use attack=None for a run without attackers; one client at least must stay honest)"
@@ -137,12 +140,50 @@ def alie_z(n: int, f: int) -> float:
     Returns:
         z >= 0.
 
+    Raises:
+        TypeError: ``n`` or ``f`` is not an integer (``2.5`` is not truncated).
+        ValueError: ``n < 1``, ``f`` outside ``[0, n]``, or ``s >= n`` (n = 1, or n = 2 without an
+            attacker), where ``Phi^{-1}(0)`` is ``-inf``: no z exists.
+
     Example:
         >>> round(alie_z(50, 24), 3)  # the paper's example: n = 50, f = 24 -> s = 2
         1.751
     """
-    s = max(1, math.floor(n / 2 + 1) - f)
+    n = check_int(n, "n", 1)
+    f = check_int(f, "f", 0, n)
+    s = max(1, n // 2 + 1 - f)
+    if s >= n:
+        raise ValueError(
+            f"alie_z(n={n}, f={f}): s = max(1, floor(n / 2 + 1) - f) = {s} is not below n, so "
+            "z = Phi^{-1}((n - s) / n) = Phi^{-1}(0) does not exist: ALIE needs n >= 3 clients, or n = 2 with f = 1."
+        )
     return NormalDist().inv_cdf((n - s) / n)
+
+
+def _check_client_ids(client_ids, deltas: Params) -> Tensor:
+    """``client_ids`` as a CPU ``Tensor[m]`` of integers, one per row of every ``deltas`` tensor."""
+    if not isinstance(client_ids, Tensor):
+        try:
+            client_ids = torch.as_tensor(client_ids)
+        except (TypeError, ValueError, RuntimeError):
+            raise TypeError(f"client_ids must be a Tensor[m] of client ids, got {type(client_ids).__name__}.") from None
+    if (
+        client_ids.dim() != 1
+        or client_ids.is_floating_point()
+        or client_ids.is_complex()
+        or client_ids.dtype == torch.bool
+    ):
+        raise TypeError(
+            f"client_ids must be a 1-d integer Tensor[m], got {client_ids.dtype} of shape {tuple(client_ids.shape)}."
+        )
+    rows = {k: t.shape[0] if isinstance(t, Tensor) and t.dim() else None for k, t in deltas.items()}
+    wrong = {k: r for k, r in rows.items() if r != client_ids.shape[0]}
+    if wrong:
+        k, r = next(iter(wrong.items()))
+        raise ValueError(
+            f"client_ids holds {client_ids.shape[0]} ids but deltas[{k!r}] has {r} rows: one id per client's update."
+        )
+    return client_ids.cpu()
 
 
 class AttackState(NamedTuple):
@@ -195,12 +236,22 @@ class Attack:
         object.__setattr__(self, "seed", check_seed(self.seed))
         object.__setattr__(self, "scale", check_float(self.scale, "scale"))
         object.__setattr__(self, "sigma", check_positive(self.sigma, "sigma", allow_zero=True))
+        uses = USES.get(self.kind, ())
+        for name, default in _DEFAULTS.items():
+            if name not in uses and getattr(self, name) is not default and getattr(self, name) != default:
+                users = " or ".join(repr(k) for k, v in USES.items() if name in v)
+                shown = "a target" if name == "target" else f"{name}={getattr(self, name)!r}"
+                raise ValueError(
+                    f"{name} is for kind={users} only, got {shown} with kind={self.kind!r}, which would ignore it "
+                    "(leave it out)."
+                )
         if self.kind == "model_replacement":
             if not isinstance(self.target, dict) or not all(isinstance(v, Tensor) for v in self.target.values()):
                 raise ValueError("kind='model_replacement' needs target={name: Tensor}, the model X to install.")
+            bad = [k for k, v in self.target.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
+            if bad:
+                raise ValueError(f"target holds NaN or Inf (in {bad[:3]}): the model X to install must be finite.")
             object.__setattr__(self, "target", {k: v.detach().clone() for k, v in self.target.items()})
-        elif self.target is not None:
-            raise ValueError(f"target is for kind='model_replacement' only, got a target with kind={self.kind!r}.")
 
     @property
     def needs_previous(self) -> bool:
@@ -343,7 +394,7 @@ class Attack:
             ValueError: ``"model_replacement"`` or ``"stale_free_rider"`` (after round 1) without a
                 server model, or a target of another shape.
         """
-        ids = client_ids.cpu()
+        ids = _check_client_ids(client_ids, deltas)
         bad = torch.isin(ids, attackers.cpu())
         if self.data_level or not bool(bad.any()):
             return deltas
@@ -391,5 +442,20 @@ class Attack:
                         f"The model-replacement target's {k!r} is {tuple(x.shape)}, the model's {tuple(t.shape[1:])}."
                     )
                 new[r] = ((m / server_lr) * (x - server_params[k].to(t.dtype))).expand_as(t[r])
+            if new.is_floating_point() and not bool(torch.isfinite(new[r]).all()) and bool(torch.isfinite(t[r]).all()):
+                raise FloatingPointError(self._nonfinite_message(round, k, t.dtype, server_lr))
             out[k] = new
         return out
+
+    def _nonfinite_message(self, round, key: str, dtype, server_lr) -> str:
+        """The attack itself made finite updates NaN/Inf: blame its own argument, not local training."""
+        culprit = {
+            "sign_flip": f"scale={self.scale!r}",
+            "scale": f"scale={self.scale!r}",
+            "gaussian": f"sigma={self.sigma!r}",
+            "model_replacement": f"target (or server_lr={server_lr!r}, which divides it)",
+        }.get(self.kind, "its settings")
+        return (
+            f"Round {round}: the {self.kind} attack made the attackers' updates of {key!r} NaN/Inf (beyond "
+            f"{dtype}): lower the attack's {culprit}; local training was not at fault."
+        )

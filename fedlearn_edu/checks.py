@@ -542,6 +542,7 @@ def check_updates(updates: Updates, what: str = "deltas", finite: bool = True) -
         TypeError: not a tensor or dict of floating-point tensors.
         ValueError: no client, mismatched client axes, or NaN/Inf (naming the first such client).
     """
+    finite = check_bool(finite, "check")  # the aggregation functions' ``check`` flag comes through here
     if not isinstance(updates, (Tensor, Mapping)):
         raise TypeError(
             f"{what} must be a torch.Tensor[m, d] or a dict of Tensor[m, ...], got {type(updates).__name__}."

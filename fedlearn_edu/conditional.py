@@ -37,7 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .checks import check_int
+from .checks import check_bool, check_int
 from .data.federation import ClientData, Federation
 from .data.shifts import cluster_ids
 from .models import count_parameters, make_model
@@ -311,6 +311,7 @@ class ConditionalModel(nn.Module):
         cond_scale: float = 1.0,
         zero_init: bool = True,
     ):
+        zero_init = check_bool(zero_init, "zero_init")
         super().__init__()
         if not all(hasattr(backbone, a) for a in ("features", "head", "head_layer")):
             raise TypeError(

@@ -38,7 +38,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.func import functional_call, grad, grad_and_value, vmap
 
-from .checks import check_int, check_positive, check_range
+from .checks import check_bool, check_int, check_positive, check_range
 from .local_objectives import linear_term, proximal_term
 from .params import Params, num_stacked, stack_params
 from .utils import tune_cpu_allocator
@@ -576,7 +576,7 @@ class VmapEngine:
             raise ValueError(f"max_chunk must be >= 1, got {max_chunk}.")
         self.memory_budget = memory_budget
         self.max_chunk = int(max_chunk)
-        self.tune_allocator = bool(tune_allocator)
+        self.tune_allocator = check_bool(tune_allocator, "tune_allocator")
         if not isinstance(trim_padding, bool):
             raise TypeError(f"trim_padding must be True or False, got {trim_padding!r}.")
         self.trim_padding = trim_padding
@@ -855,6 +855,8 @@ def _padded_schedule(sizes: Sequence[int], epochs: int, batch_size: int, seeds: 
 
 
 def _check_schedule(datasets, seeds, start, linear=None) -> None:
+    if len(datasets) == 0:
+        raise ValueError("datasets holds no clients (m = 0): an engine trains at least one client.")
     if len(datasets) != len(seeds):
         raise ValueError(f"Got {len(datasets)} datasets but {len(seeds)} seeds.")
     for what, stacked in (("start", start), ("linear", linear)):

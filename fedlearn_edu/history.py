@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from .checkpoint import loadable
+from .checks import check_bool
 from .metrics import METRIC_NAMES, fairness_metrics
 from .params import Params
 
@@ -288,6 +289,7 @@ def format_table(histories: dict[str, History], every: bool = False) -> str:
     Returns:
         The table as text.
     """
+    every = check_bool(every, "every")
     w = max([12, *(len(name) + 2 for name in histories)])
     head = f"{'strategy':<{w}}{'round':>6}{'mean':>8}{'std':>8}{'worst10':>9}{'best10':>8}"
     lines = [head, "-" * len(head)]

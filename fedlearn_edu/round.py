@@ -425,9 +425,10 @@ def _nonfinite_message(
         what += [f"client(s) {ids[:5]}: {why}" for why, ids in by_reason.items()]
         what = ", ".join(what)
         if blown_up is not None:
+            hint = strategy.nonfinite_hint().rstrip(".") if strategy is not None else ""
             fix = (
                 f"the server step had already blown the global model up ({blown_up:.2g} times its initial size) "
-                f"before local training: lower server_lr (now {server_lr:g})"
+                f"before local training: {hint or f'lower server_lr (now {server_lr:g})'}"
             )
         elif lr * mu > 2 and mu > 1:  # SGD on (mu/2)||w - theta_t||^2 multiplies w - theta_t by 1 - lr mu
             argument = getattr(strategy, "prox_argument", "")

@@ -193,9 +193,15 @@ def decode(y: Tensor, scale_bits: int = 16, modulus_bits: int = 48) -> Tensor:
 
     Returns:
         A float64 tensor.
+
+    Raises:
+        TypeError: ``y`` is not an integer tensor (a float tensor is not a code: decoding it gives garbage).
     """
     s, k = _check_bits(scale_bits, modulus_bits)
-    y = torch.remainder(y, 2**k)
+    if not isinstance(y, Tensor) or y.dtype not in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8):
+        what = y.dtype if isinstance(y, Tensor) else type(y).__name__
+        raise TypeError(f"decode: y must be an integer Tensor of codes from encode (int64), got {what}.")
+    y = torch.remainder(y.to(torch.int64), 2**k)
     signed = torch.where(y >= 2 ** (k - 1), y - 2**k, y)
     return signed.double() / 2.0**s
 
@@ -509,8 +515,15 @@ def secure_aggregation_problem(strategy) -> str:
 
     Returns:
         The reason (empty when ``strategy.needs.sums_only``).
+
+    Raises:
+        TypeError: ``strategy`` is not a strategy object (a name such as ``"fedavg"``, a class, ``None``).
     """
-    needs = strategy.needs
+    needs = getattr(strategy, "needs", None)
+    if isinstance(strategy, (str, type)) or needs is None or not hasattr(needs, "sums_only"):
+        raise TypeError(
+            f"strategy must be a Strategy object (e.g. FedAvg(), or strategies.STRATEGIES[name]()), got {strategy!r}."
+        )
     if needs.sums_only:
         return ""
     if needs.server_model == "none":

@@ -8,6 +8,8 @@ import sys
 import numpy as np
 import torch
 
+from .checks import check_int
+
 __all__ = ["resolve_device", "derive_seed", "tune_cpu_allocator"]
 
 
@@ -60,8 +62,13 @@ def derive_seed(*keys: int) -> int:
 
     Returns:
         An int in ``[0, 2**63)``.
+
+    Raises:
+        TypeError: a key that is not an integer (``1.7`` is not truncated to ``1``).
+        ValueError: a negative key.
     """
-    state = np.random.SeedSequence([int(k) for k in keys]).generate_state(2, dtype=np.uint32)
+    checked = [check_int(k, f"derive_seed's key {i}", 0) for i, k in enumerate(keys)]
+    state = np.random.SeedSequence(checked).generate_state(2, dtype=np.uint32)
     return int((int(state[0]) << 31) ^ int(state[1])) & ((1 << 63) - 1)
 
 

@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import Tensor
 
-from ..checks import Updates, as_tensor_arg, check_rcond, check_reference, check_updates, check_weights
+from ..checks import Updates, as_tensor_arg, check_bool, check_rcond, check_reference, check_updates, check_weights
 
 __all__ = ["craft_direction", "pinv_solve", "gram_pinv_apply", "group_matrices", "split_groups"]
 
@@ -320,6 +320,7 @@ def craft_direction(
         >>> torch.allclose(u @ g, torch.tensor([0.5, 0.5]))     # U g = rho: no conflict
         True
     """
+    normalize_reference = check_bool(normalize_reference, "normalize_reference")
     m = check_updates(pseudo_grads, "pseudo_grads", finite=False)  # NaN/Inf: checked per group below
     w = check_weights(rho, m, "rho")
     reference = check_reference(reference, pseudo_grads)

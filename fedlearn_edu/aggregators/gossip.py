@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..checks import Updates, check_int, check_range, check_updates, check_weights
+from ..checks import Updates, check_int, check_range, check_seed, check_updates, check_weights
 from ._tree import map_updates
 
 __all__ = [
@@ -91,7 +91,8 @@ def random_graph(num_clients: int, edge_prob: float, seed: int = 0, max_tries: i
     """
     num_clients = check_int(num_clients, "num_clients", 1)
     check_range(edge_prob, "edge_prob", 0, 1, low_open=True)
-    g = torch.Generator().manual_seed(int(seed))
+    max_tries = check_int(max_tries, "max_tries", 1)
+    g = torch.Generator().manual_seed(check_seed(seed))
     n = num_clients
     for _ in range(max_tries):
         upper = torch.triu(torch.rand(n, n, generator=g) < edge_prob, diagonal=1)
@@ -208,7 +209,7 @@ def sample_neighbours(probabilities, num_sampled: int, seed: int | torch.Generat
         raise ValueError(
             f"Client {i} has {int((P[i] > 0).sum())} possible neighbours, fewer than num_sampled = {num_sampled}."
         )
-    g = seed if isinstance(seed, torch.Generator) else torch.Generator().manual_seed(int(seed))
+    g = seed if isinstance(seed, torch.Generator) else torch.Generator().manual_seed(check_seed(seed))
     return torch.multinomial(P, num_sampled, replacement=False, generator=g)
 
 

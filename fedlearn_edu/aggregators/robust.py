@@ -39,6 +39,8 @@ depend on the clients' order (every other rule here is permutation invariant).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
 from torch import Tensor
 
@@ -161,8 +163,12 @@ def max_krum_f(m: int) -> int:
 
     Returns:
         ``floor((m - 3) / 2)``.
+
+    Raises:
+        TypeError: ``m`` is not an integer (``2.5`` is not truncated).
+        ValueError: ``m < 0``.
     """
-    return (m - 3) // 2
+    return (check_int(m, "m", 0) - 3) // 2
 
 
 def max_bulyan_f(m: int) -> int:
@@ -173,8 +179,12 @@ def max_bulyan_f(m: int) -> int:
 
     Returns:
         ``floor((m - 3) / 4)``.
+
+    Raises:
+        TypeError: ``m`` is not an integer.
+        ValueError: ``m < 0``.
     """
-    return (m - 3) // 4
+    return (check_int(m, "m", 0) - 3) // 4
 
 
 def _check_krum_f(f, m: int) -> int:
@@ -496,10 +506,14 @@ def centered_clipping(
     if v is None:
         vs = [torch.zeros_like(x[0]) for x in xs]
     else:
+        if not isinstance(deltas, Tensor) and (not isinstance(v, Mapping) or not set(deltas) <= set(v)):
+            raise ValueError(f"v must be a dict with the keys of deltas ({sorted(deltas)[:6]}), or None.")
         v_leaves = [v] if isinstance(deltas, Tensor) else [v[k] for k in deltas]
         for vk, t in zip(v_leaves, leaves):
             if not isinstance(vk, Tensor) or tuple(vk.shape) != tuple(t.shape[1:]):
                 raise ValueError(f"v must be shaped like one client's update ({tuple(t.shape[1:])}).")
+            if vk.is_floating_point() and not bool(torch.isfinite(vk).all()):
+                raise ValueError("v, the starting centre, holds NaN or Inf: the aggregate would be NaN.")
         vs = [vk.reshape(-1).to(device=x.device, dtype=dtype) for vk, x in zip(v_leaves, xs)]
     for _ in range(iterations):
         diffs = [x - vk for x, vk in zip(xs, vs)]

@@ -236,7 +236,7 @@ def parse_federation(text, **common) -> FederationSpec:
         spec = parse_federation(base, **common)
         return dataclasses.replace(
             spec,
-            name=text.strip(),
+            name=f"{spec.name}+{kind}:{fraction!r}",  # one spelling: the run key hashes the name
             attack=kind,
             attack_fraction=fraction,
             attack_params=dict(ATTACK_SETTINGS.get(kind, {})),
@@ -252,19 +252,22 @@ def parse_federation(text, **common) -> FederationSpec:
     if kind == "iid":
         if value:
             raise ValueError(f"Federation {text!r}: 'iid' takes no parameter.")
-        return FederationSpec(text, partition="iid", **common)
+        return FederationSpec("iid", partition="iid", **common)
+    # the name is the canonical spelling (lower-case kind, the number as Python writes it: 'DIRICHLET:.50'
+    # is 'dirichlet:0.5'), so that one federation has one run key however it was typed
     if kind in _PARAM:
         if number is None:
             raise ValueError(f"Federation {text!r}: give the parameter, e.g. '{kind}:1'.")
         param = int(number) if kind == "shards" else number
         if kind == "shards" and param != number:
             raise ValueError(f"Federation {text!r}: shards per client must be an integer.")
-        return FederationSpec(text, partition=kind, partition_params={_PARAM[kind]: param}, **common)
+        name = f"{kind}:{param!r}"
+        return FederationSpec(name, partition=kind, partition_params={_PARAM[kind]: param}, **common)
     if kind == "noisy":
         if number is None or number > 1:
             raise ValueError(f"Federation {text!r}: give the flipped share in (0, 1], e.g. 'noisy:0.8'.")
         return FederationSpec(
-            text,
+            f"noisy:{number!r}",
             partition="dirichlet",
             partition_params={"alpha": 1.0},
             noisy_clients=0.3,
@@ -275,7 +278,7 @@ def parse_federation(text, **common) -> FederationSpec:
         if number is None or number != int(number) or number < 2:
             raise ValueError(f"Federation {text!r}: give the number of clusters, an integer >= 2, e.g. 'clusters:4'.")
         params = {"num_clusters": int(number), "shift": CLUSTER_SHIFT}
-        return FederationSpec(text, partition=CLUSTERS, partition_params=params, **common)
+        return FederationSpec(f"{CLUSTERS}:{int(number)}", partition=CLUSTERS, partition_params=params, **common)
     raise ValueError(
         f"Unknown federation {text!r}; use iid, dirichlet:ALPHA, shards:PER_CLIENT, quantity:SIGMA, noisy:FRACTION "
         "or clusters:K."

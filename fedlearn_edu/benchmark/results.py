@@ -275,10 +275,39 @@ def load(out) -> BenchmarkResult:
             if missing:
                 raise ValueError(f"lacks the columns {missing}")
     records, runs = frames["records.csv.gz"], frames["runs.csv"]
+    _check_one_grid(out, records, runs, picks, protocol)
     failed = runs[runs["status"] != "ok"].to_dict("records")
     result = BenchmarkResult(out, records, runs, picks, protocol, failed, grids=grids, edges=edges)
     result.record_version = version
     return result
+
+
+def _check_one_grid(out: Path, records, runs, picks: dict, protocol: BenchmarkProtocol) -> None:
+    """Refuse three files that are not of one grid.
+
+    Every evaluation record's federation and method must be among ``protocol.json``'s picks,
+    its rounds and clients per round the protocol's (run keys are not compared: pandas reads a
+    hexadecimal key of digits and one ``e`` as a number).
+    """
+    if not len(records):
+        return
+    problems = []
+
+    evals = records[records["phase"] == "eval"] if "phase" in records.columns else records
+    cells = set(zip(evals["federation"].astype(str), evals["method"].astype(str)))
+    unpicked = sorted(cells - {(str(f), str(m)) for f, m in picks})
+    if unpicked:
+        problems.append(f"evaluation records of {unpicked[:3]} have no pick in protocol.json")
+    for column in ("rounds", "clients_per_round"):
+        if column in records.columns:
+            seen = sorted({int(v) for v in records[column].dropna()})
+            if seen and seen != [int(getattr(protocol, column))]:
+                problems.append(f"records.csv.gz has {column} {seen}, protocol.json {getattr(protocol, column)}")
+    if problems:
+        raise ValueError(
+            f"{out}: records.csv.gz, runs.csv and protocol.json are not of one grid: {'; '.join(problems)}. "
+            "Copy the three files of one results folder together (or rerun the sweep into a new folder)."
+        )
 
 
 @contextlib.contextmanager

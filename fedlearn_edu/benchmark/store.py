@@ -33,6 +33,12 @@ def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def _manifest_sha(record: dict) -> str:
+    """The checksum of a run's manifest: every field but this checksum, as canonical JSON."""
+    body = {k: v for k, v in record.items() if k != "manifest_sha256"}
+    return _sha(json.dumps(body, sort_keys=True, separators=(",", ":")).encode())
+
+
 def _atomic_write(path: Path, data: bytes) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_bytes(data)
@@ -116,9 +122,11 @@ class _Store:
         """``"done"``, ``"failed"``, ``"missing"``, ``"corrupt"`` or ``"stale"`` (then the files are removed).
 
         ``"corrupt"``: a ``.csv`` without its ``.json``, or a ``.json`` that is not an object
-        with this key, a status of :attr:`STATUSES` and the ``.csv``'s checksum. ``"stale"``: a
-        run computed by other code than this package's (its ``code_sha256`` differs from
-        :func:`_code_sha256`, or is missing: written before the check).
+        with this key, a status of :attr:`STATUSES`, the ``.csv``'s checksum and its own
+        (``manifest_sha256``: a status or any other field changed after writing, the ``.csv``
+        intact, is caught too). ``"stale"``: a run computed by other code than this package's
+        (its ``code_sha256`` differs from :func:`_code_sha256`, or is missing: written before the
+        check), or written in another ``record_version`` than :data:`RECORD_VERSION`.
         """
         with self._locked():
             return self._status(key)
@@ -134,6 +142,8 @@ class _Store:
             meta = json.loads(meta_path.read_text())
             if not isinstance(meta, dict) or meta.get("key") != key:
                 raise ValueError("key")
+            if meta.get("manifest_sha256") != _manifest_sha(meta):
+                raise ValueError("manifest checksum")
             if meta["status"] not in self.STATUSES:
                 raise ValueError("status")
             if meta["status"] == "failed":
@@ -143,7 +153,7 @@ class _Store:
         except (OSError, ValueError, KeyError, TypeError):
             self._drop(key)
             return "corrupt"
-        if meta.get("code_sha256") != _code_sha256():
+        if meta.get("code_sha256") != _code_sha256() or meta.get("record_version") != RECORD_VERSION:
             self._drop(key)
             return "stale"
         return "done"
@@ -161,6 +171,7 @@ class _Store:
             record.update(csv_sha256=_sha(data), num_rows=len(result["rows"]), seconds=result["seconds"])
         else:
             record.update(error=result["error"], traceback=result["traceback"])
+        record["manifest_sha256"] = _manifest_sha(record)
         manifest = json.dumps(record, indent=1, sort_keys=True).encode()
         with self._locked():  # the .csv and its .json: one step for every sweep that takes the lock
             if result["status"] == "ok":

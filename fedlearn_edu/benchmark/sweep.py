@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import tempfile
 import time
 from collections.abc import Iterable, Mapping
@@ -50,18 +51,31 @@ def _methods(methods, what: str = "methods") -> list[Method]:
 def _federations(federations, common) -> list[FederationSpec]:
     if federations is None:
         federations = ["dirichlet:0.1"]
-    feds = []
+    feds, given = [], []
     for f in _listed(
         federations, "federations", (str, FederationSpec), "a string like 'dirichlet:0.1' or a FederationSpec"
     ):
         try:
-            feds.append(parse_federation(f, **common))
+            feds.append(parse_federation(f, **common))  # the canonical spelling: 'DIRICHLET:.50' -> 'dirichlet:0.5'
         except (TypeError, ValueError) as err:
             raise type(err)(f"federations: {err}") from None
+        given.append(f if isinstance(f, str) else f.name)
     names = [f.name for f in feds]
     if len(set(names)) != len(names):
-        raise ValueError(f"federations holds a name twice: {names!r}.")
+        twice = sorted({n for n in names if names.count(n) > 1})
+        spelled = [g for g, n in zip(given, names) if n in twice]
+        raise ValueError(
+            f"federations holds one federation twice: {spelled!r} are all {twice!r}; give each federation once."
+        )
     return feds
+
+
+def _canonical(name):
+    """A federation's name in its canonical spelling (``'DIRICHLET:.50'`` -> ``'dirichlet:0.5'``), else as given."""
+    try:
+        return parse_federation(name).name if isinstance(name, str) else name
+    except (TypeError, ValueError):
+        return name
 
 
 def _check_out(out) -> Path:
@@ -142,15 +156,52 @@ def _preflight(cells, protocol: BenchmarkProtocol, root, keep: bool = False) -> 
             finally:
                 if not keep:
                     _forget_federations()
-        if m.factory is not None or m.server_validation > 0:  # its own factory, or FedVG's data-bound set
+        if m.factory is not None:  # its own factory
             continue
+        if m.server_validation > 0:  # FedVG's data-bound set: the strategy is built in the run
+            continue
+        _check_needs_validation(m)
         for settings in m.candidates():
             try:
-                _strategy(_config(m, f, protocol, settings, seed, "tune"), None)
+                strategy = _strategy(_config(m, f, protocol, settings, seed, "tune"), None)
             except (ValueError, TypeError) as err:
                 raise type(err)(
                     f"methods: {m.name!r} with settings {_plain_record(settings)!r}: {' '.join(str(err).split())}"
                 ) from None
+            _check_clients_per_round(m, f, protocol, strategy, settings)
+
+
+def _check_needs_validation(m) -> None:
+    """A method whose server step reads a validation set needs ``server_validation > 0`` (else every run fails)."""
+    from ..strategies.registry import strategy_class
+
+    try:
+        cls = strategy_class(m.builder())
+    except (TypeError, ValueError):
+        return
+    needs = getattr(cls, "needs", None)  # a property for strategies whose needs depend on their base (FedVG)
+    try:
+        param = inspect.signature(cls).parameters.get("val_data")
+    except (TypeError, ValueError):
+        param = None
+    if getattr(needs, "validation", False) is True or (param is not None and param.default is param.empty):
+        raise ValueError(
+            f"methods: {m.name!r} needs server validation data (its server step reads a validation set), but its "
+            "server_validation is 0: give it server_validation > 0 (e.g. 0.1, as benchmark.METHODS['fedvg'])."
+        )
+
+
+def _check_clients_per_round(m, f, protocol: BenchmarkProtocol, strategy, settings) -> None:
+    """Refuse a method that needs more clients a round than the grid gives (every run of it would fail)."""
+    need = strategy.min_clients_per_round() if hasattr(strategy, "min_clients_per_round") else 1
+    per_round = min(protocol.clients_per_round, f.num_clients)
+    if per_round < need:
+        raise ValueError(
+            f"methods: {m.name!r}{' with settings ' + repr(_plain_record(settings)) if settings else ''} needs at "
+            f"least {need} clients per round, but federation {f.name!r} gives {per_round} (clients_per_round="
+            f"{protocol.clients_per_round}, num_clients={f.num_clients}): raise clients_per_round to {need} or more, "
+            f"or leave {m.name!r} out of the grid."
+        )
 
 
 def run(
@@ -244,6 +295,7 @@ def run(
     if methods_for is not None:
         check_instance(methods_for, "methods_for", Mapping, "a mapping {federation name: methods}")
     for name, names in (methods_for or {}).items():
+        name = _canonical(name)
         if name not in [f.name for f in feds]:
             raise ValueError(f"methods_for names {name!r}, not a federation of the grid {[f.name for f in feds]!r}.")
         own[name] = _methods(names, f"methods_for[{name!r}]")

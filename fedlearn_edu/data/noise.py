@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..checks import as_labels, check_int, check_range
+from ..checks import as_labels, check_bool, check_int, check_range
 from .federation import ClientData, Federation
 
 __all__ = ["flip_labels", "add_label_noise", "reverse_labels"]
@@ -43,6 +43,7 @@ def flip_labels(labels: Any, fraction: float, num_classes: int, seed: int = 0, r
         >>> int((noisy != y).sum())
         4
     """
+    return_mask = check_bool(return_mask, "return_mask")
     is_tensor = isinstance(labels, torch.Tensor)
     y = as_labels(labels).copy()
     fraction = check_range(fraction, "fraction", 0, 1)

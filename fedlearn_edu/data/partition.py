@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from ..checks import as_labels, check_int, check_positive, check_seed
+from ..checks import as_labels, check_bool, check_int, check_positive, check_seed
 
 __all__ = [
     "iid_partition",
@@ -248,6 +248,8 @@ def dirichlet_partition(
         >>> len(parts), sum(len(p) for p in parts), min(len(p) for p in parts) >= 10
         (20, 1000, True)
     """
+    balance = check_bool(balance, "balance")
+    repair = check_bool(repair, "repair")
     y = as_labels(labels)
     k = check_int(num_clients, "num_clients", 1)
     alpha = check_positive(alpha, "alpha")

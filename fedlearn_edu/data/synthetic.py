@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..checks import check_int, check_positive, check_range
+from ..checks import check_bool, check_int, check_positive, check_range
 from .federation import ClientData, Federation
 
 __all__ = ["synthetic_federated", "SYNTHETIC_DIM", "SYNTHETIC_CLASSES"]
@@ -76,6 +76,7 @@ def synthetic_federated(
         >>> c.num_train == int(0.9 * c.info["num_samples"])
         True
     """
+    iid = check_bool(iid, "iid")
     alpha = check_positive(alpha, "alpha", allow_zero=True)
     beta = check_positive(beta, "beta", allow_zero=True)
     k = check_int(num_clients, "num_clients", 1)

@@ -46,7 +46,7 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call, vmap
 
-from ..checks import check_int
+from ..checks import check_bool, check_int
 from ..utils import derive_seed
 
 __all__ = [
@@ -191,6 +191,7 @@ def oui_pairwise(preactivations: Tensor, clamp: bool = True) -> float:
         >>> oui_pairwise(z)   # distances 1, 2, 1 capped at 1
         1.0
     """
+    clamp = check_bool(clamp, "clamp")
     z = _check_preactivations(preactivations)
     b, d = z.shape
     if d < 2:
@@ -386,6 +387,7 @@ def client_oui(
         >>> client_oui(model, stacked, torch.randn(3, 32, 1, 8, 8)).shape
         torch.Size([3])
     """
+    nan_rows = check_bool(nan_rows, "nan_rows")
     if not isinstance(probes, Tensor):
         probes = torch.stack(list(probes))
     m = probes.shape[0]

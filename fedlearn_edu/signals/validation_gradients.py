@@ -120,6 +120,35 @@ def _check_params(params: Mapping[str, Tensor]) -> int:
     return m
 
 
+def _check_fits(model: nn.Module, params: Mapping[str, Tensor], x: Tensor, y: Tensor) -> None:
+    """One forward pass of client 0 on one validation input: the inputs fit, the labels lie in the classes.
+
+    Raises ValueError naming ``val_data`` (or ``params``) instead of torch's shape or
+    "Target 7 is out of bounds" errors from inside the batched pass.
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}.")
+    known = dict(model.named_parameters())
+    unknown = sorted(set(params) - set(known))
+    if unknown:
+        raise ValueError(f"params holds tensors the model does not have: {unknown[:5]}.")
+    wrong = [k for k, v in params.items() if tuple(v.shape[1:]) != tuple(known[k].shape)]
+    if wrong:
+        raise ValueError(f"params[{wrong[0]!r}] is not stacked like the model's {tuple(known[wrong[0]].shape)}.")
+    one = {k: v[0].detach() for k, v in params.items()}
+    try:
+        with torch.no_grad():
+            out = torch.func.functional_call(model, one, (x[:1],))
+    except Exception as err:  # any failure of the forward pass is a mismatch of inputs and model
+        raise ValueError(
+            f"val_data: the model cannot take the validation inputs (one has shape {tuple(x.shape[1:])}): "
+            f"{type(err).__name__}: {' '.join(str(err).split())[:200]}."
+        ) from None
+    if not isinstance(out, Tensor) or out.dim() != 2:
+        raise ValueError("val_data: the model must give logits [batch, classes] on the validation inputs.")
+    as_validation_set((x, y), num_classes=out.shape[1])  # the labels against the model's classes
+
+
 def validation_gradients(
     model: nn.Module,
     params: Mapping[str, Tensor],
@@ -169,6 +198,7 @@ def validation_gradients(
     dtype = next(iter(params.values())).dtype
     x, y = as_validation_set(val_data)
     x, y = x.to(device=device, dtype=dtype), y.to(device)
+    _check_fits(model, params, x, y)
     n = y.shape[0]
     num_batches = math.ceil(n / batch_size)
     runner = make_engine(engine, model)

@@ -633,6 +633,16 @@ class Strategy(ABC):
         """
         return ""
 
+    def min_clients_per_round(self) -> int:
+        """The fewest clients a round must have for the server step to work (1; Krum-type rules more).
+
+        A sweep checks it against its grid before the first run (a grid that could never succeed).
+
+        Returns:
+            The smallest m.
+        """
+        return 1
+
     def apply(self, server_state: Mapping, g: Params, updates: ClientUpdates) -> Mapping:
         """Refuse a NaN/Inf direction, then :meth:`step` along ``g``.
 

@@ -33,7 +33,7 @@ from ..aggregators.robust import (
     norm_clip,
     trimmed_mean,
 )
-from ..checks import check_int, check_positive, check_range
+from ..checks import check_bool, check_int, check_positive, check_range
 from ..params import Params, layer_groups
 from .base import ClientUpdates, Needs, Strategy
 from .registry import register
@@ -90,7 +90,7 @@ class _Robust(Strategy):
     ):
         """Check the arguments (see the class docstring) and keep them."""
         super().__init__(server_lr, optimizer)
-        self.layerwise = bool(layerwise)
+        self.layerwise = check_bool(layerwise, "layerwise")
 
     def robust(self, deltas: Params, updates: ClientUpdates, server_state: Mapping) -> tuple[Params, dict, dict]:
         """The rule on (a group of) the updates.
@@ -224,6 +224,14 @@ class Krum(_Robust):
         super().__init__(server_lr, optimizer, layerwise)
         self.f = _check_f(f)
 
+    def min_clients_per_round(self) -> int:
+        """``2f + 3`` (Krum's ``2f + 2 < m``; 3 with ``f=None``, the fewest at f = 0).
+
+        Returns:
+            The smallest m.
+        """
+        return 3 if self.f is None else 2 * self.f + 3
+
     def f_for(self, m: int) -> int:
         """The f used with m clients (``self.f``, or the largest Krum tolerates).
 
@@ -330,6 +338,14 @@ class Bulyan(_Robust):
         """Check the arguments (see the class docstring) and keep them."""
         super().__init__(server_lr, optimizer, layerwise)
         self.f = _check_f(f)
+
+    def min_clients_per_round(self) -> int:
+        """``4f + 3`` (3 with ``f=None``).
+
+        Returns:
+            The smallest m.
+        """
+        return 3 if self.f is None else 4 * self.f + 3
 
     def robust(self, deltas, updates, server_state):
         """Bulyan (see :meth:`_Robust.robust`).

@@ -198,6 +198,14 @@ class Wrapper(Strategy):
         """The base's advice for a NaN/Inf direction."""
         return self._inner.nonfinite_hint()
 
+    def min_clients_per_round(self) -> int:
+        """The base's fewest clients per round (1 without a base).
+
+        Returns:
+            The smallest m.
+        """
+        return 1 if self.base is None else self.base.min_clients_per_round()
+
     # ----------------------------------------------------------------------- state
     def init_state(self, params: Params, model: nn.Module, num_clients: int, seed: int) -> tuple[Mapping, dict]:
         """``WrapperState(base=the base's server state)`` and the base's client state.
