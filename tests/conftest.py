@@ -74,12 +74,16 @@ def setting():
 
 
 def pytest_collection_modifyitems(config, items):
-    """Mark every item that executes a chapter (nbval), needs the built book or builds the package as ``book``."""
+    """Mark every item that executes a chapter (nbval), needs the built book or builds the package as ``book``,
+    and every replay of committed records (``records``) as ``slow``; note each item's tier."""
     for item in items:
         fixtures = getattr(item, "fixturenames", ())
         heavy = {"built_book", "built_dist", "fresh_venv"}
         if item.path.suffix == ".ipynb" or heavy.intersection(fixtures):
             item.add_marker(pytest.mark.book)
+        if item.get_closest_marker("records"):
+            item.add_marker(pytest.mark.slow)
+        _TIER[item.nodeid] = next((t for t in TIERS[:-1] if item.get_closest_marker(t)), "unit")
 
 
 @pytest.fixture(scope="session")
@@ -219,23 +223,20 @@ def built_book(tmp_path_factory) -> Path:
 # --------------------------------------------------------------------------- #
 # time per tier: CI prints, for each tier of the suite, its total and its 25 slowest tests
 
-TIERS = ("deployment", "book", "unit")  # a test's tier: its first marker of these, else "unit"
+TIERS = ("deployment", "book", "slow", "unit")  # a test's tier: its first marker of these, else "unit"
 SLOWEST = 25
 _TIMES: dict[str, dict[str, float]] = {tier: {} for tier in TIERS}
-
-
-def _tier(keywords) -> str:
-    return next((t for t in TIERS[:-1] if t in keywords), "unit")
+_TIER: dict[str, str] = {}  # node id -> tier, noted at collection (the markers, not the test's path)
 
 
 def pytest_runtest_logreport(report):
     """Add each phase's time (set-up, call, tear-down) to its test, under the test's tier."""
-    times = _TIMES[_tier(report.keywords)]
+    times = _TIMES[_TIER.get(report.nodeid, "unit")]
     times[report.nodeid] = times.get(report.nodeid, 0.0) + report.duration
 
 
 def pytest_terminal_summary(terminalreporter):
-    """Per tier (``-m "not book and not deployment"`` is the unit tier): tests, seconds, the slowest."""
+    """Per tier (``-m "not book and not deployment and not slow"`` is the unit tier): tests, seconds, the slowest."""
     tr = terminalreporter
     if not any(_TIMES.values()):
         return

@@ -113,6 +113,7 @@ def test_a_right_answer_passes(capsys, checker, right):
     assert "all 17 cases passed" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("checker, library", [(check_holm, holm_statsmodels), (check_bh, bh_scipy)])
 def test_the_libraries_pass_on_100_seeds(capsys, checker, library):
     """statsmodels' Holm and SciPy's BH pass the checkers on 100 seeds of drawn p-values."""

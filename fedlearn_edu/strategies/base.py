@@ -135,6 +135,7 @@ OPTIONAL_HOOKS = (
     "init_optimizer_state",
     "aggregate",
     "eval_models",
+    "min_clients_per_round",
 )
 
 
@@ -415,7 +416,8 @@ class Strategy(ABC):
     (what is broadcast), :meth:`configure_local` (the clients' settings),
     :meth:`client_signals` / :meth:`client_update` (the clients' round), :meth:`apply` /
     :meth:`step` / :meth:`init_optimizer_state` (the optimizer's step),
-    :meth:`aggregate` (direction, then step), :meth:`nonfinite_hint` and :meth:`eval_models`.
+    :meth:`aggregate` (direction, then step), :meth:`nonfinite_hint`, :meth:`eval_models` and
+    :meth:`min_clients_per_round` (what a sweep checks against its grid up front).
 
     Args:
         server_lr: server step size eta_s of the default ``ServerSGD(server_lr)`` (``None``:
@@ -634,7 +636,7 @@ class Strategy(ABC):
         return ""
 
     def min_clients_per_round(self) -> int:
-        """The fewest clients a round must have for the server step to work (1; Krum-type rules more).
+        """Optional hook: the fewest clients a round must have for the server step to work (1; Krum-type rules more).
 
         A sweep checks it against its grid before the first run (a grid that could never succeed).
 

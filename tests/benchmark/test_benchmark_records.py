@@ -46,6 +46,7 @@ def grid(request):
     return request.param, benchmark.load(RESULTS / request.param)
 
 
+@pytest.mark.slow
 def test_the_records_follow_the_protocol(result):
     runs, p = result.runs, result.protocol
     assert result.record_version == benchmark.RECORD_VERSION
