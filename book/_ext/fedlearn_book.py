@@ -54,7 +54,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import accessibility  # noqa: E402  (beside this file)
 import kernel_polling  # noqa: E402
 import kernel_transport  # noqa: E402
-import reader_copies  # noqa: E402
+import reader_copies  # noqa: E402  (puts this checkout's fedlearn_edu first on sys.path)
+
+from fedlearn_edu.data.sources import REQUEST_LOG_VAR  # noqa: E402
 
 PARTS = ("tex-mml-chtml.js", "input", "output", "a11y", "ui", "sre", "adaptors")
 
@@ -209,7 +211,6 @@ def _alt_texts(app, doctree, docname) -> None:
 DEFAULT_MODE = 'if (!document.documentElement.dataset.mode) { document.documentElement.dataset.mode = "auto"; }'
 
 
-REQUEST_LOG_VAR = "FEDLEARN_DATA_LOG"  # = fedlearn_edu.data.sources.REQUEST_LOG_VAR (no import of the package here)
 REQUESTS_DIR = "data_requests"
 
 

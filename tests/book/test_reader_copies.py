@@ -7,7 +7,8 @@
   ``<doc>.glue.json`` beside it in 1.x), and a glued key without a value stops the build.
 * The copies the book build writes: one per chapter, no raw MyST role or directive left (parsed with
   myst-parser's own Markdown parser), every glued number in place of its key, no solution outside a
-  collapsed ``<details>`` or a hidden cell, and each runs top to bottom under nbval.
+  collapsed ``<details>`` or a hidden cell, and each runs top to bottom: under nbval where its
+  chapter asked the build for a data set it lacked, else as the build executed the same code.
 """
 
 from __future__ import annotations
